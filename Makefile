@@ -1,0 +1,42 @@
+# sparkdl: two commands on a fresh clone (Python 3.11 and Java 17 needed):
+#   make train   create .venv, install, train conf/mnist_cnn.yaml on local[*]
+#   make test    create .venv, install, run the default test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(abspath $(VENV))/bin/python
+CONFIG ?= conf/mnist_cnn.yaml
+
+export PYSPARK_PYTHON := $(PY)
+export PYSPARK_DRIVER_PYTHON := $(PY)
+export KERAS_BACKEND := tensorflow
+export TF_CPP_MIN_LOG_LEVEL := 2
+export SPARK_LOCAL_IP ?= 127.0.0.1
+
+.PHONY: install train test test-all bench clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	@scripts/check_java.sh
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[cpu,test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+train: install
+	$(VENV)/bin/spark-submit --master 'local[*]' \
+	  --driver-java-options '-Dlog4j2.configurationFile=conf/log4j2.properties' \
+	  --conf spark.ui.showConsoleProgress=false \
+	  jobs/train.py --config $(CONFIG)
+
+test: install
+	$(PY) -m pytest
+
+test-all: install
+	$(PY) -m pytest -m ''
+
+bench: install
+	$(PY) benchmarks/fit_throughput.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache spark-warehouse

@@ -1,0 +1,68 @@
+"""Validated, frozen settings of one fit. Units are in the names (``round_timeout_s``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkdl.errors import ConfigError
+
+MODES = ("sync",)
+BACKENDS = ("rounds",)
+
+
+def _positive_int(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer. Received: {name}={value!r}")
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Settings of one ``KerasEstimator.fit``.
+
+    Args:
+        num_workers: number of model replicas, one Spark task each (>= 1).
+        epochs: passes over the data (>= 1).
+        batch_size: rows per local step (>= 1).
+        local_steps: τ, local steps between two averaging rounds; ``None`` means one pass
+            over each worker's partition, i.e. one round per epoch.
+        mode: training mode, one of ``MODES``.
+        backend: round transport, one of ``BACKENDS``.
+        seed: seed of the per-epoch shuffles and of the replicas' random layers.
+        shuffle: shuffle each partition's rows at every epoch, as ``keras.Model.fit(shuffle=True)``.
+        verbose: 0 silent, 1 one line per epoch on the driver.
+        round_timeout_s: seconds one round may take before its Spark jobs are cancelled.
+
+    Raises:
+        ConfigError: when a value is outside its range.
+    """
+
+    num_workers: int = 2
+    epochs: int = 1
+    batch_size: int = 32
+    local_steps: int | None = None
+    mode: str = "sync"
+    backend: str = "rounds"
+    seed: int = 0
+    shuffle: bool = True
+    verbose: int = 1
+    round_timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        _positive_int("numWorkers", self.num_workers)
+        _positive_int("epochs", self.epochs)
+        _positive_int("batchSize", self.batch_size)
+        _positive_int("localSteps", self.local_steps, allow_none=True)
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
+        if not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer. Received: seed={self.seed!r}")
+        if self.verbose not in (0, 1):
+            raise ConfigError(f"verbose must be 0 or 1. Received: verbose={self.verbose!r}")
+        if not self.round_timeout_s > 0:
+            raise ConfigError(
+                f"roundTimeout must be a positive number of seconds. Received: {self.round_timeout_s!r}"
+            )

@@ -1,0 +1,103 @@
+"""Row-weighted averaging of weight lists, the reduction of synchronous model averaging.
+
+The rule is W = Σᵢ nᵢ·Wᵢ / Σᵢ nᵢ, where nᵢ is the number of rows worker i trained on in
+the round (SparkNet, Moritz et al. 2016, "SparkNet: Training Deep Networks in Spark";
+Su & Chen 2015, "Experiments on parallel training of deep neural network using model
+averaging"). It is applied to every variable alike, trainable or not (BatchNorm moving
+statistics), and to optimizer state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class WeightedMean:
+    """Streaming row-weighted mean of lists of arrays; holds one float64 sum, not N copies.
+
+    Each call to :meth:`add` takes one worker's list of arrays (any shapes, any numeric or
+    bool dtypes) and its weight (rows, >= 0). :meth:`result` returns the mean in the first
+    list's dtypes: floats are cast back, integers rounded to nearest, bools thresholded at 0.5.
+
+    Raises:
+        ValueError: on a negative weight, or a list whose length, shapes or dtypes differ from
+            the first one's.
+    """
+
+    def __init__(self) -> None:
+        self._sums: list[np.ndarray] | None = None
+        self._dtypes: list[np.dtype] = []
+        self.total_weight = 0.0
+
+    def add(self, arrays: Sequence[np.ndarray], weight: float) -> None:
+        if weight < 0:
+            raise ValueError(f"weight must be >= 0 rows. Received: {weight!r}")
+        if weight == 0:
+            return
+        if self._sums is None:
+            self._dtypes = [np.asarray(a).dtype for a in arrays]
+            # np.array(...) then in-place ops: a 0-d array times a number would become a numpy
+            # scalar, and later in-place additions to it would be lost.
+            self._sums = [np.array(a, dtype=np.float64) for a in arrays]
+            for acc in self._sums:
+                acc *= weight
+        else:
+            if len(arrays) != len(self._sums):
+                raise ValueError(
+                    f"every worker must send the same number of arrays. "
+                    f"Received: {len(arrays)}, expected {len(self._sums)}"
+                )
+            for i, (acc, a, dtype) in enumerate(zip(self._sums, arrays, self._dtypes, strict=True)):
+                a = np.asarray(a)
+                if a.shape != acc.shape or a.dtype != dtype:
+                    raise ValueError(
+                        f"array {i} must have shape {acc.shape} and dtype {dtype}. "
+                        f"Received: shape {a.shape}, dtype {a.dtype}"
+                    )
+                np.add(acc, a.astype(np.float64) * weight, out=acc)
+        self.total_weight += float(weight)
+
+    def result(self) -> list[np.ndarray] | None:
+        """The weighted mean, or ``None`` when nothing with a positive weight was added."""
+        if self._sums is None:
+            return None
+        out = []
+        for acc, dtype in zip(self._sums, self._dtypes, strict=True):
+            mean = acc / self.total_weight
+            if dtype == np.bool_:
+                out.append(mean >= 0.5)
+            elif np.issubdtype(dtype, np.integer):
+                out.append(np.rint(mean).astype(dtype))
+            else:
+                out.append(mean.astype(dtype))
+        return out
+
+
+def weighted_average(
+    arrays_per_worker: Sequence[Sequence[np.ndarray]], weights: Sequence[float]
+) -> list[np.ndarray]:
+    """Row-weighted average W = Σᵢ wᵢ·Wᵢ / Σᵢ wᵢ of several workers' array lists.
+
+    Args:
+        arrays_per_worker: one list of arrays per worker; lists agree in length, shapes, dtypes.
+        weights: one weight per worker (rows seen, >= 0); zero-weight workers are skipped.
+
+    Returns:
+        A list of arrays in the workers' dtypes.
+
+    Raises:
+        ValueError: on mismatched lengths, shapes or dtypes, or when every weight is zero.
+
+    Example:
+        >>> weighted_average([[np.array([0.0])], [np.array([3.0])]], [2, 1])
+        [array([1.])]
+    """
+    acc = WeightedMean()
+    for arrays, weight in zip(arrays_per_worker, weights, strict=True):
+        acc.add(arrays, weight)
+    result = acc.result()
+    if result is None:
+        raise ValueError(f"at least one worker must have a positive weight. Received: {list(weights)}")
+    return result

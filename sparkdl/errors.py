@@ -1,0 +1,29 @@
+"""One exception tree for sparkdl.
+
+Every message states the rule that was broken, then what was received
+(``Received: ...``), in the style of Keras' own errors.
+"""
+
+
+class SparkDLError(Exception):
+    """Base class of every error sparkdl raises on purpose."""
+
+
+class SchemaError(SparkDLError, ValueError):
+    """The DataFrame does not fit the model: a missing column, a wrong type or length, nulls, no rows."""
+
+
+class ConfigError(SparkDLError, ValueError):
+    """A Param or setting is out of its allowed range or of the wrong kind."""
+
+
+class CodecError(SparkDLError, ValueError):
+    """A weights payload is not a valid sparkdl Arrow IPC payload (wrong version, corrupt, mismatched)."""
+
+
+class WorkerError(SparkDLError, RuntimeError):
+    """A training or inference task failed on an executor; the message names the partition and cause."""
+
+
+class RoundTimeoutError(SparkDLError, TimeoutError):
+    """A round did not finish within its time limit (seconds); its Spark jobs were cancelled."""

@@ -1,0 +1,258 @@
+"""A Keras model and its compile arguments as plain, picklable-free values.
+
+A :class:`ModelSpec` holds the architecture JSON and the weights as Arrow IPC bytes
+(:mod:`sparkdl.serialization.arrow_codec`); a :class:`CompileSpec` holds the optimizer,
+loss and metrics as Keras serialization configs (JSON-able dicts) or built-in names.
+Executors rebuild the model from these values; no Keras object is ever pickled.
+Keras is imported on first use, so unpickling a spec inside a Spark task does not start
+TensorFlow before :func:`sparkdl.keras.runtime.configure` has sized its thread pools.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sparkdl.errors import ConfigError
+from sparkdl.keras.runtime import keras_module
+from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
+
+# Losses whose models output class scores: ``transform`` then writes a class index and probabilities.
+CLASSIFICATION_LOSSES = frozenset(
+    {
+        "sparse_categorical_crossentropy",
+        "categorical_crossentropy",
+        "binary_crossentropy",
+        "binary_focal_crossentropy",
+        "categorical_focal_crossentropy",
+        "categorical_hinge",
+        "hinge",
+        "squared_hinge",
+        "kl_divergence",
+    }
+)
+
+
+def _module(kind: str):
+    keras = keras_module()
+    return {"optimizer": keras.optimizers, "loss": keras.losses, "metric": keras.metrics}[kind]
+
+
+def _normalize(value, kind: str):
+    """A compile argument as a JSON-able value: a built-in name, or a Keras serialization config."""
+    keras = keras_module()
+    module = _module(kind)
+    if isinstance(value, str):
+        if kind == "optimizer":
+            try:
+                module.get(value)
+            except ValueError as exc:
+                raise ConfigError(f"optimizer must be a Keras optimizer name. Received: {value!r}") from exc
+        return value
+    if isinstance(value, dict):
+        try:
+            module.deserialize(json.loads(json.dumps(value)))
+        except Exception as exc:
+            raise ConfigError(f"{kind} config must be a Keras serialization config. Received: {value!r} ({exc})") from exc
+        return json.loads(json.dumps(value))
+    if kind == "optimizer" and not isinstance(value, keras.optimizers.Optimizer):
+        raise ConfigError(f"optimizer must be a name, a keras.optimizers.Optimizer or its config. Received: {value!r}")
+    try:
+        config = keras.saving.serialize_keras_object(value)
+        return json.loads(json.dumps(config))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{kind} must be a name, a Keras object or a Keras config. Received: {value!r} ({exc})") from exc
+
+
+def normalize_optimizer(value) -> str | dict:
+    """An optimizer name, ``keras.optimizers.Optimizer`` or config as a name or config dict.
+
+    Raises:
+        ConfigError: when Keras cannot resolve the value.
+    """
+    return _normalize(value if value is not None else "adam", "optimizer")
+
+
+def normalize_loss(value) -> str | dict:
+    """A loss name, ``keras.losses.Loss``, loss function or config as a name or config dict.
+
+    Raises:
+        ConfigError: when the value is None or Keras cannot resolve it.
+    """
+    if value is None:
+        raise ConfigError("loss must be given (a name, a keras.losses.Loss or its config). Received: None")
+    return _normalize(value, "loss")
+
+
+def normalize_metrics(values) -> list:
+    """Metric names, objects or configs as a list of names and config dicts."""
+    if values is None:
+        return []
+    if isinstance(values, (str, dict)):
+        values = [values]
+    return [_normalize(m, "metric") for m in values]
+
+
+def compile_args_of(model) -> dict:
+    """The optimizer, loss and metrics a compiled ``keras.Model`` was given, as JSON-able values.
+
+    Returns:
+        ``{}`` for an uncompiled model, else a dict with keys among ``optimizer``, ``loss``, ``metrics``.
+    """
+    if not getattr(model, "compiled", False):
+        return {}
+    config = model.get_compile_config() or {}
+    args = {}
+    for key in ("optimizer", "loss", "metrics"):
+        if config.get(key) is not None:
+            args[key] = json.loads(json.dumps(config[key]))
+    return args
+
+
+def infer_task(task: str, compile_spec: CompileSpec) -> str:
+    """``"classification"`` or ``"regression"``: ``task`` itself unless it is ``"auto"``, then by loss.
+
+    Cross-entropy, focal, hinge and KL-divergence losses make a classifier; any other a regressor.
+    """
+    if task != "auto":
+        return task
+    return "classification" if compile_spec.loss_name() in CLASSIFICATION_LOSSES else "regression"
+
+
+def _revive(value, kind: str):
+    if isinstance(value, str):
+        return _module(kind).get(value) if kind == "optimizer" else value
+    return _module(kind).deserialize(value)
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Arguments of ``keras.Model.compile`` as JSON-able values.
+
+    Attributes:
+        optimizer: a name (``"adam"``) or a Keras optimizer config dict.
+        loss: a name (``"sparse_categorical_crossentropy"``) or a Keras loss config dict.
+        metrics: names or Keras metric config dicts.
+    """
+
+    optimizer: str | dict = "adam"
+    loss: str | dict = "mse"
+    metrics: tuple = field(default_factory=tuple)
+
+    @classmethod
+    def create(cls, optimizer, loss, metrics: Sequence | None) -> CompileSpec:
+        """Normalize a string, a Keras object or a config for each argument.
+
+        Raises:
+            ConfigError: for a value Keras cannot (de)serialize, or a missing loss.
+        """
+        return cls(normalize_optimizer(optimizer), normalize_loss(loss), tuple(normalize_metrics(metrics)))
+
+    def compile(self, model):
+        """Compile ``model`` in place with fresh optimizer state; returns it."""
+        model.compile(
+            optimizer=_revive(self.optimizer, "optimizer"),
+            loss=_revive(self.loss, "loss"),
+            metrics=[_revive(m, "metric") for m in self.metrics],
+        )
+        return model
+
+    def loss_name(self) -> str:
+        """The loss as a snake_case name when it is a built-in one (``"BinaryCrossentropy"`` → ``"binary_crossentropy"``)."""
+        name = self.loss if isinstance(self.loss, str) else self.loss.get("class_name", "")
+        if isinstance(self.loss, dict) and isinstance(self.loss.get("config"), str):
+            name = self.loss["config"]
+        return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A Keras model as values: architecture JSON plus weights as Arrow IPC bytes.
+
+    Attributes:
+        architecture: ``model.to_json()``.
+        weights: ``model.weights`` values in model order, encoded by
+            :func:`~sparkdl.serialization.arrow_codec.encode_arrays`.
+        input_shape: per-row input shape without the batch axis, e.g. ``(28, 28, 1)``.
+        input_dtype: the input's numpy dtype name, e.g. ``"float32"``.
+        output_shape: per-row output shape, e.g. ``(10,)``.
+    """
+
+    architecture: str
+    weights: bytes
+    input_shape: tuple
+    input_dtype: str
+    output_shape: tuple
+
+    @classmethod
+    def from_model(cls, model) -> ModelSpec:
+        """Capture a built Keras model with one input and one output.
+
+        Raises:
+            ConfigError: when the model is not a built ``keras.Model`` with a single input and output.
+        """
+        keras = keras_module()
+        if not isinstance(model, keras.Model):
+            raise ConfigError(f"model must be a keras.Model. Received: {type(model).__name__}")
+        if not model.built:
+            raise ConfigError("model must be built (give it an Input or call build()) before fit. Received: an unbuilt model")
+        inputs, outputs = model.inputs, model.outputs
+        if inputs is None or len(inputs) != 1 or len(outputs) != 1:
+            raise ConfigError(
+                "model must have exactly one input and one output (multi-input models are not supported yet). "
+                f"Received: {0 if inputs is None else len(inputs)} inputs, {0 if outputs is None else len(outputs)} outputs"
+            )
+        return cls(
+            architecture=model.to_json(),
+            weights=encode_arrays([np.asarray(v.numpy()) for v in model.weights], [v.path for v in model.weights]),
+            input_shape=tuple(inputs[0].shape[1:]),
+            input_dtype=str(np.dtype(inputs[0].dtype)),
+            output_shape=tuple(outputs[0].shape[1:]),
+        )
+
+    def with_weights(self, arrays: Sequence[np.ndarray]) -> ModelSpec:
+        """The same architecture with other weights (same count, shapes and order)."""
+        names = decode_arrays(self.weights).names
+        return ModelSpec(self.architecture, encode_arrays(list(arrays), names), self.input_shape, self.input_dtype, self.output_shape)
+
+    def weight_arrays(self) -> list[np.ndarray]:
+        return decode_arrays(self.weights).arrays
+
+    @property
+    def digest(self) -> str:
+        """sha256 of architecture and weights: a cache key for executors' built models."""
+        return hashlib.sha256(self.architecture.encode() + self.weights).hexdigest()
+
+    def build(self):
+        """A new, uncompiled ``keras.Model`` with these weights."""
+        keras = keras_module()
+        model = keras.models.model_from_json(self.architecture)
+        for variable, array in zip(model.weights, self.weight_arrays(), strict=True):
+            variable.assign(array)
+        return model
+
+    def to_keras_file(self, path: str) -> None:
+        """Write a ``.keras`` archive (Keras' own format: config JSON + HDF5 weights, no pickle)."""
+        self.build().save(path)
+
+    @classmethod
+    def from_keras_bytes(cls, data: bytes) -> ModelSpec:
+        """Read a ``.keras`` archive's bytes (weights restored, compile state ignored)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.keras")
+            with open(path, "wb") as f:
+                f.write(data)
+            return cls.from_model(keras_module().saving.load_model(path, compile=False))
+
+    def to_keras_bytes(self) -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.keras")
+            self.to_keras_file(path)
+            with open(path, "rb") as f:
+                return f.read()

@@ -1,0 +1,1 @@
+"""Arrow-based wire formats: the weights codec and Arrow-column to numpy conversion."""

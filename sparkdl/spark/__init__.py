@@ -1,0 +1,1 @@
+"""The Spark layer: the only package that imports pyspark (Params, data, backends, estimator, model, persistence)."""

@@ -1,0 +1,148 @@
+"""Spark ML Params of the Keras estimator and model, as shared ``Has*`` mixins.
+
+Column Params reuse pyspark's own mixins; compile Params hold Keras serialization configs
+(JSON-able), so ``DefaultParamsWriter`` can store them in the stage's metadata.
+"""
+
+from __future__ import annotations
+
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import (
+    HasFeaturesCol,
+    HasLabelCol,
+    HasPredictionCol,
+    HasProbabilityCol,
+    HasSeed,
+)
+
+from sparkdl.errors import ConfigError
+
+TASKS = ("auto", "classification", "regression")
+
+
+def _optional_int(value):
+    return None if value is None else TypeConverters.toInt(value)
+
+
+def _compile_converter(kind: str):
+    def convert(value):
+        from sparkdl.keras import spec
+
+        return getattr(spec, f"normalize_{kind}")(value)
+
+    return convert
+
+
+def _choice(name: str, choices):
+    def convert(value):
+        value = TypeConverters.toString(value)
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {list(choices)}. Received: {value!r}")
+        return value
+
+    return convert
+
+
+class HasBatchSize(Params):
+    batchSize = Param(Params._dummy(), "batchSize", "rows per training step and per inference batch (> 0)", TypeConverters.toInt)
+
+    def getBatchSize(self) -> int:
+        return self.getOrDefault(self.batchSize)
+
+
+class HasTask(Params):
+    task = Param(
+        Params._dummy(),
+        "task",
+        "'classification' (prediction = class index, probability = class scores), 'regression' "
+        "(prediction = output value) or 'auto' (classification for cross-entropy and hinge losses)",
+        _choice("task", TASKS),
+    )
+
+    def getTask(self) -> str:
+        return self.getOrDefault(self.task)
+
+
+class HasCompileParams(Params):
+    """Keras compile arguments: each a built-in name, a Keras object (stored as its config) or a config dict."""
+
+    optimizer = Param(Params._dummy(), "optimizer", "Keras optimizer: name, object or config", _compile_converter("optimizer"))
+    loss = Param(Params._dummy(), "loss", "Keras loss: name, object or config", _compile_converter("loss"))
+    metrics = Param(Params._dummy(), "metrics", "Keras metrics: list of names, objects or configs", _compile_converter("metrics"))
+
+    def getOptimizer(self):
+        return self.getOrDefault(self.optimizer)
+
+    def getLoss(self):
+        return self.getOrDefault(self.loss)
+
+    def getMetrics(self) -> list:
+        return self.getOrDefault(self.metrics)
+
+
+class KerasSharedParams(HasFeaturesCol, HasPredictionCol, HasProbabilityCol, HasBatchSize, HasTask, HasCompileParams):
+    """Params that the estimator and its fitted model share (copied from one to the other on fit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(
+            featuresCol="features",
+            predictionCol="prediction",
+            probabilityCol="probability",
+            batchSize=32,
+            task="auto",
+            optimizer="adam",
+            metrics=[],
+        )
+
+
+class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
+    """Training Params of :class:`~sparkdl.spark.estimator.KerasEstimator`."""
+
+    numWorkers = Param(Params._dummy(), "numWorkers", "model replicas, one Spark task each (> 0)", TypeConverters.toInt)
+    epochs = Param(Params._dummy(), "epochs", "passes over the data (> 0)", TypeConverters.toInt)
+    localSteps = Param(
+        Params._dummy(),
+        "localSteps",
+        "τ: local steps per worker between averaging rounds; None = one pass over the partition (one round per epoch)",
+        _optional_int,
+    )
+    mode = Param(Params._dummy(), "mode", "training mode: 'sync' (model averaging)", TypeConverters.toString)
+    shuffle = Param(Params._dummy(), "shuffle", "shuffle each partition's rows every epoch (seeded)", TypeConverters.toBoolean)
+    verbose = Param(Params._dummy(), "verbose", "0 silent, 1 one line per epoch", TypeConverters.toInt)
+    roundTimeout = Param(Params._dummy(), "roundTimeout", "seconds a round may take before it is cancelled", TypeConverters.toFloat)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(
+            labelCol="label",
+            seed=0,
+            numWorkers=2,
+            epochs=1,
+            localSteps=None,
+            mode="sync",
+            shuffle=True,
+            verbose=1,
+            roundTimeout=3600.0,
+        )
+
+    def getNumWorkers(self) -> int:
+        return self.getOrDefault(self.numWorkers)
+
+    def getEpochs(self) -> int:
+        return self.getOrDefault(self.epochs)
+
+    def getLocalSteps(self) -> int | None:
+        return self.getOrDefault(self.localSteps)
+
+    def getMode(self) -> str:
+        return self.getOrDefault(self.mode)
+
+    def getShuffle(self) -> bool:
+        return self.getOrDefault(self.shuffle)
+
+    def getVerbose(self) -> int:
+        return self.getOrDefault(self.verbose)
+
+    def getRoundTimeout(self) -> float:
+        return self.getOrDefault(self.roundTimeout)

@@ -1,0 +1,42 @@
+"""Shared fixtures: one SparkSession (``local[2]``) for the whole test session.
+
+Executors use this interpreter (``PYSPARK_PYTHON``), Keras uses TensorFlow, and Python
+worker reuse stays on so TensorFlow is imported once per worker process.
+"""
+
+import os
+import sys
+
+import pytest
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sparkdl-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def partitioned_df(spark, partitions, schema):
+    """A DataFrame whose partition i holds exactly the rows ``partitions[i]`` (list of tuples), in order."""
+    rdd = spark.sparkContext.parallelize(partitions, len(partitions)).flatMap(lambda rows: rows)
+    return spark.createDataFrame(rdd, schema)

@@ -1,0 +1,59 @@
+"""The dependency direction holds: core and serialization import neither Spark nor TF/Keras,
+the keras layer never imports pyspark, and importing ``sparkdl`` loads neither."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "sparkdl"
+
+BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {blocked!r}:
+            raise ImportError('layering: ' + name + ' must not be imported here')
+sys.meta_path.insert(0, Block())
+import importlib
+for m in {modules!r}:
+    importlib.import_module(m)
+"""
+
+
+def _modules(subpackage):
+    for path in sorted((PACKAGE / subpackage).rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        yield ".".join(p for p in rel.parts if p != "__init__")
+
+
+@pytest.mark.parametrize(
+    "modules, blocked",
+    [
+        (["sparkdl", "sparkdl.errors", "sparkdl.config", *_modules("core"), *_modules("serialization")], ["pyspark", "tensorflow", "keras"]),
+        (list(_modules("keras")), ["pyspark"]),
+    ],
+)
+def test_layers_import_with_forbidden_packages_blocked(modules, blocked):
+    code = BLOCKER.format(blocked=set(blocked), modules=modules)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_spark_layer_reaches_keras_only_through_sparkdl_keras():
+    for path in (PACKAGE / "spark").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] not in {"keras", "tensorflow"}, f"{path.name} imports {name}"
+
+
+def test_no_pickle_in_the_package():
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                assert not any(n.split(".")[0] in {"pickle", "cloudpickle", "dill"} for n in names), path.name

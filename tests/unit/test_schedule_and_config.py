@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from sparkdl.config import FitConfig
+from sparkdl.core.metrics import MetricMeans, append_epoch
+from sparkdl.core.schedule import RoundPlan, epoch_order
+from sparkdl.errors import ConfigError
+
+
+def test_default_tau_is_one_pass_so_one_round_per_epoch():
+    plan = RoundPlan((4000, 3990), batch_size=64)
+    assert plan.steps_per_epoch(0) == 63 and plan.steps_per_epoch(1) == 63
+    assert plan.tau == 63 and plan.rounds_per_epoch == 1
+    assert plan.row_range(0, 0) == (0, 4000)
+
+
+def test_explicit_tau_cuts_epochs_into_rounds_and_exhausted_workers_idle():
+    plan = RoundPlan((100, 40), batch_size=10, local_steps=3)
+    assert plan.rounds_per_epoch == 4  # ceil(10 steps / 3)
+    assert [plan.row_range(0, r) for r in range(4)] == [(0, 30), (30, 60), (60, 90), (90, 100)]
+    assert [plan.row_range(1, r) for r in range(4)] == [(0, 30), (30, 40), (40, 40), (40, 40)]
+
+
+def test_epoch_order_is_seeded_and_differs_by_epoch():
+    a = epoch_order(50, seed=1, epoch=0, partition=0, shuffle=True)
+    assert np.array_equal(a, epoch_order(50, seed=1, epoch=0, partition=0, shuffle=True))
+    assert not np.array_equal(a, epoch_order(50, seed=1, epoch=1, partition=0, shuffle=True))
+    assert sorted(a.tolist()) == list(range(50))
+    assert epoch_order(5, 1, 0, 0, shuffle=False).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_metric_means_are_row_weighted():
+    means = MetricMeans()
+    means.add({"loss": 1.0}, 300)
+    means.add({"loss": 3.0}, 100)
+    means.add({"loss": 99.0}, 0)
+    history = {}
+    append_epoch(history, means.means())
+    assert history == {"loss": [1.5]}
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_workers": 0}, "numWorkers must be a positive integer. Received: numWorkers=0"),
+        ({"epochs": 1.5}, "epochs must be a positive integer"),
+        ({"local_steps": 0}, "localSteps must be a positive integer"),
+        ({"mode": "gossip"}, "mode must be one of"),
+        ({"round_timeout_s": 0}, "roundTimeout must be a positive number of seconds"),
+    ],
+)
+def test_fit_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        FitConfig(**kwargs)
