@@ -49,6 +49,9 @@ class HasBatchSize(Params):
     def getBatchSize(self) -> int:
         return self.getOrDefault(self.batchSize)
 
+    def setBatchSize(self, value: int):
+        return self._set(batchSize=value)
+
 
 class HasTask(Params):
     task = Param(
@@ -61,6 +64,9 @@ class HasTask(Params):
 
     def getTask(self) -> str:
         return self.getOrDefault(self.task)
+
+    def setTask(self, value: str):
+        return self._set(task=value)
 
 
 class HasCompileParams(Params):
@@ -79,6 +85,15 @@ class HasCompileParams(Params):
     def getMetrics(self) -> list:
         return self.getOrDefault(self.metrics)
 
+    def setOptimizer(self, value):
+        return self._set(optimizer=value)
+
+    def setLoss(self, value):
+        return self._set(loss=value)
+
+    def setMetrics(self, value):
+        return self._set(metrics=value)
+
 
 class KerasSharedParams(HasFeaturesCol, HasPredictionCol, HasProbabilityCol, HasBatchSize, HasTask, HasCompileParams):
     """Params that the estimator and its fitted model share (copied from one to the other on fit)."""
@@ -94,6 +109,15 @@ class KerasSharedParams(HasFeaturesCol, HasPredictionCol, HasProbabilityCol, Has
             optimizer="adam",
             metrics=[],
         )
+
+    def setFeaturesCol(self, value: str):
+        return self._set(featuresCol=value)
+
+    def setPredictionCol(self, value: str):
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str):
+        return self._set(probabilityCol=value)
 
 
 class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
@@ -146,3 +170,30 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def getRoundTimeout(self) -> float:
         return self.getOrDefault(self.roundTimeout)
+
+    def setLabelCol(self, value: str):
+        return self._set(labelCol=value)
+
+    def setSeed(self, value: int):
+        return self._set(seed=value)
+
+    def setNumWorkers(self, value: int):
+        return self._set(numWorkers=value)
+
+    def setEpochs(self, value: int):
+        return self._set(epochs=value)
+
+    def setLocalSteps(self, value: int | None):
+        return self._set(localSteps=value)
+
+    def setMode(self, value: str):
+        return self._set(mode=value)
+
+    def setShuffle(self, value: bool):
+        return self._set(shuffle=value)
+
+    def setVerbose(self, value: int):
+        return self._set(verbose=value)
+
+    def setRoundTimeout(self, value: float):
+        return self._set(roundTimeout=value)

@@ -1,0 +1,97 @@
+"""C25 and Spark ML persistence: save -> load in a fresh Python process -> identical predictions."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+
+from sparkdl import KerasEstimator, KerasModel
+
+import keras  # noqa: E402
+
+from tests.conftest import ROOT
+
+FRESH_PROCESS = textwrap.dedent(
+    """
+    import json, sys
+    from pyspark.sql import SparkSession
+    from sparkdl import KerasModel
+    path, data, out = sys.argv[1:4]
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    df = spark.read.parquet(data)
+    model = KerasModel.load(path)
+    first = [r["score"] for r in model.transform(df).orderBy("id").collect()]
+    model.write().overwrite().save(path + "_again")          # save the loaded model again ...
+    again = KerasModel.load(path + "_again")                  # ... and load it once more
+    second = [r["score"] for r in again.transform(df).orderBy("id").collect()]
+    weights = again.getKerasModel().get_weights()
+    json.dump({"first": first, "second": second, "featuresCol": again.getFeaturesCol(), "batchSize": again.getBatchSize(),
+               "history": again.history, "dtypes": [str(w.dtype) for w in weights], "shapes": [list(w.shape) for w in weights]},
+              open(out, "w"))
+    spark.stop()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fitted(spark):
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5, activation="relu"), keras.layers.Dense(1)])
+    rng = np.random.default_rng(0)
+    rows = [(i, rng.normal(size=3).tolist(), float(rng.normal())) for i in range(20)]
+    df = spark.createDataFrame(rows, "id long, inputs array<double>, target double")
+    est = KerasEstimator(model=model, optimizer="adam", loss="mse", featuresCol="inputs", labelCol="target",
+                         predictionCol="score", numWorkers=2, epochs=2, batchSize=6, verbose=0)
+    return est, est.fit(df), df
+
+
+def test_c25_save_then_load_in_a_fresh_process_predicts_identically(spark, fitted, tmp_path):
+    _, model, df = fitted
+    before = [r["score"] for r in model.transform(df).orderBy("id").collect()]
+    path, data, out = str(tmp_path / "model"), str(tmp_path / "data.parquet"), str(tmp_path / "out.json")
+    model.save(path)
+    df.write.parquet(data)
+    assert os.path.isfile(os.path.join(path, "model.keras"))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    subprocess.run([sys.executable, "-c", FRESH_PROCESS, path, data, out], check=True, env=env, timeout=600, capture_output=True)
+    result = json.load(open(out))
+    np.testing.assert_allclose(result["first"], before, rtol=0, atol=0)
+    np.testing.assert_allclose(result["second"], before, rtol=0, atol=0)
+    assert result["featuresCol"] == "inputs" and result["batchSize"] == 6
+    assert result["history"] == model.history
+    original = model.getKerasModel().get_weights()
+    assert result["dtypes"] == [str(w.dtype) for w in original] == ["float32"] * 4
+    assert result["shapes"] == [list(w.shape) for w in original]
+
+
+def test_estimator_save_load_keeps_params_and_initial_model(fitted, tmp_path):
+    est, _, _ = fitted
+    est.save(str(tmp_path / "est"))
+    loaded = KerasEstimator.load(str(tmp_path / "est"))
+    assert loaded.uid == est.uid
+    for name in ("featuresCol", "labelCol", "predictionCol", "numWorkers", "epochs", "batchSize", "optimizer", "loss"):
+        assert loaded.getOrDefault(name) == est.getOrDefault(name), name
+    for a, b in zip(loaded.getKerasModel().get_weights(), est.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pipeline_with_the_estimator_saves_and_loads(spark, fitted, tmp_path):
+    """C26 kind: unfitted Pipeline and fitted PipelineModel both round-trip with identical predictions."""
+    from pyspark.ml.feature import VectorAssembler
+
+    est, _, df = fitted
+    flat = df.selectExpr("id", "inputs[0] as a", "inputs[1] as b", "inputs[2] as c", "target")
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=["a", "b", "c"], outputCol="inputs"), est.copy()])
+    pipeline.write().overwrite().save(str(tmp_path / "pipeline"))
+    reloaded = Pipeline.load(str(tmp_path / "pipeline"))
+    assert isinstance(reloaded.getStages()[1], KerasEstimator)
+    fitted_pipeline = reloaded.fit(flat)
+    before = [r["score"] for r in fitted_pipeline.transform(flat).orderBy("id").collect()]
+    fitted_pipeline.write().overwrite().save(str(tmp_path / "pipeline_model"))
+    after = [r["score"] for r in PipelineModel.load(str(tmp_path / "pipeline_model")).transform(flat).orderBy("id").collect()]
+    assert before == after and len(after) == 20
