@@ -1,0 +1,113 @@
+"""Training throughput: plain ``keras.Model.fit`` in one process vs sparkdl ``sync`` on ``local[2]``.
+
+Same CNN (``examples.models:mnist_cnn``), same data (bundled mnist10k, 8,000 training rows),
+same epochs, batch size and optimizer, measured side by side in one run on the same cores.
+Prints one JSON line per run (``samples_per_s`` = epochs × rows / fit seconds), a JSON line
+with ``ratio`` = sparkdl / Keras samples/s and both test accuracies, then a Markdown table.
+
+sparkdl runs once untimed first (1 epoch) so that executor Python workers have imported
+TensorFlow, as they have in any session after its first fit; the cold first fit is reported too.
+
+Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import numpy as np  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+TRAIN = os.path.join(ROOT, "data", "mnist10k", "train.parquet")
+TEST = os.path.join(ROOT, "data", "mnist10k", "test.parquet")
+
+
+def load(path):
+    table = pq.read_table(path)
+    x = np.stack(table.column("pixels").to_numpy(zero_copy_only=False)).astype(np.float32)
+    return x, table.column("label").to_numpy().astype(np.int64)
+
+
+def run_keras(epochs, batch_size):
+    import keras
+
+    from examples.models import mnist_cnn
+
+    (x, y), (xt, yt) = load(TRAIN), load(TEST)
+    model = mnist_cnn()
+    model.compile(optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    started = time.perf_counter()
+    model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=0)
+    seconds = time.perf_counter() - started
+    accuracy = float((model.predict(xt, batch_size=512, verbose=0).argmax(axis=1) == yt).mean())
+    return {"run": "keras", "processes": 1, "epochs": epochs, "rows": len(x), "fit_s": round(seconds, 2),
+            "samples_per_s": round(epochs * len(x) / seconds, 1), "test_accuracy": accuracy}
+
+
+def run_sparkdl(epochs, batch_size, workers, local_steps):
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import keras
+    from examples.models import mnist_cnn
+    from sparkdl import KerasEstimator
+
+    spark = (SparkSession.builder.master(f"local[{workers}]").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    train, test = spark.read.parquet(TRAIN), spark.read.parquet(TEST)
+
+    def estimator(n_epochs):
+        return KerasEstimator(model=mnist_cnn(), optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
+                              metrics=["accuracy"], featuresCol="pixels", labelCol="label", numWorkers=workers,
+                              epochs=n_epochs, batchSize=batch_size, localSteps=local_steps, verbose=0)
+
+    started = time.perf_counter()
+    estimator(1).fit(train)
+    cold_s = time.perf_counter() - started
+    started = time.perf_counter()
+    model = estimator(epochs).fit(train)
+    seconds = time.perf_counter() - started
+    accuracy = model.transform(test).select(F.avg((F.col("prediction") == F.col("label")).cast("double"))).first()[0]
+    rows = sum(model.fitInfo["partition_rows"])
+    spark.stop()
+    return {"run": "sparkdl", "workers": workers, "master": f"local[{workers}]", "epochs": epochs, "rows": rows,
+            "rounds": model.fitInfo["rounds"], "local_steps": model.fitInfo["local_steps"], "fit_s": round(seconds, 2),
+            "samples_per_s": round(epochs * rows / seconds, 1), "test_accuracy": accuracy,
+            "cold_first_fit_1_epoch_s": round(cold_s, 2)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--local-steps", type=int, default=None, help="τ; default one round per epoch")
+    args = parser.parse_args()
+    keras_run = run_keras(args.epochs, args.batch_size)
+    print(json.dumps(keras_run), flush=True)
+    spark_run = run_sparkdl(args.epochs, args.batch_size, args.workers, args.local_steps)
+    print(json.dumps(spark_run), flush=True)
+    summary = {"ratio": round(spark_run["samples_per_s"] / keras_run["samples_per_s"], 3),
+               "keras_test_accuracy": keras_run["test_accuracy"], "sparkdl_test_accuracy": spark_run["test_accuracy"],
+               "cpus": os.cpu_count()}
+    print(json.dumps(summary), flush=True)
+    print("\n| run | fit s | samples/s | test accuracy |\n|---|---|---|---|")
+    for run in (keras_run, spark_run):
+        print(f"| {run['run']} | {run['fit_s']} | {run['samples_per_s']} | {run['test_accuracy']:.4f} |")
+    print(f"\nratio (sparkdl / keras samples/s): {summary['ratio']}")
+
+
+if __name__ == "__main__":
+    main()
