@@ -7,7 +7,6 @@ import warnings
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
-from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
 from sparkdl.config import FitConfig
@@ -19,7 +18,7 @@ from sparkdl.spark.backends import TrainJob, get_backend
 from sparkdl.spark.data import prepare_training_data
 from sparkdl.spark.model import KerasModel
 from sparkdl.spark.params import KerasEstimatorParams
-from sparkdl.spark.persistence import KerasStageReader, KerasStageWriter
+from sparkdl.spark.persistence import KerasStageIO
 
 
 def _print_epoch(epochs: int):
@@ -31,7 +30,7 @@ def _print_epoch(epochs: int):
     return report
 
 
-class KerasEstimator(Estimator, KerasEstimatorParams, MLReadable, MLWritable):
+class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     """Spark ML Estimator that trains a Keras 3 model on a DataFrame across Spark executors.
 
     ``fit(df)`` runs ``numWorkers`` model replicas, one Spark task each, on ``numWorkers``
@@ -204,16 +203,3 @@ class KerasEstimator(Estimator, KerasEstimatorParams, MLReadable, MLWritable):
         self._copyValues(model)
         model._set(task=infer_task(self.getTask(), compile_spec))
         return model
-
-    def write(self) -> KerasStageWriter:
-        return KerasStageWriter(self)
-
-    @classmethod
-    def read(cls) -> KerasStageReader:
-        return KerasStageReader(cls)
-
-    def _extra_metadata(self) -> dict:
-        return {}
-
-    def _load_extra_metadata(self, metadata: dict) -> None:
-        pass

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from pyspark.ml import Model
-from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 
 from sparkdl.errors import ConfigError
 from sparkdl.spark.inference import transform
 from sparkdl.spark.params import KerasSharedParams
-from sparkdl.spark.persistence import KerasStageReader, KerasStageWriter
+from sparkdl.spark.persistence import KerasStageIO
 
 
-class KerasModel(Model, KerasSharedParams, MLReadable, MLWritable):
+class KerasModel(Model, KerasSharedParams, KerasStageIO):
     """A trained Keras model as a Spark ML Model (a Transformer).
 
     ``transform(df)`` runs batched inference on the executors and returns ``df`` with every
@@ -82,13 +81,6 @@ class KerasModel(Model, KerasSharedParams, MLReadable, MLWritable):
         that.history = {k: list(v) for k, v in self.history.items()}
         that.fitInfo = dict(self.fitInfo)
         return that
-
-    def write(self) -> KerasStageWriter:
-        return KerasStageWriter(self)
-
-    @classmethod
-    def read(cls) -> KerasStageReader:
-        return KerasStageReader(cls)
 
     def _extra_metadata(self) -> dict:
         return {"history": self.history, "fitInfo": self.fitInfo}

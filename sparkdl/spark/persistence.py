@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 import pyarrow.fs as pafs
-from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
+from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 MODEL_FILE = "model.keras"
 
@@ -76,3 +76,20 @@ class KerasStageReader(MLReader):
         instance._spec = ModelSpec.from_keras_bytes(data) if data is not None else None
         instance._load_extra_metadata(metadata)
         return instance
+
+
+class KerasStageIO(MLReadable, MLWritable):
+    """``write()``/``read()`` for stages holding a ``_spec``; subclasses add extra metadata (JSON-able)."""
+
+    def write(self) -> KerasStageWriter:
+        return KerasStageWriter(self)
+
+    @classmethod
+    def read(cls) -> KerasStageReader:
+        return KerasStageReader(cls)
+
+    def _extra_metadata(self) -> dict:
+        return {}
+
+    def _load_extra_metadata(self, metadata: dict) -> None:
+        pass
