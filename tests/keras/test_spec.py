@@ -1,0 +1,78 @@
+"""The keras layer without Spark: compile specs, model specs and replicas against plain Keras."""
+
+import numpy as np
+import pytest
+
+from sparkdl.core.state import ModelState
+from sparkdl.errors import ConfigError
+from sparkdl.keras.replica import Replica
+from sparkdl.keras.spec import CompileSpec, ModelSpec, infer_task
+
+import keras  # noqa: E402
+
+
+def _model():
+    keras.utils.set_random_seed(7)
+    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.BatchNormalization(),
+                             keras.layers.Dense(2, activation="softmax")])
+
+
+def test_compile_spec_accepts_name_object_and_config_alike():
+    by_name = CompileSpec.create("sgd", "sparse_categorical_crossentropy", ["accuracy"])
+    by_object = CompileSpec.create(keras.optimizers.SGD(learning_rate=0.05), keras.losses.SparseCategoricalCrossentropy(), None)
+    by_config = CompileSpec.create({"class_name": "SGD", "config": {"learning_rate": 0.05}}, "mse", "mae")
+    assert by_name.optimizer == "sgd" and by_name.metrics == ("accuracy",)
+    assert by_object.optimizer["class_name"] == "SGD"
+    assert by_object.optimizer["config"]["learning_rate"] == pytest.approx(0.05)
+    assert by_config.metrics == ("mae",)
+    model = by_config.compile(_model())
+    assert type(model.optimizer).__name__ == "SGD"
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.05)
+    assert infer_task("auto", by_object) == "classification" and infer_task("auto", by_config) == "regression"
+
+
+def test_compile_spec_errors_name_what_was_received():
+    with pytest.raises(ConfigError, match="Received: 'not-an-optimizer'"):
+        CompileSpec.create("not-an-optimizer", "mse", None)
+    with pytest.raises(ConfigError, match="loss must be given"):
+        CompileSpec.create("adam", None, None)
+    with pytest.raises(ConfigError, match="optimizer must be a name"):
+        CompileSpec.create(42, "mse", None)
+
+
+def test_model_spec_round_trips_architecture_weights_and_keras_file():
+    model = _model()
+    spec = ModelSpec.from_model(model)
+    assert spec.input_shape == (3,) and spec.output_shape == (2,) and spec.input_dtype == "float32"
+    for a, b in zip(spec.build().get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    again = ModelSpec.from_keras_bytes(spec.to_keras_bytes())
+    assert (again.input_shape, again.output_shape) == (spec.input_shape, spec.output_shape)
+    for a, b in zip(again.weight_arrays(), spec.weight_arrays(), strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+
+def test_model_spec_rejects_multi_input_models():
+    a, b = keras.Input((2,)), keras.Input((3,))
+    model = keras.Model([a, b], keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+    with pytest.raises(ConfigError, match=r"exactly one input and one output .*Received: 2 inputs, 1 outputs"):
+        ModelSpec.from_model(model)
+
+
+def test_replica_rounds_equal_plain_keras_fit():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)).astype(np.float32), rng.integers(0, 2, 40)
+    spec, compile_spec = ModelSpec.from_model(_model()), CompileSpec.create("adam", "sparse_categorical_crossentropy", None)
+    replica = Replica(spec, compile_spec, seed=0)
+    state = ModelState(spec.weight_arrays(), None)
+    for rows in (slice(0, 16), slice(16, 40), slice(0, 16), slice(16, 40)):  # two epochs cut into two rounds each
+        replica.set_state(state)
+        replica.train(x[rows], y[rows], batch_size=8)
+        state = replica.get_state()
+    plain = _model()
+    plain.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    plain.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for got, want in zip(state.weights, plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    assert int(state.optimizer[0]) == 10  # Adam's iteration counter: 2 epochs × 5 steps
