@@ -42,7 +42,12 @@ def predict_array(model, x: np.ndarray, batch_size: int) -> np.ndarray:
     return np.concatenate(parts).astype(np.float32, copy=False)
 
 
-def to_spark_outputs(outputs: np.ndarray, task: str) -> tuple[np.ndarray, np.ndarray | None]:
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def to_spark_outputs(outputs: np.ndarray, task: str, from_logits: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """Spark ML ``prediction`` and ``probability`` values from raw model outputs.
 
     Args:
@@ -51,6 +56,8 @@ def to_spark_outputs(outputs: np.ndarray, task: str) -> tuple[np.ndarray, np.nda
             probability = the k outputs; k == 1 (a sigmoid) gives probability = [1 - p, p]
             and prediction = 1.0 when p >= 0.5. ``"regression"``: prediction = the output,
             shape ``(rows,)`` when k == 1 else ``(rows, k)``; no probability.
+        from_logits: the outputs are raw scores (the loss had ``from_logits=True``): probabilities
+            are their softmax (k > 1) or sigmoid (k == 1).
 
     Returns:
         ``(prediction, probability)``: float64 prediction and float32 ``(rows, classes)`` or None.
@@ -59,7 +66,9 @@ def to_spark_outputs(outputs: np.ndarray, task: str) -> tuple[np.ndarray, np.nda
     if task == "regression":
         values = outputs[:, 0] if outputs.shape[1] == 1 else outputs
         return values.astype(np.float64), None
+    scores = outputs.astype(np.float64)
     if outputs.shape[1] == 1:
-        p = outputs[:, 0]
+        p = 1.0 / (1.0 + np.exp(-scores[:, 0])) if from_logits else scores[:, 0]
         return (p >= 0.5).astype(np.float64), np.stack([1.0 - p, p], axis=1).astype(np.float32)
-    return outputs.argmax(axis=1).astype(np.float64), outputs.astype(np.float32)
+    probability = _softmax(scores) if from_logits else scores
+    return probability.argmax(axis=1).astype(np.float64), probability.astype(np.float32)

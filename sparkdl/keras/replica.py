@@ -26,12 +26,13 @@ class Replica:
     Args:
         spec: architecture and initial weights.
         compile_spec: optimizer, loss and metrics.
-        seed: seeds Keras' random layers (dropout) through ``keras.utils.set_random_seed``.
+        seed: seeds Keras' random layers (dropout) through ``keras.utils.set_random_seed``; any
+            integer (Spark seeds are 64-bit and may be negative), reduced modulo 2**32.
     """
 
     def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, seed: int) -> None:
         keras = keras_module()
-        keras.utils.set_random_seed(seed)
+        keras.utils.set_random_seed(seed & 0xFFFFFFFF)
         self.model = compile_spec.compile(spec.build())
         self.model.optimizer.build(self.model.trainable_variables)
         self.initial_optimizer = [np.asarray(v.numpy()) for v in self.model.optimizer.variables]

@@ -164,11 +164,23 @@ class CompileSpec:
         return model
 
     def loss_name(self) -> str:
-        """The loss as a snake_case name when it is a built-in one (``"BinaryCrossentropy"`` → ``"binary_crossentropy"``)."""
-        name = self.loss if isinstance(self.loss, str) else self.loss.get("class_name", "")
-        if isinstance(self.loss, dict) and isinstance(self.loss.get("config"), str):
-            name = self.loss["config"]
-        return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+        """The loss's canonical Keras name: aliases resolved (``"bce"`` → ``"binary_crossentropy"``),
+        loss objects by their ``name`` (``KLDivergence()`` → ``"kl_divergence"``)."""
+        loss = self.loss
+        if isinstance(loss, dict):
+            config = loss.get("config")
+            if isinstance(config, dict) and isinstance(config.get("name"), str):
+                return config["name"]
+            loss = config if isinstance(config, str) else loss.get("class_name", "")
+        try:
+            return getattr(_module("loss").get(loss), "__name__", loss)
+        except (ValueError, TypeError):
+            return loss
+
+    def from_logits(self) -> bool:
+        """Whether the loss reads raw scores (``from_logits=True``), so outputs need a softmax/sigmoid."""
+        config = self.loss.get("config") if isinstance(self.loss, dict) else None
+        return bool(isinstance(config, dict) and config.get("from_logits"))
 
 
 @dataclass(frozen=True)
@@ -202,16 +214,26 @@ class ModelSpec:
             raise ConfigError(f"model must be a keras.Model. Received: {type(model).__name__}")
         if not model.built:
             raise ConfigError("model must be built (give it an Input or call build()) before fit. Received: an unbuilt model")
-        inputs, outputs = model.inputs, model.outputs
-        if inputs is None or len(inputs) != 1 or len(outputs) != 1:
+        inputs, outputs = getattr(model, "inputs", None), getattr(model, "outputs", None)
+        if not inputs or not outputs:
+            raise ConfigError(
+                "model must be a Functional or Sequential keras.Model with a known Input (subclassed models "
+                f"are not supported yet). Received: {type(model).__name__} without symbolic inputs"
+            )
+        if len(inputs) != 1 or len(outputs) != 1:
             raise ConfigError(
                 "model must have exactly one input and one output (multi-input models are not supported yet). "
                 f"Received: {0 if inputs is None else len(inputs)} inputs, {0 if outputs is None else len(outputs)} outputs"
             )
+        input_shape = tuple(inputs[0].shape[1:])
+        if any(d is None for d in input_shape):
+            raise ConfigError(
+                f"model input shape must be fully defined (no None beyond the batch axis). Received: {input_shape}"
+            )
         return cls(
             architecture=model.to_json(),
             weights=encode_arrays([np.asarray(v.numpy()) for v in model.weights], [v.path for v in model.weights]),
-            input_shape=tuple(inputs[0].shape[1:]),
+            input_shape=input_shape,
             input_dtype=str(np.dtype(inputs[0].dtype)),
             output_shape=tuple(outputs[0].shape[1:]),
         )

@@ -33,11 +33,13 @@ _SPARK_TYPES = {
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """How a task reads one prepared column: its name, the per-row shape and the numpy dtype."""
+    """How a task reads one column: its name in the task's DataFrame, the per-row shape, the
+    numpy dtype, and the user's column name (``source``) for error messages."""
 
     name: str
     shape: tuple
     dtype: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class PreparedData:
     partition_rows: tuple[int, ...]
     features: ColumnSpec
     label: ColumnSpec
+
+
+FEATURES, LABEL = "features", "label"  # column names inside the prepared training DataFrame
+
+
+def col(name: str) -> Column:
+    """A column by its exact name, dots and spaces included (backtick-quoted)."""
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _is_vector(data_type) -> bool:
@@ -106,23 +116,30 @@ def as_array(df: DataFrame, name: str, dtype: str) -> Column:
     data_type = df.schema[name].dataType
     element = _SPARK_TYPES.get(dtype, T.FloatType())
     if _is_vector(data_type):
-        return vector_to_array(F.col(name), "float64" if dtype == "float64" else "float32").cast(T.ArrayType(element))
+        return vector_to_array(col(name), "float64" if dtype == "float64" else "float32").cast(T.ArrayType(element))
     if isinstance(data_type, T.ArrayType):
-        return F.col(name).cast(T.ArrayType(element))
-    return F.array(F.col(name).cast(element))
+        return col(name).cast(T.ArrayType(element))
+    return F.array(col(name).cast(element))
 
 
 def _label_expr(df: DataFrame, name: str) -> Column:
     data_type = df.schema[name].dataType
     if isinstance(data_type, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)):
-        return F.col(name).cast(T.LongType())
+        return col(name).cast(T.LongType())
     if isinstance(data_type, (T.NumericType, T.BooleanType)):
-        return F.col(name).cast(T.FloatType())
+        return col(name).cast(T.FloatType())
     return as_array(df, name, "float32")
 
 
 def prepare_training_data(
-    df: DataFrame, features_col: str, label_col: str, input_shape: tuple, input_dtype: str, num_workers: int
+    df: DataFrame,
+    features_col: str,
+    label_col: str,
+    input_shape: tuple,
+    input_dtype: str,
+    output_shape: tuple,
+    loss_name: str,
+    num_workers: int,
 ) -> PreparedData:
     """Check, cast, partition and cache the training data.
 
@@ -137,34 +154,38 @@ def prepare_training_data(
         label_col: label column name.
         input_shape: the model input's per-row shape, e.g. ``(28, 28, 1)``.
         input_dtype: the model input's numpy dtype name, e.g. ``"float32"``.
+        output_shape: the model output's per-row shape, e.g. ``(10,)``.
+        loss_name: canonical Keras loss name, for the label rule of :func:`check_label_shape`.
         num_workers: partitions (tasks) to train on.
 
     Returns:
         :class:`PreparedData` (the caller unpersists ``df`` when the fit ends).
 
     Raises:
-        SchemaError: a missing or mistyped column, nulls, a feature length that does not match
-            ``prod(input_shape)``, labels of unequal length, or an empty DataFrame.
+        SchemaError: a missing or mistyped column, nulls (rows or elements), a feature length that
+            does not match ``prod(input_shape)``, labels of unequal length or not fitting the model
+            output, or an empty DataFrame.
     """
     check_feature_column(df, features_col)
     check_label_column(df, label_col)
     if features_col == label_col:
         raise SchemaError(f"featuresCol and labelCol must differ. Received: both {features_col!r}")
     size = int(np.prod(input_shape, dtype=np.int64))
-    selected = df.select(as_array(df, features_col, input_dtype).alias(features_col), _label_expr(df, label_col).alias(label_col))
+    selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
     if df.rdd.getNumPartitions() != num_workers:
         selected = selected.repartition(num_workers)
     selected = selected.persist()
-    label_is_array = isinstance(selected.schema[label_col].dataType, T.ArrayType)
-    label_size = F.size(label_col) if label_is_array else F.lit(1)
+    label_is_array = isinstance(selected.schema[LABEL].dataType, T.ArrayType)
+    label_size = F.size(LABEL) if label_is_array else F.lit(1)
     stats = (
         selected.groupBy(F.spark_partition_id().alias("p"))
         .agg(
             F.count(F.lit(1)).alias("rows"),
-            F.sum(F.col(features_col).isNull().cast("long")).alias("feature_nulls"),
-            F.sum(F.col(label_col).isNull().cast("long")).alias("label_nulls"),
-            F.min(F.size(features_col)).alias("min_size"),
-            F.max(F.size(features_col)).alias("max_size"),
+            F.sum(F.col(FEATURES).isNull().cast("long")).alias("feature_nulls"),
+            F.sum(F.col(LABEL).isNull().cast("long")).alias("label_nulls"),
+            F.sum(F.exists(FEATURES, lambda v: v.isNull()).cast("long")).alias("element_nulls"),
+            F.min(F.size(FEATURES)).alias("min_size"),
+            F.max(F.size(FEATURES)).alias("max_size"),
             F.min(label_size).alias("min_label"),
             F.max(label_size).alias("max_label"),
         )
@@ -181,6 +202,9 @@ def prepare_training_data(
             nulls = sum(s[key] or 0 for s in stats)
             if nulls:
                 raise SchemaError(f"column {column!r} must have no null values. Received: {nulls} null rows of {total}")
+        element_nulls = sum(s["element_nulls"] or 0 for s in stats)
+        if element_nulls:
+            raise SchemaError(f"column {features_col!r} must have no null elements. Received: {element_nulls} rows with nulls inside")
         sizes = {s["min_size"] for s in stats} | {s["max_size"] for s in stats}
         if sizes != {size}:
             bad = sorted(sizes - {size})
@@ -192,13 +216,39 @@ def prepare_training_data(
         if len(label_sizes) != 1:
             raise SchemaError(f"label column {label_col!r} must hold the same number of values in every row. Received lengths {sorted(label_sizes)}")
         label_shape = (label_sizes.pop(),) if label_is_array else ()
+        check_label_shape(label_col, label_shape, output_shape, loss_name)
     except SchemaError:
         selected.unpersist()
         raise
+    label_dtype = "int64" if isinstance(selected.schema[LABEL].dataType, T.LongType) else "float32"
     return PreparedData(
         df=selected,
         partition_rows=tuple(rows[p] for p in range(num_workers)),
-        features=ColumnSpec(features_col, tuple(input_shape), input_dtype),
-        label=ColumnSpec(label_col, label_shape, "int64" if label_shape == () and isinstance(selected.schema[label_col].dataType, T.LongType) else "float32"),
+        features=ColumnSpec(FEATURES, tuple(input_shape), input_dtype, features_col),
+        label=ColumnSpec(LABEL, label_shape, label_dtype, label_col),
     )
 
+
+def check_label_shape(label_col: str, label_shape: tuple, output_shape: tuple, loss_name: str) -> None:
+    """Labels must fit the model output under the loss, checked before training.
+
+    ``sparse_categorical_crossentropy`` takes one class index per row; other losses take
+    ``prod(output_shape)`` values per row (a scalar when the model has one output).
+
+    Raises:
+        SchemaError: naming the column, the rule and the lengths found.
+    """
+    outputs = int(np.prod(output_shape, dtype=np.int64))
+    values = int(np.prod(label_shape, dtype=np.int64))
+    if loss_name == "sparse_categorical_crossentropy":
+        if label_shape not in ((), (1,)):
+            raise SchemaError(
+                f"label column {label_col!r} must hold one class index per row for sparse_categorical_crossentropy "
+                f"(use categorical_crossentropy for one-hot labels). Received {values} values per row"
+            )
+    elif values != outputs:
+        raise SchemaError(
+            f"label column {label_col!r} must hold {outputs} value(s) per row to match the model output shape "
+            f"{tuple(output_shape)} under loss {loss_name!r}. Received {values} per row"
+            + ("; for class indices use sparse_categorical_crossentropy" if values == 1 else "")
+        )

@@ -182,8 +182,16 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         spark = dataset.sparkSession
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=2)
+        task = infer_task(self.getTask(), compile_spec)
+        if task == "classification" and len(self._spec.output_shape) != 1:
+            raise ConfigError(
+                f"a classifier must output shape (classes,) per row. Received: {self._spec.output_shape}; "
+                "pass task='regression' to get the raw outputs"
+            )
+        spec = self._spec
         data = prepare_training_data(
-            dataset, self.getFeaturesCol(), self.getLabelCol(), self._spec.input_shape, self._spec.input_dtype, config.num_workers
+            dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,
+            compile_spec.loss_name(), config.num_workers,
         )
         try:
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
@@ -201,5 +209,5 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         }
         model = KerasModel._from_fit(self._spec.with_weights(result.state.weights), result.history, fit_info)
         self._copyValues(model)
-        model._set(task=infer_task(self.getTask(), compile_spec))
+        model._set(task=task)
         return model

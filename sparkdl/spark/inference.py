@@ -4,7 +4,8 @@ Each task converts each incoming Arrow batch to numpy, predicts in batches of ``
 rows with a model built once per Python worker, and appends ``prediction`` (and
 ``probability``) to the same batch. Rows never leave their batch, so row order, row count
 and the row-to-prediction pairing are exact for any input: no ``zip``, no repartition,
-no collect to the driver.
+no collect to the driver. Input columns travel by position, so names with dots or
+duplicate names (after a join) pass through unchanged.
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ _TMP_FEATURES = "__sparkdl_features"
 
 @dataclass(frozen=True)
 class PredictSpec:
-    """Plain values an inference task needs."""
+    """Plain values an inference task needs; ``output_names`` are the (positional) output column names."""
 
     spec: ModelSpec
     features: ColumnSpec
     batch_size: int
     task: str
-    prediction_col: str
-    probability_col: str | None
-    output_fields: tuple[str, ...]
+    from_logits: bool
+    output_names: tuple[str, ...]
+
+
+def _list_column(values: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    flat = pa.array(values.reshape(-1), value_type)
+    return pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(pa.list_(value_type))
 
 
 def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -48,22 +53,26 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
 
     model = cached_model(job.spec)
     for batch in batches:
-        x = column_to_numpy(batch.column(_TMP_FEATURES), job.features.name, job.features.shape, job.features.dtype)
-        prediction, probability = to_spark_outputs(predict_array(model, x, job.batch_size), job.task)
-        columns = [batch.column(name) for name in job.output_fields]
-        names = list(job.output_fields)
-        if prediction.ndim == 2:
-            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(prediction.reshape(-1)), prediction.shape[1]).cast(pa.list_(pa.float64())))
-        else:
-            columns.append(pa.array(prediction, pa.float64()))
-        names.append(job.prediction_col)
-        if job.probability_col is not None:
-            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(probability.reshape(-1)), probability.shape[1]).cast(pa.list_(pa.float32())))
-            names.append(job.probability_col)
-        yield pa.RecordBatch.from_arrays(columns, names=names)
+        inputs = batch.num_columns - 1  # the temporary features column comes last
+        x = column_to_numpy(batch.column(inputs), job.features.source, job.features.shape, job.features.dtype)
+        prediction, probability = to_spark_outputs(predict_array(model, x, job.batch_size), job.task, job.from_logits)
+        columns = [batch.column(i) for i in range(inputs)]
+        columns.append(_list_column(prediction, pa.float64()) if prediction.ndim == 2 else pa.array(prediction, pa.float64()))
+        if probability is not None:
+            columns.append(_list_column(probability, pa.float32()))
+        yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
 
 
-def transform(df: DataFrame, spec: ModelSpec, features_col: str, prediction_col: str, probability_col: str, batch_size: int, task: str) -> DataFrame:
+def transform(
+    df: DataFrame,
+    spec: ModelSpec,
+    features_col: str,
+    prediction_col: str,
+    probability_col: str,
+    batch_size: int,
+    task: str,
+    from_logits: bool = False,
+) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
     Output columns: every input column, then ``prediction_col`` (double; ``array<double>`` for a
@@ -82,14 +91,20 @@ def transform(df: DataFrame, spec: ModelSpec, features_col: str, prediction_col:
     fields = list(df.schema.fields) + [T.StructField(prediction_col, prediction_type, nullable=False)]
     if classifier:
         fields.append(T.StructField(probability_col, T.ArrayType(T.FloatType(), containsNull=False), nullable=False))
+    # Columns travel under positional names and get their own names back afterwards: mapInArrow
+    # resolves input names as expressions (dots break) and matches output names (duplicates break).
+    names = [f"_{i}" for i in range(len(fields))]
+    positional = df.toDF(*names[: len(df.columns)])
     job = PredictSpec(
         spec=spec,
-        features=ColumnSpec(features_col, tuple(spec.input_shape), spec.input_dtype),
+        features=ColumnSpec(_TMP_FEATURES, tuple(spec.input_shape), spec.input_dtype, features_col),
         batch_size=batch_size,
         task=task,
-        prediction_col=prediction_col,
-        probability_col=probability_col if classifier else None,
-        output_fields=tuple(df.columns),
+        from_logits=from_logits,
+        output_names=tuple(names),
     )
-    with_features = df.withColumn(_TMP_FEATURES, as_array(df, features_col, spec.input_dtype))
-    return with_features.mapInArrow(lambda batches: predict_partition(job, batches), T.StructType(fields))
+    features = names[df.columns.index(features_col)]
+    with_features = positional.withColumn(_TMP_FEATURES, as_array(positional, features, spec.input_dtype))
+    schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
+    scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)
+    return scored.toDF(*[f.name for f in fields])

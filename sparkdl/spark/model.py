@@ -35,6 +35,8 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
     Persistence: ``save(path)`` / ``KerasModel.load(path)``, JSON metadata plus ``model.keras``.
     """
 
+    _requires_model = True
+
     def __init__(self) -> None:
         super().__init__()
         self._spec = None
@@ -67,13 +69,15 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
     def _transform(self, dataset: DataFrame) -> DataFrame:
         if self._spec is None:
             raise ConfigError("KerasModel must come from fit() or load() before transform. Received: an empty KerasModel")
+        from sparkdl.keras.spec import CompileSpec, infer_task
+
+        compile_spec = CompileSpec(self.getOptimizer(), self.getLoss(), tuple(self.getMetrics())) if self.isDefined(self.loss) else None
         task = self.getTask()
         if task == "auto":
-            from sparkdl.keras.spec import CompileSpec, infer_task
-
-            task = infer_task(task, CompileSpec(self.getOptimizer(), self.getLoss(), tuple(self.getMetrics())))
+            task = infer_task(task, compile_spec) if compile_spec is not None else "regression"
         return transform(
-            dataset, self._spec, self.getFeaturesCol(), self.getPredictionCol(), self.getProbabilityCol(), self.getBatchSize(), task
+            dataset, self._spec, self.getFeaturesCol(), self.getPredictionCol(), self.getProbabilityCol(), self.getBatchSize(),
+            task, from_logits=compile_spec is not None and compile_spec.from_logits(),
         )
 
     def copy(self, extra=None) -> KerasModel:

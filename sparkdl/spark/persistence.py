@@ -6,14 +6,15 @@ Layout of a saved stage at ``path``::
                                compile configs as Params and ``history`` etc. in extra metadata
     path/model.keras           the Keras model (Keras' zip of config JSON + HDF5 weights)
 
-The ``.keras`` file goes through ``pyarrow.fs`` (local paths, ``file://``, ``s3://``,
-``gs://``, ``hdfs://``), so no pickle is involved anywhere. Works inside ``Pipeline`` and
+The ``.keras`` file goes through ``pyarrow.fs`` (local, ``s3://``, ``gs://``, ``hdfs://``) at
+the path Hadoop qualifies for the metadata (a path without a scheme lands on the cluster's
+default filesystem, next to its metadata). No pickle is involved anywhere. Works inside ``Pipeline`` and
 ``PipelineModel`` save/load, which call these writers and readers per stage.
 """
 
 from __future__ import annotations
 
-import os
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
@@ -21,23 +22,29 @@ from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable
 MODEL_FILE = "model.keras"
 
 
-def _resolve(path: str) -> tuple[pafs.FileSystem, str]:
-    if "://" not in path and not path.startswith("file:"):
-        return pafs.LocalFileSystem(), os.path.abspath(path)
-    return pafs.FileSystem.from_uri(path)
+def qualify(path: str, sc) -> str:
+    """``path`` qualified by Hadoop (scheme and authority added), as ``DefaultParamsWriter`` resolves it."""
+    hadoop_path = sc._jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path.getFileSystem(sc._jsc.hadoopConfiguration()).makeQualified(hadoop_path).toString()
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (any ``pyarrow.fs`` URI or a local path), creating parent folders."""
-    fs, fs_path = _resolve(path)
+def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    if uri.startswith("file:"):
+        return pafs.LocalFileSystem(), urlparse(uri).path
+    return pafs.FileSystem.from_uri(uri)
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Write ``data`` to a qualified URI (``file:/...``, ``hdfs://...``, ``s3://...``), creating parent folders."""
+    fs, fs_path = _resolve(uri)
     fs.create_dir(fs_path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(fs_path) as f:
         f.write(data)
 
 
-def read_bytes(path: str) -> bytes | None:
-    """The bytes at ``path``, or ``None`` when no file is there."""
-    fs, fs_path = _resolve(path)
+def read_bytes(uri: str) -> bytes | None:
+    """The bytes at a qualified URI, or ``None`` when no file is there."""
+    fs, fs_path = _resolve(uri)
     if fs.get_file_info(fs_path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(fs_path) as f:
@@ -55,7 +62,7 @@ class KerasStageWriter(MLWriter):
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=self.instance._extra_metadata())
         spec = self.instance._spec
         if spec is not None:
-            write_bytes(f"{path.rstrip('/')}/{MODEL_FILE}", spec.to_keras_bytes())
+            write_bytes(qualify(f"{path.rstrip('/')}/{MODEL_FILE}", self.sc), spec.to_keras_bytes())
 
 
 class KerasStageReader(MLReader):
@@ -72,7 +79,10 @@ class KerasStageReader(MLReader):
         instance = self.cls()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
-        data = read_bytes(f"{path.rstrip('/')}/{MODEL_FILE}")
+        model_uri = qualify(f"{path.rstrip('/')}/{MODEL_FILE}", self.sc)
+        data = read_bytes(model_uri)
+        if data is None and self.cls._requires_model:
+            raise FileNotFoundError(f"a saved {self.cls.__name__} must contain {MODEL_FILE}. Received: no file at {model_uri}")
         instance._spec = ModelSpec.from_keras_bytes(data) if data is not None else None
         instance._load_extra_metadata(metadata)
         return instance
@@ -80,6 +90,8 @@ class KerasStageReader(MLReader):
 
 class KerasStageIO(MLReadable, MLWritable):
     """``write()``/``read()`` for stages holding a ``_spec``; subclasses add extra metadata (JSON-able)."""
+
+    _requires_model = False  # whether a saved stage without model.keras is an error on load
 
     def write(self) -> KerasStageWriter:
         return KerasStageWriter(self)

@@ -76,3 +76,31 @@ def test_replica_rounds_equal_plain_keras_fit():
     for got, want in zip(state.weights, plain.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
     assert int(state.optimizer[0]) == 10  # Adam's iteration counter: 2 epochs × 5 steps
+
+
+@pytest.mark.parametrize(
+    "loss, task",
+    [("bce", "classification"), ("kld", "classification"), (keras.losses.KLDivergence(), "classification"),
+     (keras.losses.BinaryCrossentropy(from_logits=True), "classification"), ("mse", "regression"), ("mae", "regression")],
+)
+def test_task_is_inferred_from_loss_aliases_and_objects(loss, task):
+    assert infer_task("auto", CompileSpec.create("adam", loss, None)) == task
+
+
+def test_variable_length_and_subclassed_models_are_config_errors():
+    sequence = keras.Sequential([keras.Input((None, 2)), keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    with pytest.raises(ConfigError, match=r"fully defined .*Received: \(None, 2\)"):
+        ModelSpec.from_model(sequence)
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Sub()
+    model(np.zeros((1, 3), np.float32))
+    with pytest.raises(ConfigError, match="subclassed models are not supported yet"):
+        ModelSpec.from_model(model)

@@ -240,3 +240,48 @@ class TestValidationBeforeTraining:
         df = spark.createDataFrame([([1.0, 2.0, 3.0, 4.0], 0.0), (None, 1.0)], XY)
         with pytest.raises(SchemaError, match="column 'x' must have no null values. Received: 1 null rows of 2"):
             self._est().fit(df)
+
+
+def test_dotted_column_names_and_any_spark_seed_train(spark):
+    x, y = _toy(seed=5)
+    df = spark.createDataFrame(_rows(x, y), "`in.x` array<float>, `the label` double")
+    for seed in (-7, 2**40):
+        fitted = KerasEstimator(model=_mlp(), loss="sparse_categorical_crossentropy", featuresCol="in.x", labelCol="the label",
+                                numWorkers=2, epochs=1, batchSize=16, seed=seed, verbose=0).fit(df)
+        assert len(fitted.history["loss"]) == 1 and np.isfinite(fitted.history["loss"][0])
+
+
+class TestLabelsMustFitTheModelOutput:
+    def _fit(self, spark, model, loss, label_type, label):
+        df = spark.createDataFrame([([1.0, 2.0, 3.0, 4.0], label)] * 4, f"x array<float>, y {label_type}")
+        est = KerasEstimator(model=model, loss=loss, featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
+        with pytest.raises(SchemaError) as info:
+            est.fit(df)
+        return str(info.value)
+
+    def test_one_hot_labels_for_a_single_sigmoid(self, spark):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+        msg = self._fit(spark, model, "binary_crossentropy", "array<double>", [1.0, 0.0])
+        assert "must hold 1 value(s) per row to match the model output shape (1,)" in msg and "Received 2" in msg
+
+    def test_one_hot_labels_for_sparse_crossentropy(self, spark):
+        msg = self._fit(spark, _mlp(), "sparse_categorical_crossentropy", "array<double>", [1.0, 0.0, 0.0])
+        assert "one class index per row" in msg and "categorical_crossentropy" in msg
+
+    def test_scalar_label_for_three_outputs(self, spark):
+        msg = self._fit(spark, _mlp(), "categorical_crossentropy", "double", 1.0)
+        assert "must hold 3 value(s)" in msg and "use sparse_categorical_crossentropy" in msg
+
+    def test_null_inside_a_feature_array(self, spark):
+        df = spark.createDataFrame([([1.0, None, 3.0, 4.0], 0.0), ([1.0, 2.0, 3.0, 4.0], 1.0)], XY)
+        est = KerasEstimator(model=_mlp(), loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
+        with pytest.raises(SchemaError, match="column 'x' must have no null elements. Received: 1 rows"):
+            est.fit(df)
+
+
+def test_classifier_with_a_two_dimensional_output_is_rejected(spark):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.Reshape((3, 2)), keras.layers.Softmax()])
+    df = spark.createDataFrame([([1.0, 2.0, 3.0, 4.0], [1.0] * 6)], XY.fieldNames()[0] + " array<float>, y array<float>")
+    est = KerasEstimator(model=model, loss="categorical_crossentropy", featuresCol="x", labelCol="y", verbose=0)
+    with pytest.raises(ConfigError, match=r"a classifier must output shape \(classes,\) per row. Received: \(3, 2\)"):
+        est.fit(df)

@@ -95,3 +95,12 @@ def test_pipeline_with_the_estimator_saves_and_loads(spark, fitted, tmp_path):
     fitted_pipeline.write().overwrite().save(str(tmp_path / "pipeline_model"))
     after = [r["score"] for r in PipelineModel.load(str(tmp_path / "pipeline_model")).transform(flat).orderBy("id").collect()]
     assert before == after and len(after) == 20
+
+
+def test_loading_a_model_without_its_keras_file_fails_clearly(fitted, tmp_path):
+    _, model, _ = fitted
+    path = tmp_path / "broken"
+    model.save(str(path))
+    os.remove(path / "model.keras")
+    with pytest.raises(FileNotFoundError, match="a saved KerasModel must contain model.keras"):
+        KerasModel.load(str(path))

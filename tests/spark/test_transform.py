@@ -97,3 +97,36 @@ def test_vector_and_array_feature_columns_predict_alike(spark):
     assert a == b
     assert a[0] == a[1]
     assert len(a[0]) == 2  # a regressor with 2 outputs writes array<double>
+
+
+@pytest.mark.parametrize("units, loss", [(1, keras.losses.BinaryCrossentropy(from_logits=True)),
+                                         (3, keras.losses.SparseCategoricalCrossentropy(from_logits=True))])
+def test_from_logits_losses_give_probabilities(spark, units, loss):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(units)])
+    kernel = np.array([[1.0] * units, [-0.5] * units], np.float32) * np.arange(1, units + 1, dtype=np.float32)
+    model.set_weights([kernel, np.full(units, 0.25, np.float32)])
+    df = spark.createDataFrame([([0.0, 0.0], 0), ([1.0, 3.0], 1), ([2.0, -1.0], 0)], "features array<double>, label int")
+    fitted = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.0), loss=loss, numWorkers=1, verbose=0).fit(df)
+    got = fitted.transform(df).collect()
+    logits = np.array([r["features"] for r in got], np.float32) @ kernel + 0.25
+    if units == 1:
+        p1 = 1 / (1 + np.exp(-logits[:, 0]))
+        expected = np.stack([1 - p1, p1], axis=1)
+    else:
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        expected = e / e.sum(axis=1, keepdims=True)
+    probability = np.array([r["probability"] for r in got])
+    np.testing.assert_allclose(probability, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(probability.sum(axis=1), 1.0, rtol=1e-6)
+    assert [r["prediction"] for r in got] == expected.argmax(axis=1).astype(float).tolist()
+
+
+def test_dotted_and_duplicate_column_names_pass_through(spark):
+    fitted = _identity_model(spark).setFeaturesCol("my.x")
+    left = spark.createDataFrame([(i, float(i)) for i in range(10)], "k long, `my.x` double")
+    right = spark.createDataFrame([(i, f"r{i}") for i in range(10)], "k long, `a b` string")
+    joined = left.join(right, left["k"] == right["k"])  # two columns named k
+    out = fitted.transform(joined)
+    assert out.columns == ["k", "my.x", "k", "a b", "prediction"]
+    rows = out.collect()
+    assert len(rows) == 10 and all(r[4] == r[1] == float(r[0]) for r in rows)

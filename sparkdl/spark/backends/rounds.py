@@ -92,7 +92,7 @@ def _partition_arrays(task: TaskSpec, partition: int, batches: Iterator[pa.Recor
     x, y = (
         np.zeros((0, *column.shape), column.dtype)
         if table is None
-        else column_to_numpy(table.column(column.name), column.name, column.shape, column.dtype)
+        else column_to_numpy(table.column(column.name), column.source, column.shape, column.dtype)
         for column in (task.features, task.label)
     )
     _partitions[key] = (x, y)
