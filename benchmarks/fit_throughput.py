@@ -7,8 +7,10 @@ with ``ratio`` = sparkdl / Keras samples/s and both test accuracies, then a Mark
 
 sparkdl runs once untimed first (1 epoch) so that executor Python workers have imported
 TensorFlow, as they have in any session after its first fit; the cold first fit is reported too.
+Each side runs ``--repeats`` times, alternating; JSON lines carry every run, the summary the
+medians (single fits on a shared 2-core machine vary by up to 25 %).
 
-Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N]
+Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -55,17 +58,22 @@ def run_keras(epochs, batch_size):
             "samples_per_s": round(epochs * len(x) / seconds, 1), "test_accuracy": accuracy}
 
 
-def run_sparkdl(epochs, batch_size, workers, local_steps):
+def start_spark(workers):
     from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(f"local[{workers}]").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_sparkdl(spark, epochs, batch_size, workers, local_steps, warm_up):
     from pyspark.sql import functions as F
 
     import keras
     from examples.models import mnist_cnn
     from sparkdl import KerasEstimator
 
-    spark = (SparkSession.builder.master(f"local[{workers}]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
     train, test = spark.read.parquet(TRAIN), spark.read.parquet(TEST)
 
     def estimator(n_epochs):
@@ -73,19 +81,20 @@ def run_sparkdl(epochs, batch_size, workers, local_steps):
                               metrics=["accuracy"], featuresCol="pixels", labelCol="label", numWorkers=workers,
                               epochs=n_epochs, batchSize=batch_size, localSteps=local_steps, verbose=0)
 
-    started = time.perf_counter()
-    estimator(1).fit(train)
-    cold_s = time.perf_counter() - started
+    cold_s = None
+    if warm_up:
+        started = time.perf_counter()
+        estimator(1).fit(train)
+        cold_s = round(time.perf_counter() - started, 2)
     started = time.perf_counter()
     model = estimator(epochs).fit(train)
     seconds = time.perf_counter() - started
     accuracy = model.transform(test).select(F.avg((F.col("prediction") == F.col("label")).cast("double"))).first()[0]
     rows = sum(model.fitInfo["partition_rows"])
-    spark.stop()
     return {"run": "sparkdl", "workers": workers, "master": f"local[{workers}]", "epochs": epochs, "rows": rows,
             "rounds": model.fitInfo["rounds"], "local_steps": model.fitInfo["local_steps"], "fit_s": round(seconds, 2),
             "samples_per_s": round(epochs * rows / seconds, 1), "test_accuracy": accuracy,
-            "cold_first_fit_1_epoch_s": round(cold_s, 2)}
+            "cold_first_fit_1_epoch_s": cold_s}
 
 
 def main():
@@ -94,19 +103,27 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--local-steps", type=int, default=None, help="τ; default one round per epoch")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    keras_run = run_keras(args.epochs, args.batch_size)
-    print(json.dumps(keras_run), flush=True)
-    spark_run = run_sparkdl(args.epochs, args.batch_size, args.workers, args.local_steps)
-    print(json.dumps(spark_run), flush=True)
-    summary = {"ratio": round(spark_run["samples_per_s"] / keras_run["samples_per_s"], 3),
-               "keras_test_accuracy": keras_run["test_accuracy"], "sparkdl_test_accuracy": spark_run["test_accuracy"],
-               "cpus": os.cpu_count()}
+    spark = start_spark(args.workers)
+    keras_runs, spark_runs = [], []
+    for i in range(args.repeats):
+        keras_runs.append(run_keras(args.epochs, args.batch_size))
+        print(json.dumps(keras_runs[-1]), flush=True)
+        spark_runs.append(run_sparkdl(spark, args.epochs, args.batch_size, args.workers, args.local_steps, warm_up=i == 0))
+        print(json.dumps(spark_runs[-1]), flush=True)
+    spark.stop()
+    keras_sps = statistics.median(r["samples_per_s"] for r in keras_runs)
+    spark_sps = statistics.median(r["samples_per_s"] for r in spark_runs)
+    summary = {"ratio": round(spark_sps / keras_sps, 3), "keras_samples_per_s": keras_sps, "sparkdl_samples_per_s": spark_sps,
+               "ratios_per_repeat": [round(s["samples_per_s"] / k["samples_per_s"], 3) for k, s in zip(keras_runs, spark_runs)],
+               "keras_test_accuracy": keras_runs[-1]["test_accuracy"], "sparkdl_test_accuracy": spark_runs[-1]["test_accuracy"],
+               "cpus": os.cpu_count(), "repeats": args.repeats}
     print(json.dumps(summary), flush=True)
-    print("\n| run | fit s | samples/s | test accuracy |\n|---|---|---|---|")
-    for run in (keras_run, spark_run):
-        print(f"| {run['run']} | {run['fit_s']} | {run['samples_per_s']} | {run['test_accuracy']:.4f} |")
-    print(f"\nratio (sparkdl / keras samples/s): {summary['ratio']}")
+    print("\n| run | fit s (median) | samples/s (median) | test accuracy |\n|---|---|---|---|")
+    for name, runs, sps in (("keras", keras_runs, keras_sps), ("sparkdl", spark_runs, spark_sps)):
+        print(f"| {name} | {statistics.median(r['fit_s'] for r in runs)} | {sps} | {runs[-1]['test_accuracy']:.4f} |")
+    print(f"\nratio (sparkdl / keras samples/s, medians): {summary['ratio']}")
 
 
 if __name__ == "__main__":

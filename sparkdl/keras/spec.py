@@ -246,6 +246,11 @@ class ModelSpec:
     def weight_arrays(self) -> list[np.ndarray]:
         return decode_arrays(self.weights).arrays
 
+    def architecture_only(self) -> ModelSpec:
+        """This spec without weights (``build()`` keeps Keras' initial values): for replicas whose
+        weights arrive with every round, so tasks are not sent a second copy."""
+        return ModelSpec(self.architecture, b"", self.input_shape, self.input_dtype, self.output_shape)
+
     @property
     def digest(self) -> str:
         """sha256 of architecture and weights: a cache key for executors' built models."""
@@ -255,8 +260,9 @@ class ModelSpec:
         """A new, uncompiled ``keras.Model`` with these weights."""
         keras = keras_module()
         model = keras.models.model_from_json(self.architecture)
-        for variable, array in zip(model.weights, self.weight_arrays(), strict=True):
-            variable.assign(array)
+        if self.weights:
+            for variable, array in zip(model.weights, self.weight_arrays(), strict=True):
+                variable.assign(array)
         return model
 
     def to_keras_file(self, path: str) -> None:

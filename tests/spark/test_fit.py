@@ -35,10 +35,12 @@ def _rows(x, y):
     return [([float(v) for v in xi], float(yi)) for xi, yi in zip(x, y)]
 
 
-def _plain_keras(model_fn, x, y, optimizer, epochs, batch_size, loss="sparse_categorical_crossentropy"):
+def _plain_keras(model_fn, x, y, optimizer, epochs, batch_size, loss="sparse_categorical_crossentropy", history=None):
     model = model_fn()
     model.compile(optimizer=optimizer, loss=loss)
-    model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    fitted = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    if history is not None:
+        history.update(fitted.history)
     return model.get_weights()
 
 
@@ -51,9 +53,11 @@ def test_one_worker_equals_plain_keras_fit(spark, local_steps):
         numWorkers=1, epochs=3, batchSize=10, localSteps=local_steps, shuffle=False, verbose=0,
     )
     fitted = est.fit(df)
-    expected = _plain_keras(_mlp, x, y, "adam", epochs=3, batch_size=10)
+    history = {}
+    expected = _plain_keras(_mlp, x, y, "adam", epochs=3, batch_size=10, history=history)
     for got, want in zip(fitted.getKerasModel().get_weights(), expected, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(fitted.history["loss"], history["loss"], rtol=1e-5)  # per-epoch means, as Keras reports
     assert fitted.fitInfo["rounds"] == 3 * (1 if local_steps is None else 3)  # 5 steps per epoch, τ=2 -> 3 rounds
     assert len(fitted.history["loss"]) == 3
 

@@ -172,7 +172,7 @@ class RoundsBackend:
         config = job.config
         task = TaskSpec(
             fit_id=job.fit_id,
-            spec=job.spec,
+            spec=job.spec.architecture_only(),
             compile_spec=job.compile_spec,
             features=job.data.features,
             label=job.data.label,
