@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,35 +40,49 @@ CLASSIFICATION_LOSSES = frozenset(
 )
 
 
+def _root_cause(exc: BaseException) -> str:
+    """The most specific line of a Keras deserialization error ("Could not locate function 'f'")."""
+    found = re.search(r"Could not (?:locate|interpret)[^\n.]*", str(exc))
+    return found.group(0) if found else str(exc).splitlines()[0][:300]
+
+
 def _module(kind: str):
     keras = keras_module()
     return {"optimizer": keras.optimizers, "loss": keras.losses, "metric": keras.metrics}[kind]
 
 
 def _normalize(value, kind: str):
-    """A compile argument as a JSON-able value: a built-in name, or a Keras serialization config."""
+    """A compile argument as a JSON-able value: a built-in name, or a Keras serialization config.
+
+    Configs are deserialized once here, as the executors will, so an unknown name or an
+    unregistered custom object fails on the driver, before any Spark job.
+    """
     keras = keras_module()
     module = _module(kind)
     if isinstance(value, str):
-        if kind == "optimizer":
+        if kind in ("optimizer", "loss"):
             try:
                 module.get(value)
             except ValueError as exc:
-                raise ConfigError(f"optimizer must be a Keras optimizer name. Received: {value!r}") from exc
+                raise ConfigError(f"{kind} must be a Keras {kind} name. Received: {value!r}") from exc
         return value
-    if isinstance(value, dict):
-        try:
-            module.deserialize(json.loads(json.dumps(value)))
-        except Exception as exc:
-            raise ConfigError(f"{kind} config must be a Keras serialization config. Received: {value!r} ({exc})") from exc
-        return json.loads(json.dumps(value))
-    if kind == "optimizer" and not isinstance(value, keras.optimizers.Optimizer):
+    if kind == "optimizer" and not isinstance(value, (dict, keras.optimizers.Optimizer)):
         raise ConfigError(f"optimizer must be a name, a keras.optimizers.Optimizer or its config. Received: {value!r}")
     try:
-        config = keras.saving.serialize_keras_object(value)
-        return json.loads(json.dumps(config))
+        config = json.loads(json.dumps(value if isinstance(value, dict) else keras.saving.serialize_keras_object(value)))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{kind} must be a name, a Keras object or a Keras config. Received: {value!r} ({exc})") from exc
+    try:
+        revived = module.deserialize(json.loads(json.dumps(config)))
+        if not callable(revived) and kind != "optimizer":
+            raise ValueError(f"Could not locate {kind} {revived!r}")
+    except Exception as exc:
+        raise ConfigError(
+            f"{kind} must be rebuildable from its Keras config on the executors; register custom objects with "
+            f"@keras.saving.register_keras_serializable in a module the executors can import. "
+            f"Received: {value!r} ({_root_cause(exc)})"
+        ) from exc
+    return config
 
 
 def normalize_optimizer(value) -> str | dict:
@@ -225,13 +240,22 @@ class ModelSpec:
                 "model must have exactly one input and one output (multi-input models are not supported yet). "
                 f"Received: {0 if inputs is None else len(inputs)} inputs, {0 if outputs is None else len(outputs)} outputs"
             )
+        architecture = model.to_json()
+        try:  # executors rebuild the model from this JSON: unregistered custom objects must fail here
+            keras.models.model_from_json(architecture)
+        except Exception as exc:
+            raise ConfigError(
+                "model must be rebuildable from its architecture JSON on the executors; register custom layers and "
+                "functions with @keras.saving.register_keras_serializable in a module the executors can import. "
+                f"Received: {_root_cause(exc)}"
+            ) from exc
         input_shape = tuple(inputs[0].shape[1:])
         if any(d is None for d in input_shape):
             raise ConfigError(
                 f"model input shape must be fully defined (no None beyond the batch axis). Received: {input_shape}"
             )
         return cls(
-            architecture=model.to_json(),
+            architecture=architecture,
             weights=encode_arrays([np.asarray(v.numpy()) for v in model.weights], [v.path for v in model.weights]),
             input_shape=input_shape,
             input_dtype=str(np.dtype(inputs[0].dtype)),

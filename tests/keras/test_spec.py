@@ -104,3 +104,30 @@ def test_variable_length_and_subclassed_models_are_config_errors():
     model(np.zeros((1, 3), np.float32))
     with pytest.raises(ConfigError, match="subclassed models are not supported yet"):
         ModelSpec.from_model(model)
+
+
+def test_unregistered_custom_objects_fail_on_the_driver():
+    """C13 kind: a custom activation or loss the executors could not rebuild fails before any job, naming it."""
+
+    def swishy(x):
+        return x * keras.activations.sigmoid(x)
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=swishy)])
+    with pytest.raises(ConfigError, match="register_keras_serializable.*swishy"):
+        ModelSpec.from_model(model)
+
+    def myloss(y_true, y_pred):
+        return keras.ops.mean(keras.ops.abs(y_true - y_pred)) * 2
+
+    with pytest.raises(ConfigError, match="loss must be rebuildable.*myloss"):
+        CompileSpec.create("adam", myloss, None)
+
+
+def test_registered_custom_objects_are_accepted():
+    @keras.saving.register_keras_serializable(package="sparkdl_tests")
+    def swish2(x):
+        return x * keras.activations.sigmoid(x)
+
+    spec = ModelSpec.from_model(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=swish2)]))
+    assert "swish2" in spec.architecture
+    assert CompileSpec.create("adam", swish2, None).loss["config"] == "sparkdl_tests>swish2"
