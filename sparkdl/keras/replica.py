@@ -69,8 +69,9 @@ class Replica:
         """
         means = MetricMeans()  # train_on_batch reports each batch alone; fit reports the row-weighted mean
         for start in range(0, len(x), batch_size):
-            logs = self.model.train_on_batch(x[start : start + batch_size], y[start : start + batch_size], return_dict=True)
-            means.add({name: float(value) for name, value in logs.items()}, len(x[start : start + batch_size]))
+            xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+            logs = self.model.train_on_batch(xb, yb, return_dict=True)
+            means.add({name: float(value) for name, value in logs.items()}, len(xb))
         return means.means()
 
 

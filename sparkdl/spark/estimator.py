@@ -182,22 +182,22 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         spark = dataset.sparkSession
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=2)
+        spec = self._spec
         task = infer_task(self.getTask(), compile_spec)
-        if task == "classification" and len(self._spec.output_shape) != 1:
+        if task == "classification" and len(spec.output_shape) != 1:
             raise ConfigError(
-                f"a classifier must output shape (classes,) per row. Received: {self._spec.output_shape}; "
+                f"a classifier must output shape (classes,) per row. Received: {spec.output_shape}; "
                 "pass task='regression' to get the raw outputs"
             )
-        spec = self._spec
         data = prepare_training_data(
             dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,
             compile_spec.loss_name(), config.num_workers,
         )
         try:
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-            job = TrainJob(uuid.uuid4().hex, self._spec, compile_spec, data, plan, config)
+            job = TrainJob(uuid.uuid4().hex, spec, compile_spec, data, plan, config)
             report = _print_epoch(config.epochs) if config.verbose else None
-            result = backend.run(job, policy, ModelState(self._spec.weight_arrays(), None), on_epoch_end=report)
+            result = backend.run(job, policy, ModelState(spec.weight_arrays(), None), on_epoch_end=report)
         finally:
             data.df.unpersist()
         fit_info = {
@@ -207,7 +207,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "epoch_seconds": result.epoch_seconds,
             "partition_rows": list(data.partition_rows),
         }
-        model = KerasModel._from_fit(self._spec.with_weights(result.state.weights), result.history, fit_info)
+        model = KerasModel._from_fit(spec.with_weights(result.state.weights), result.history, fit_info)
         self._copyValues(model)
         model._set(task=task)
         return model
