@@ -12,7 +12,7 @@ export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install train test test-all bench clean
+.PHONY: install train test test-all test-min bench clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@scripts/check_java.sh
@@ -34,9 +34,25 @@ test: install
 
 test-all: install
 	$(PY) -m pytest -m ''
+	$(MAKE) test-min
+
+# The core tests (tests/unit, tests/keras) on the lowest versions setup.cfg allows, pinned in
+# constraints-min.txt, in a separate venv.
+VENV_MIN ?= .venv-min
+PY_MIN := $(abspath $(VENV_MIN))/bin/python
+
+$(VENV_MIN)/.installed: setup.cfg pyproject.toml constraints-min.txt
+	@scripts/check_java.sh
+	$(PYTHON) -m venv $(VENV_MIN)
+	$(PY_MIN) -m pip install --quiet --upgrade pip
+	$(PY_MIN) -m pip install --quiet -c constraints-min.txt -e '.[cpu,test]'
+	touch $@
+
+test-min: $(VENV_MIN)/.installed
+	PYSPARK_PYTHON=$(PY_MIN) PYSPARK_DRIVER_PYTHON=$(PY_MIN) $(PY_MIN) -m pytest tests/unit tests/keras
 
 bench: install
 	$(PY) benchmarks/fit_throughput.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache spark-warehouse
+	rm -rf $(VENV) .venv-min runs .pytest_cache spark-warehouse

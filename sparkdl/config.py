@@ -33,6 +33,8 @@ class FitConfig:
         shuffle: shuffle each partition's rows at every epoch, as ``keras.Model.fit(shuffle=True)``.
         verbose: 0 silent, 1 one line per epoch on the driver.
         round_timeout_s: seconds one round may take before its Spark jobs are cancelled.
+        keep_partitioning: train on the input's own partitions (one worker each) instead of
+            spreading rows round-robin over ``num_workers`` partitions.
 
     Raises:
         ConfigError: when a value is outside its range.
@@ -48,6 +50,7 @@ class FitConfig:
     shuffle: bool = True
     verbose: int = 1
     round_timeout_s: float = 3600.0
+    keep_partitioning: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("numWorkers", self.num_workers)

@@ -27,3 +27,12 @@ class WorkerError(SparkDLError, RuntimeError):
 
 class RoundTimeoutError(SparkDLError, TimeoutError):
     """A round did not finish within its time limit (seconds); its Spark jobs were cancelled."""
+
+
+class FitCancelledError(WorkerError):
+    """The fit's Spark jobs were cancelled (job group, job tag or the Spark UI); the master weights are untouched."""
+
+
+class InvariantError(SparkDLError, RuntimeError):
+    """A check that guards against silent wrong results failed on the driver: rows trained differ
+    from rows counted, a partition changed between rounds, or the master weights became non-finite."""

@@ -3,22 +3,20 @@
 Spark reuses Python workers between tasks (``spark.python.worker.reuse``, on by default),
 so a replica cached here serves every round of a fit that lands on this process. Each
 round starts by loading the master state into the replica, so which worker process runs
-which partition never changes the result.
+which partition never changes the result: :meth:`Replica.seed_round` then sets the random
+layers' seed state from the round's position, not from the process's history.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
-from sparkdl.core.metrics import MetricMeans
 from sparkdl.core.state import ModelState
+from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.keras.runtime import keras_module
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 
-_MAX_CACHED = 2
-_replicas: OrderedDict[str, Replica] = OrderedDict()
+_SEED_STATE = "seed_generator_state"  # name of a keras.random.SeedGenerator's state variable
 
 
 class Replica:
@@ -28,7 +26,8 @@ class Replica:
         spec: architecture and initial weights.
         compile_spec: optimizer, loss and metrics.
         seed: seeds Keras' random layers (dropout) through ``keras.utils.set_random_seed``; any
-            integer (Spark seeds are 64-bit and may be negative), reduced modulo 2**32.
+            integer (Spark seeds are 64-bit and may be negative), reduced modulo 2**32. Rounds
+            reseed them with :meth:`seed_round`.
     """
 
     def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, seed: int) -> None:
@@ -37,6 +36,14 @@ class Replica:
         self.model = compile_spec.compile(spec.build())
         self.model.optimizer.build(self.model.trainable_variables)
         self.initial_optimizer = [np.asarray(v.numpy()) for v in self.model.optimizer.variables]
+        # Seed generators' states are in ``variables`` (Keras documents "including random seeds") but
+        # not in ``weights``, so set_state never touches them.
+        weights = {id(v) for v in self.model.weights}
+        self.seed_states = [
+            v
+            for v in [*self.model.variables, *self.model.optimizer.variables]
+            if id(v) not in weights and v.name == _SEED_STATE
+        ]
 
     def set_state(self, state: ModelState) -> None:
         """Load master weights, and optimizer state (its initial values when ``state.optimizer`` is None)."""
@@ -52,36 +59,80 @@ class Replica:
             optimizer=[np.asarray(v.numpy()) for v in self.model.optimizer.variables],
         )
 
-    def train(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> dict[str, float]:
-        """Run ceil(len(x) / batch_size) local steps over ``x`` in order, as ``fit(shuffle=False)`` does.
+    def seed_round(self, seed: int, epoch: int, round_in_epoch: int, partition: int) -> None:
+        """Set every seed generator's state (Dropout, GaussianNoise, random augmentation layers, and
+        any the optimizer holds) from the round's position, so that masks differ across workers,
+        epochs and rounds, and a retried task or a partition that moves to another Python worker
+        draws the same masks. Call it after :meth:`set_state`, before :meth:`train`.
+
+        Generator ``i`` (model order) gets the state ``(a, b)``: the words ``2i`` and ``2i + 1`` of
+        ``numpy.random.SeedSequence([seed mod 2**64, epoch, round_in_epoch, partition])``, each
+        reduced to 31 bits so it fits any backend's seed dtype (TensorFlow: int64). Keras then
+        draws from ``(a, b)``, ``(a, b + 1)``, ... step after step. Random ops outside a layer's
+        ``SeedGenerator`` (``keras.random.*`` without ``seed``) are not covered.
+
+        Args:
+            seed: the fit's seed, any integer (64-bit, may be negative).
+            epoch: 0-based epoch.
+            round_in_epoch: 0-based round within the epoch.
+            partition: the partition (worker) id.
+
+        Raises:
+            ConfigError: when ``epoch``, ``round_in_epoch`` or ``partition`` is negative.
+        """
+        position = {"epoch": epoch, "round_in_epoch": round_in_epoch, "partition": partition}
+        negative = {name: value for name, value in position.items() if int(value) < 0}
+        if negative:
+            raise ConfigError(f"seed_round needs non-negative epoch, round and partition. Received: {negative}")
+        if not self.seed_states:
+            return
+        entropy = [int(seed) & 0xFFFFFFFFFFFFFFFF, int(epoch), int(round_in_epoch), int(partition)]
+        words = np.random.SeedSequence(entropy).generate_state(2 * len(self.seed_states), dtype=np.uint32)
+        words = (words & 0x7FFFFFFF).reshape(-1, 2)
+        for variable, value in zip(self.seed_states, words, strict=True):
+            variable.assign(value.astype(variable.dtype))
+
+    def train(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> list[np.ndarray]:
+        """Run ceil(len(x) / batch_size) local steps over ``x`` in order, as ``fit(shuffle=False)`` does,
+        and return the metric state these steps alone produce.
 
         Steps go through ``train_on_batch`` (the same compiled train step as ``fit``): measured on
         2 cores with two workers, ``fit`` per round sometimes took 5.2 s where this loop takes 3.2 s,
         as ``fit`` builds a ``tf.data`` pipeline whose threads compete with the other worker.
 
+        ``train_on_batch`` resets the metrics before each step from Keras 3.15 but accumulates
+        across calls before it, so the state after the loop means different things across the
+        supported range. Resetting before every step and summing each step's state gives the
+        same answer on every version: the state Keras' ``fit`` holds after these steps from one
+        reset. That holds for every built-in metric (their state is sums and counts: a Mean's
+        ``total``/``count``, AUC's confusion buckets, Precision's true/false positives). A custom
+        metric must keep the same rule: state after updates A then B (from a reset) equals
+        state(A) + state(B), with ``result()`` computed from the state; a running maximum or a
+        stored mean is combined wrongly.
+
         Args:
-            x: features, shape ``(rows, *input_shape)``.
+            x: features, shape ``(rows, *input_shape)``, ``rows >= 1``.
             y: labels, shape ``(rows,)`` or ``(rows, k)``.
             batch_size: rows per step; the last batch may be partial.
 
         Returns:
-            Keras metric means over these steps, e.g. ``{"loss": 0.31, "accuracy": 0.91}``.
+            The values of ``model.metrics_variables`` in model order summed over the steps, as
+            float64 arrays: e.g. ``loss/total`` ``()`` (Σ batch loss × batch rows), ``loss/count``
+            ``()`` (rows), then each compiled metric's variables. Sum them across workers and
+            rounds with :class:`sparkdl.core.metrics.MetricSums`; read values with
+            :class:`sparkdl.keras.metrics.MetricReader`.
+
+        Raises:
+            SchemaError: when ``x`` has no rows.
         """
-        means = MetricMeans()  # train_on_batch reports each batch alone; fit reports the row-weighted mean
+        if len(x) == 0:
+            raise SchemaError(f"Replica.train needs at least one row. Received: x of shape {np.shape(x)}")
+        sums: list[np.ndarray] | None = None
         for start in range(0, len(x), batch_size):
             xb, yb = x[start : start + batch_size], y[start : start + batch_size]
-            logs = self.model.train_on_batch(xb, yb, return_dict=True)
-            means.add({name: float(value) for name, value in logs.items()}, len(xb))
-        return means.means()
-
-
-def get_replica(key: str, spec: ModelSpec, compile_spec: CompileSpec, seed: int) -> Replica:
-    """The cached replica of fit ``key`` in this process, built on first use (LRU of 2 fits)."""
-    replica = _replicas.get(key)
-    if replica is None:
-        replica = Replica(spec, compile_spec, seed)
-        _replicas[key] = replica
-        while len(_replicas) > _MAX_CACHED:
-            _replicas.popitem(last=False)
-    _replicas.move_to_end(key)
-    return replica
+            self.model.reset_metrics()
+            self.model.train_on_batch(xb, yb)
+            # Read after the step: compiled metrics build their variables on the first one.
+            step = [np.asarray(v.numpy(), dtype=np.float64) for v in self.model.metrics_variables]
+            sums = step if sums is None else [a + b for a, b in zip(sums, step, strict=True)]
+        return sums

@@ -10,6 +10,7 @@ TensorFlow before :func:`sparkdl.keras.runtime.configure` has sized its thread p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -21,24 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sparkdl.errors import ConfigError
+from sparkdl.keras.losses import LossInfo, describe_loss
 from sparkdl.keras.runtime import keras_module
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
-
-# Losses whose models output class scores: ``transform`` then writes a class index and probabilities.
-CLASSIFICATION_LOSSES = frozenset(
-    {
-        "sparse_categorical_crossentropy",
-        "categorical_crossentropy",
-        "binary_crossentropy",
-        "binary_focal_crossentropy",
-        "categorical_focal_crossentropy",
-        "categorical_hinge",
-        "hinge",
-        "squared_hinge",
-        "kl_divergence",
-    }
-)
-
 
 def _root_cause(exc: BaseException) -> str:
     """The most specific line of a Keras deserialization error ("Could not locate function 'f'")."""
@@ -105,39 +91,74 @@ def normalize_loss(value) -> str | dict:
     return _normalize(value, "loss")
 
 
+def _check_metric_name(name: str) -> None:
+    """A metric string must resolve as ``keras.Model.compile`` resolves it: ``"accuracy"`` and
+    ``"acc"`` (any case) are special-cased there, every other name goes to ``keras.metrics.get``."""
+    if name.lower() in ("accuracy", "acc"):
+        return
+    try:
+        _module("metric").get(name)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            "metrics must be Keras metric names ('accuracy', 'mae', 'auc', ...), objects or configs. "
+            f"Received: {name!r}"
+        ) from exc
+
+
 def normalize_metrics(values) -> list:
-    """Metric names, objects or configs as a list of names and config dicts."""
+    """Metric names, objects or configs as a list of names and config dicts, checked on the driver.
+
+    Each name resolves as ``keras.Model.compile`` would (``"accuracy"``/``"acc"``, then
+    ``keras.metrics.get``: ``"mae"``, ``"AUC"``, ``"auc"``, ...), and each object or config is
+    rebuilt from its config, so a misspelled or unregistered metric fails before any Spark job.
+
+    Raises:
+        ConfigError: naming the metric that Keras cannot resolve or rebuild.
+    """
     if values is None:
         return []
     if isinstance(values, (str, dict)):
         values = [values]
+    for metric in values:
+        if metric is None:
+            raise ConfigError("metrics must be Keras metric names, objects or configs. Received: None in the list")
+        if isinstance(metric, str):
+            _check_metric_name(metric)
     return [_normalize(m, "metric") for m in values]
 
 
+# ``keras.Model.compile`` arguments that sparkdl keeps (keys of :func:`compile_args_of`, fields of
+# :class:`CompileSpec`). ``run_eagerly`` and ``steps_per_execution`` do not apply to replica steps.
+COMPILE_ARGS = ("optimizer", "loss", "metrics", "weighted_metrics", "loss_weights", "jit_compile")
+
+
 def compile_args_of(model) -> dict:
-    """The optimizer, loss and metrics a compiled ``keras.Model`` was given, as JSON-able values.
+    """The compile arguments a compiled ``keras.Model`` was given, as JSON-able values.
+
+    ``jit_compile`` is the value Keras resolved when the model was compiled (``"auto"`` becomes
+    ``False`` on a CPU-only machine, ``True`` where XLA applies).
 
     Returns:
-        ``{}`` for an uncompiled model, else a dict with keys among ``optimizer``, ``loss``, ``metrics``.
+        ``{}`` for an uncompiled model, else a dict with keys among :data:`COMPILE_ARGS`
+        (``optimizer``, ``loss``, ``metrics``, ``weighted_metrics``, ``loss_weights``, ``jit_compile``).
     """
     if not getattr(model, "compiled", False):
         return {}
     config = model.get_compile_config() or {}
     args = {}
-    for key in ("optimizer", "loss", "metrics"):
+    for key in COMPILE_ARGS:
         if config.get(key) is not None:
             args[key] = json.loads(json.dumps(config[key]))
     return args
 
 
 def infer_task(task: str, compile_spec: CompileSpec) -> str:
-    """``"classification"`` or ``"regression"``: ``task`` itself unless it is ``"auto"``, then by loss.
+    """``"classification"`` or ``"regression"``: ``task`` itself unless it is ``"auto"``, then by loss family.
 
-    Cross-entropy, focal, hinge and KL-divergence losses make a classifier; any other a regressor.
+    Cross-entropy, focal, hinge and KL-divergence losses make a classifier, read from the loss's
+    Keras class (:func:`sparkdl.keras.losses.describe_loss`); any other loss a regressor.
     """
-    if task != "auto":
-        return task
-    return "classification" if compile_spec.loss_name() in CLASSIFICATION_LOSSES else "regression"
+    return compile_spec.loss_info.infer_task(task)
 
 
 def _revive(value, kind: str):
@@ -154,48 +175,132 @@ class CompileSpec:
         optimizer: a name (``"adam"``) or a Keras optimizer config dict.
         loss: a name (``"sparse_categorical_crossentropy"``) or a Keras loss config dict.
         metrics: names or Keras metric config dicts.
+        weighted_metrics: names or Keras metric config dicts, weighted by sample weights.
+        loss_weights: ``None``, a float, a list of floats or a dict output name -> float
+            (``keras.Model.compile``'s ``loss_weights``).
+        jit_compile: ``True``, ``False`` or ``"auto"`` (XLA compilation of the train step).
     """
 
     optimizer: str | dict = "adam"
     loss: str | dict = "mse"
     metrics: tuple = field(default_factory=tuple)
+    weighted_metrics: tuple = field(default_factory=tuple)
+    loss_weights: float | list | dict | None = None
+    jit_compile: bool | str = "auto"
 
     @classmethod
-    def create(cls, optimizer, loss, metrics: Sequence | None) -> CompileSpec:
+    def create(cls, optimizer, loss, metrics: Sequence | None, weighted_metrics: Sequence | None = None,
+               loss_weights=None, jit_compile="auto") -> CompileSpec:
         """Normalize a string, a Keras object or a config for each argument.
 
         Raises:
-            ConfigError: for a value Keras cannot (de)serialize, or a missing loss.
+            ConfigError: for a value Keras cannot (de)serialize, a missing loss, loss weights that
+                are not numbers, or a ``jit_compile`` other than ``True``/``False``/``"auto"``.
         """
-        return cls(normalize_optimizer(optimizer), normalize_loss(loss), tuple(normalize_metrics(metrics)))
+        return cls(
+            normalize_optimizer(optimizer), normalize_loss(loss), tuple(normalize_metrics(metrics)),
+            tuple(normalize_metrics(weighted_metrics)), cls.normalize_loss_weights(loss_weights),
+            cls.normalize_jit_compile(jit_compile),
+        )
 
-    def compile(self, model):
-        """Compile ``model`` in place with fresh optimizer state; returns it."""
+    @staticmethod
+    def normalize_loss_weights(value) -> float | list | dict | None:
+        """``loss_weights`` as JSON: ``None``, a float, a list of floats or a dict str -> float.
+
+        Raises:
+            ConfigError: for anything else, or a weight that is not a finite number.
+        """
+        def number(w) -> float:
+            if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) or not np.isfinite(w):
+                raise ConfigError(f"loss_weights must hold finite numbers. Received: {value!r}")
+            return float(w)
+
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            return {str(k): number(w) for k, w in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [number(w) for w in value]
+        return number(value)
+
+    @staticmethod
+    def normalize_jit_compile(value) -> bool | str:
+        """``jit_compile`` as ``True``, ``False`` or ``"auto"``.
+
+        Raises:
+            ConfigError: for any other value.
+        """
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if value == "auto":
+            return "auto"
+        raise ConfigError(f"jit_compile must be True, False or 'auto'. Received: {value!r}")
+
+    def compile(self, model, optimizer_state: Sequence[np.ndarray] | None = None, state_optimizer=None):
+        """Compile ``model`` in place; returns it.
+
+        Args:
+            model: a ``keras.Model``.
+            optimizer_state: ``None`` for fresh optimizer state, else the values of
+                ``optimizer.variables`` in order (iteration counter, moments, ...), e.g. a previous
+                fit's: the optimizer is built on ``model.trainable_variables`` and takes them,
+                except its ``learning_rate`` variable, which keeps this spec's value.
+            state_optimizer: the optimizer (name or config) that produced ``optimizer_state``;
+                its class must be this spec's optimizer class.
+
+        Raises:
+            ConfigError: when the state comes from another optimizer class, or its arrays do not
+                match the optimizer's variables in count, shape or dtype (another architecture).
+        """
         model.compile(
             optimizer=_revive(self.optimizer, "optimizer"),
             loss=_revive(self.loss, "loss"),
             metrics=[_revive(m, "metric") for m in self.metrics],
+            weighted_metrics=[_revive(m, "metric") for m in self.weighted_metrics] or None,
+            loss_weights=self.loss_weights,
+            jit_compile=self.jit_compile,
         )
+        if optimizer_state is not None:
+            self._load_optimizer_state(model, optimizer_state, state_optimizer)
         return model
 
-    def loss_name(self) -> str:
-        """The loss's canonical Keras name: aliases resolved (``"bce"`` → ``"binary_crossentropy"``),
-        loss objects by their ``name`` (``KLDivergence()`` → ``"kl_divergence"``)."""
-        loss = self.loss
-        if isinstance(loss, dict):
-            config = loss.get("config")
-            if isinstance(config, dict) and isinstance(config.get("name"), str):
-                return config["name"]
-            loss = config if isinstance(config, str) else loss.get("class_name", "")
-        try:
-            return getattr(_module("loss").get(loss), "__name__", loss)
-        except (ValueError, TypeError):
-            return loss
+    def _load_optimizer_state(self, model, state: Sequence[np.ndarray], state_optimizer) -> None:
+        keras = keras_module()
+        optimizer = model.optimizer
+        name = keras.saving.get_registered_name(type(optimizer))
+        if state_optimizer is not None:
+            source = keras.saving.get_registered_name(type(_revive(state_optimizer, "optimizer")))
+            if source != name:
+                raise ConfigError(
+                    f"optimizer state must come from the same optimizer class as the optimizer it is loaded into "
+                    f"({name}). Received: the state of a {source}"
+                )
+        optimizer.build(model.trainable_variables)
+        variables = list(optimizer.variables)
+        if len(state) != len(variables):
+            raise ConfigError(
+                f"optimizer state must hold one array per variable of the {name} optimizer on this model "
+                f"({len(variables)}; a learning-rate schedule instead of a constant changes the count). "
+                f"Received: {len(state)} arrays"
+            )
+        arrays = [np.asarray(a) for a in state]
+        for variable, array in zip(variables, arrays, strict=True):
+            if tuple(array.shape) != tuple(variable.shape) or str(array.dtype) != str(np.dtype(variable.dtype)):
+                raise ConfigError(
+                    f"optimizer state must match the optimizer's variables of this architecture: "
+                    f"{variable.path} is {tuple(variable.shape)} {np.dtype(variable.dtype)}. Received: "
+                    f"{tuple(array.shape)} {array.dtype}"
+                )
+        for variable, array in zip(variables, arrays, strict=True):
+            if variable.name != "learning_rate":
+                variable.assign(array)
 
-    def from_logits(self) -> bool:
-        """Whether the loss reads raw scores (``from_logits=True``), so outputs need a softmax/sigmoid."""
-        config = self.loss.get("config") if isinstance(self.loss, dict) else None
-        return bool(isinstance(config, dict) and config.get("from_logits"))
+    @property
+    def loss_info(self) -> LossInfo:
+        """The loss's family, ``from_logits`` and canonical name, decided by its Keras class
+        (:func:`sparkdl.keras.losses.describe_loss`): the one source of the label rule, the
+        inferred task and ``transform``'s outputs."""
+        return describe_loss(self.loss)
 
 
 @dataclass(frozen=True)
@@ -275,9 +380,9 @@ class ModelSpec:
         weights arrive with every round, so tasks are not sent a second copy."""
         return ModelSpec(self.architecture, b"", self.input_shape, self.input_dtype, self.output_shape)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """sha256 of architecture and weights: a cache key for executors' built models."""
+        """sha256 of architecture and weights: a cache key for executors' built models (computed once)."""
         return hashlib.sha256(self.architecture.encode() + self.weights).hexdigest()
 
     def build(self):

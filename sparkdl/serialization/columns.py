@@ -6,7 +6,7 @@ column, or ``array<T>`` of fixed length (ml vectors are turned into arrays befor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,12 +30,25 @@ def column_to_numpy(column: pa.Array | pa.ChunkedArray, name: str, shape: Sequen
     Raises:
         SchemaError: when the column has nulls or a row's length differs from ``prod(shape)``.
     """
-    if isinstance(column, pa.ChunkedArray):
-        column = pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
-    n = len(column)
-    if column.null_count:
-        raise SchemaError(f"column {name!r} must have no null values. Received {column.null_count} null rows of {n}")
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    n = sum(len(chunk) for chunk in chunks)
+    nulls = sum(chunk.null_count for chunk in chunks)
+    if nulls:
+        raise SchemaError(f"column {name!r} must have no null values. Received {nulls} null rows of {n}")
+    # Chunk by chunk into one preallocated array: Arrow lists have int32 offsets, so concatenating
+    # the chunks of a partition of more than 2**31 values would fail; numpy has no such cap.
+    out = np.empty((n, *shape), dtype=dtype)
+    row = 0
+    for chunk in chunks:
+        rows = len(chunk)
+        out[row : row + rows] = _chunk_to_numpy(chunk, name, shape).reshape((rows, *shape))
+        row += rows
+    return out
+
+
+def _chunk_to_numpy(column: pa.Array, name: str, shape: Sequence[int]) -> np.ndarray:
     size = int(np.prod(shape, dtype=np.int64))
+    n = len(column)
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type):
         lengths = column.value_lengths().to_numpy(zero_copy_only=False) if n else np.zeros(0, np.int64)
         bad = np.flatnonzero(lengths != size)
@@ -47,18 +60,10 @@ def column_to_numpy(column: pa.Array | pa.ChunkedArray, name: str, shape: Sequen
         values = column.flatten()
         if values.null_count:
             raise SchemaError(f"column {name!r} must have no null elements. Received {values.null_count}")
-        flat = values.to_numpy(zero_copy_only=False)
-    else:
-        if size != 1:
-            raise SchemaError(
-                f"column {name!r} must be an array of {size} values for the model input of shape "
-                f"{tuple(shape)}. Received a scalar column of type {column.type}"
-            )
-        flat = column.to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(flat.astype(dtype, copy=False).reshape((n, *shape)))
-
-
-def batches_to_table(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
-    """Collect an iterator of record batches into one table; ``None`` when there are no rows."""
-    batches = [b for b in batches if b.num_rows]
-    return pa.Table.from_batches(batches) if batches else None
+        return values.to_numpy(zero_copy_only=False)
+    if size != 1:
+        raise SchemaError(
+            f"column {name!r} must be an array of {size} values for the model input of shape "
+            f"{tuple(shape)}. Received a scalar column of type {column.type}"
+        )
+    return column.to_numpy(zero_copy_only=False)

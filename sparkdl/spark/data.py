@@ -7,9 +7,12 @@ Arrow lists. Label columns may be a numeric scalar or an array/vector of numbers
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import VectorUDT
 from pyspark.mllib.linalg import VectorUDT as MLlibVectorUDT
@@ -17,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkdl.errors import SchemaError
+from sparkdl.errors import InvariantError, SchemaError
 
 _SPARK_TYPES = {
     "float16": T.FloatType(),
@@ -44,11 +47,12 @@ class ColumnSpec:
 
 @dataclass(frozen=True)
 class PreparedData:
-    """The training DataFrame as tasks see it: two columns, ``num_workers`` partitions, cached.
+    """The training DataFrame as tasks see it: two columns, one partition per worker, cached.
 
     Attributes:
         df: persisted DataFrame with the feature column as ``array<T>`` and the label column.
-        partition_rows: rows of each partition, by partition id.
+        partition_rows: rows of each partition, by partition id, counted by a job over ``df``
+            itself: ``len(partition_rows)`` is the number of partitions (workers) that train.
         features: how tasks read the feature column.
         label: how tasks read the label column.
     """
@@ -57,6 +61,10 @@ class PreparedData:
     partition_rows: tuple[int, ...]
     features: ColumnSpec
     label: ColumnSpec
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.partition_rows)
 
 
 FEATURES, LABEL = "features", "label"  # column names inside the prepared training DataFrame
@@ -131,6 +139,83 @@ def _label_expr(df: DataFrame, name: str) -> Column:
     return as_array(df, name, "float32")
 
 
+STATS_DDL = (
+    "partition int, rows bigint, feature_nulls bigint, feature_element_nulls bigint, feature_nans bigint, "
+    "feature_min_len bigint, feature_max_len bigint, label_nulls bigint, label_element_nulls bigint, label_nans bigint, "
+    "label_min_len bigint, label_max_len bigint, label_min double, label_max double, label_fractional bigint"
+)
+_STATS_SCHEMA = pa.schema(
+    [("partition", pa.int32())]
+    + [(name, pa.int64()) for name in ("rows", "feature_nulls", "feature_element_nulls", "feature_nans", "feature_min_len", "feature_max_len")]
+    + [(name, pa.int64()) for name in ("label_nulls", "label_element_nulls", "label_nans", "label_min_len", "label_max_len")]
+    + [("label_min", pa.float64()), ("label_max", pa.float64()), ("label_fractional", pa.int64())]
+)
+
+
+class _ColumnStats:
+    """Running per-partition statistics of one model column, batch by batch (no concatenation,
+    so a partition of more than 2**31 values is fine)."""
+
+    def __init__(self) -> None:
+        self.nulls = self.element_nulls = self.nans = self.fractional = 0
+        self.min_len = self.max_len = None
+        self.min = self.max = None
+
+    def add(self, column: pa.Array) -> None:
+        self.nulls += column.null_count
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            lengths = pc.min_max(pc.list_value_length(column))
+            values = pc.list_flatten(column)
+            self.element_nulls += values.null_count
+            low, high = lengths["min"].as_py(), lengths["max"].as_py()
+        else:
+            values = column.drop_null()
+            low = high = 1 if len(values) else None
+        if low is not None:
+            self.min_len = low if self.min_len is None else min(self.min_len, low)
+            self.max_len = high if self.max_len is None else max(self.max_len, high)
+        if pa.types.is_floating(values.type):
+            self.nans += pc.sum(pc.is_nan(values)).as_py() or 0
+            values = pc.drop_null(pc.if_else(pc.is_nan(values), None, values))
+            self.fractional += pc.sum(pc.not_equal(pc.floor(values), values)).as_py() or 0
+        bounds = pc.min_max(values)
+        for name, pick in (("min", min), ("max", max)):
+            value = bounds[name].as_py()
+            if value is not None:
+                current = getattr(self, name)
+                setattr(self, name, float(value) if current is None else pick(current, float(value)))
+
+
+def _partition_stats(batches) -> Iterator[pa.RecordBatch]:
+    """One row of statistics of the task's partition (one row even when it is empty)."""
+    from pyspark import TaskContext
+
+    rows = 0
+    features, label = _ColumnStats(), _ColumnStats()
+    for batch in batches:
+        rows += batch.num_rows
+        features.add(batch.column(0))
+        label.add(batch.column(1))
+    row = {
+        "partition": TaskContext.get().partitionId(),
+        "rows": rows,
+        "feature_nulls": features.nulls,
+        "feature_element_nulls": features.element_nulls,
+        "feature_nans": features.nans,
+        "feature_min_len": features.min_len,
+        "feature_max_len": features.max_len,
+        "label_nulls": label.nulls,
+        "label_element_nulls": label.element_nulls,
+        "label_nans": label.nans,
+        "label_min_len": label.min_len,
+        "label_max_len": label.max_len,
+        "label_min": label.min,
+        "label_max": label.max,
+        "label_fractional": label.fractional,
+    }
+    yield pa.RecordBatch.from_pylist([row], schema=_STATS_SCHEMA)
+
+
 def prepare_training_data(
     df: DataFrame,
     features_col: str,
@@ -138,15 +223,22 @@ def prepare_training_data(
     input_shape: tuple,
     input_dtype: str,
     output_shape: tuple,
-    loss_name: str,
+    loss,
     num_workers: int,
+    keep_partitioning: bool = False,
+    run_job: Callable | None = None,
 ) -> PreparedData:
-    """Check, cast, partition and cache the training data.
+    """Check, cast, partition and cache the training data; count the rows of every partition.
 
-    Schema checks run first, without a Spark job. Then one aggregate job counts rows per
-    partition and checks nulls and feature lengths; errors are raised before any training.
-    A DataFrame that already has ``num_workers`` partitions keeps its partitioning; any
-    other is repartitioned round-robin.
+    Schema checks run first, without a Spark job. The two model columns are then cast and, by
+    default, spread round-robin over ``num_workers`` partitions (``repartition(n)``, which
+    adaptive query execution never coalesces), so that every worker gets rows from every input
+    partition (label-sorted files do not make label-sorted shards). With ``keep_partitioning``
+    the input's partitions are trained as they are, one worker each, however many there turn
+    out to be at run time. The result is cached, and one job over the cached data itself counts
+    rows per partition and checks nulls, NaNs, lengths and label values: the partition count and
+    the rows per partition of the data that is trained are facts measured on it, never assumed.
+    Errors are raised before any training job; the cache is released on every error path.
 
     Args:
         df: the user's DataFrame.
@@ -155,16 +247,21 @@ def prepare_training_data(
         input_shape: the model input's per-row shape, e.g. ``(28, 28, 1)``.
         input_dtype: the model input's numpy dtype name, e.g. ``"float32"``.
         output_shape: the model output's per-row shape, e.g. ``(10,)``.
-        loss_name: canonical Keras loss name, for the label rule of :func:`check_label_shape`.
-        num_workers: partitions (tasks) to train on.
+        loss: the loss descriptor (:class:`sparkdl.keras.losses.LossInfo`): its label rule.
+        num_workers: partitions (workers) to train on, unless ``keep_partitioning``.
+        keep_partitioning: train on the input's own partitions instead of repartitioning.
+        run_job: ``run_job(action, description)`` runs the check job (see :mod:`sparkdl.spark.jobs`);
+            ``None`` calls the action directly.
 
     Returns:
         :class:`PreparedData` (the caller unpersists ``df`` when the fit ends).
 
     Raises:
-        SchemaError: a missing or mistyped column, nulls (rows or elements), a feature length that
-            does not match ``prod(input_shape)``, labels of unequal length or not fitting the model
-            output, or an empty DataFrame.
+        SchemaError: a missing or mistyped column, nulls or NaNs (rows or elements), a feature length
+            that does not match ``prod(input_shape)``, labels of unequal length, not fitting the model
+            output, or outside the loss's range (class indices not integers in [0, classes)), or an
+            empty DataFrame.
+        InvariantError: the counted partitions are not the ``num_workers`` asked for.
     """
     check_feature_column(df, features_col)
     check_label_column(df, label_col)
@@ -172,83 +269,75 @@ def prepare_training_data(
         raise SchemaError(f"featuresCol and labelCol must differ. Received: both {features_col!r}")
     size = int(np.prod(input_shape, dtype=np.int64))
     selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
-    if df.rdd.getNumPartitions() != num_workers:
+    if not keep_partitioning:
         selected = selected.repartition(num_workers)
     selected = selected.persist()
-    label_is_array = isinstance(selected.schema[LABEL].dataType, T.ArrayType)
-    label_size = F.size(LABEL) if label_is_array else F.lit(1)
-    stats = (
-        selected.groupBy(F.spark_partition_id().alias("p"))
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(F.col(FEATURES).isNull().cast("long")).alias("feature_nulls"),
-            F.sum(F.col(LABEL).isNull().cast("long")).alias("label_nulls"),
-            F.sum(F.exists(FEATURES, lambda v: v.isNull()).cast("long")).alias("element_nulls"),
-            F.min(F.size(FEATURES)).alias("min_size"),
-            F.max(F.size(FEATURES)).alias("max_size"),
-            F.min(label_size).alias("min_label"),
-            F.max(label_size).alias("max_label"),
-        )
-        .collect()
-    )
     try:
-        rows = dict.fromkeys(range(num_workers), 0)
-        for s in stats:
-            rows[s["p"]] = s["rows"]
-        total = sum(rows.values())
-        if total == 0:
-            raise SchemaError(f"the DataFrame must have at least one row to fit on. Received: 0 rows in column {features_col!r}")
-        for column, key in ((features_col, "feature_nulls"), (label_col, "label_nulls")):
-            nulls = sum(s[key] or 0 for s in stats)
-            if nulls:
-                raise SchemaError(f"column {column!r} must have no null values. Received: {nulls} null rows of {total}")
-        element_nulls = sum(s["element_nulls"] or 0 for s in stats)
-        if element_nulls:
-            raise SchemaError(f"column {features_col!r} must have no null elements. Received: {element_nulls} rows with nulls inside")
-        sizes = {s["min_size"] for s in stats} | {s["max_size"] for s in stats}
-        if sizes != {size}:
-            bad = sorted(sizes - {size})
-            raise SchemaError(
-                f"features column {features_col!r} must hold {size} values per row (the model input shape "
-                f"{tuple(input_shape)} has {size}). Received rows of {bad[0] if bad else sorted(sizes)} values"
-            )
-        label_sizes = {s["min_label"] for s in stats} | {s["max_label"] for s in stats}
-        if len(label_sizes) != 1:
-            raise SchemaError(f"label column {label_col!r} must hold the same number of values in every row. Received lengths {sorted(label_sizes)}")
-        label_shape = (label_sizes.pop(),) if label_is_array else ()
-        check_label_shape(label_col, label_shape, output_shape, loss_name)
-    except SchemaError:
+        counting = selected.mapInArrow(_partition_stats, STATS_DDL)
+        stats = sorted((run_job(counting.collect, "sparkdl: check and count training rows") if run_job else counting.collect()), key=lambda s: s["partition"])
+        if [s["partition"] for s in stats] != list(range(len(stats))):
+            raise InvariantError(f"the check job must report each partition once. Received partitions {[s['partition'] for s in stats]}")
+        if not keep_partitioning and len(stats) != num_workers:
+            raise InvariantError(f"the training data must have numWorkers={num_workers} partitions. Received: {len(stats)}")
+        label_is_array = isinstance(selected.schema[LABEL].dataType, T.ArrayType)
+        label_shape = _check_stats(stats, features_col, label_col, size, input_shape, output_shape, loss, label_is_array)
+    except BaseException:
         selected.unpersist()
         raise
     label_dtype = "int64" if isinstance(selected.schema[LABEL].dataType, T.LongType) else "float32"
     return PreparedData(
         df=selected,
-        partition_rows=tuple(rows[p] for p in range(num_workers)),
+        partition_rows=tuple(int(s["rows"]) for s in stats),
         features=ColumnSpec(FEATURES, tuple(input_shape), input_dtype, features_col),
         label=ColumnSpec(LABEL, label_shape, label_dtype, label_col),
     )
 
 
-def check_label_shape(label_col: str, label_shape: tuple, output_shape: tuple, loss_name: str) -> None:
-    """Labels must fit the model output under the loss, checked before training.
+def _total(stats, key: str) -> int:
+    return sum(s[key] or 0 for s in stats)
 
-    ``sparse_categorical_crossentropy`` takes one class index per row; other losses take
-    ``prod(output_shape)`` values per row (a scalar when the model has one output).
 
-    Raises:
-        SchemaError: naming the column, the rule and the lengths found.
-    """
-    outputs = int(np.prod(output_shape, dtype=np.int64))
-    values = int(np.prod(label_shape, dtype=np.int64))
-    if loss_name == "sparse_categorical_crossentropy":
-        if label_shape not in ((), (1,)):
-            raise SchemaError(
-                f"label column {label_col!r} must hold one class index per row for sparse_categorical_crossentropy "
-                f"(use categorical_crossentropy for one-hot labels). Received {values} values per row"
-            )
-    elif values != outputs:
+def _check_stats(stats, features_col, label_col, size, input_shape, output_shape, loss, label_is_array: bool) -> tuple:
+    """Raise on what the check job found wrong; return the label's per-row shape."""
+    total = _total(stats, "rows")
+    if total == 0:
+        raise SchemaError(f"the DataFrame must have at least one row to fit on. Received: 0 rows in column {features_col!r}")
+    for column, prefix in ((features_col, "feature"), (label_col, "label")):
+        nulls = _total(stats, f"{prefix}_nulls")
+        if nulls:
+            raise SchemaError(f"column {column!r} must have no null values. Received: {nulls} null rows of {total}")
+        element_nulls = _total(stats, f"{prefix}_element_nulls")
+        if element_nulls:
+            raise SchemaError(f"column {column!r} must have no null elements. Received: {element_nulls} null elements in {total} rows")
+        nans = _total(stats, f"{prefix}_nans")
+        if nans:
+            raise SchemaError(f"column {column!r} must have no NaN values. Received: {nans} NaN values in {total} rows")
+    sizes = {s[k] for s in stats for k in ("feature_min_len", "feature_max_len") if s[k] is not None}
+    if sizes != {size}:
+        bad = sorted(sizes - {size})
         raise SchemaError(
-            f"label column {label_col!r} must hold {outputs} value(s) per row to match the model output shape "
-            f"{tuple(output_shape)} under loss {loss_name!r}. Received {values} per row"
-            + ("; for class indices use sparse_categorical_crossentropy" if values == 1 else "")
+            f"features column {features_col!r} must hold {size} values per row (the model input shape "
+            f"{tuple(input_shape)} has {size}). Received rows of {bad[0] if bad else sorted(sizes)} values"
         )
+    label_sizes = {s[k] for s in stats for k in ("label_min_len", "label_max_len") if s[k] is not None}
+    if len(label_sizes) != 1:
+        raise SchemaError(f"label column {label_col!r} must hold the same number of values in every row. Received lengths {sorted(label_sizes)}")
+    label_shape = (label_sizes.pop(),) if label_is_array else ()
+    loss.check_label_shape(label_col, label_shape, tuple(output_shape))
+    low = min(s["label_min"] for s in stats if s["label_min"] is not None)
+    high = max(s["label_max"] for s in stats if s["label_max"] is not None)
+    fractional = _total(stats, "label_fractional")
+    if loss.expects_class_index:
+        classes = int(output_shape[-1]) if output_shape else 1
+        if fractional or low < 0 or high > classes - 1:
+            raise SchemaError(
+                f"label column {label_col!r} must hold integer class indices in [0, {classes - 1}] for a model with "
+                f"{classes} outputs under loss {loss.name!r}. Received: values from {low:g} to {high:g}"
+                + (f", {fractional} of them not integers" if fractional else "")
+            )
+    elif loss.family in ("binary", "categorical") and (low < 0 or high > 1):
+        raise SchemaError(
+            f"label column {label_col!r} must hold values in [0, 1] under loss {loss.name!r} (one-hot or 0/1 labels; "
+            f"for class indices use sparse_categorical_crossentropy). Received: values from {low:g} to {high:g}"
+        )
+    return label_shape

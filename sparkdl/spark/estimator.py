@@ -16,9 +16,21 @@ from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
 from sparkdl.spark.data import prepare_training_data
+from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.spark.params import KerasEstimatorParams
 from sparkdl.spark.persistence import KerasStageIO
+
+
+# keras.Model.compile argument -> the Param that keeps it
+_COMPILE_PARAMS = {
+    "optimizer": "optimizer",
+    "loss": "loss",
+    "metrics": "metrics",
+    "weighted_metrics": "weightedMetrics",
+    "loss_weights": "lossWeights",
+    "jit_compile": "jitCompile",
+}
 
 
 def _print_epoch(epochs: int):
@@ -47,12 +59,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         optimizer: Keras optimizer as a name (``"adam"``), an object (``Adam(1e-3)``) or a config dict.
         loss: Keras loss as a name, an object, a function or a config dict.
         metrics: list of Keras metrics (names, objects or configs).
+        weightedMetrics, lossWeights, jitCompile: ``keras.Model.compile``'s ``weighted_metrics``,
+            ``loss_weights`` (a float, a list or a dict of floats) and ``jit_compile`` (True, False,
+            ``"auto"``), kept as Params and used on the executors.
+        initialModel: a fitted or loaded ``KerasModel`` to continue from (weights and optimizer
+            state), see :meth:`setInitialModel`.
         featuresCol: input column: numeric, ``array<numeric>`` or an ml/mllib vector with
             ``prod(input_shape)`` values per row, e.g. 784 for an input of shape ``(28, 28, 1)``;
             cast to the model input's dtype (float32 by default).
         labelCol: label column: numeric (class index or value) or ``array<numeric>``/vector (one-hot).
         predictionCol: output column of the fitted model (double).
-        probabilityCol: output column of class scores (``array<float>``, classifiers).
+        probabilityCol: class probabilities (a ``pyspark.ml.linalg`` DenseVector; ``array<double>`` with
+            ``scoreColumnType="array"``).
+        rawPredictionCol: raw class scores (DenseVector), as Spark's classifiers write them.
+        scoreColumnType: ``"vector"`` (default) or ``"array"``, the type of the two score columns.
         numWorkers: replicas and partitions (default 2).
         epochs: passes over the data (default 1).
         batchSize: rows per local step and per inference batch (default 32).
@@ -63,6 +83,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         verbose: 1 prints ``Epoch e/E - seconds - loss: ... - metric: ...`` per epoch; 0 is silent.
         roundTimeout: seconds a round may run before its jobs are cancelled (default 3600).
         task: ``"auto"``, ``"classification"`` or ``"regression"``, how ``transform`` reads outputs.
+        keepPartitioning: train on the input's own partitions, one worker each, instead of spreading
+            the rows round-robin over ``numWorkers`` partitions (default False: every worker gets rows
+            from every input partition, so label-sorted files do not give workers label-sorted shards).
 
     Raises (from ``fit``, before any training job):
         ConfigError: a missing model or loss, or a Param out of range.
@@ -82,9 +105,13 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         self,
         *,
         model=None,
+        initialModel=None,
         optimizer=None,
         loss=None,
         metrics=None,
+        weightedMetrics=None,
+        lossWeights=None,
+        jitCompile=None,
         featuresCol="features",
         labelCol="label",
         predictionCol="prediction",
@@ -99,6 +126,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         verbose=1,
         roundTimeout=3600.0,
         task="auto",
+        keepPartitioning=False,
+        rawPredictionCol="rawPrediction",
+        scoreColumnType="vector",
     ) -> None:
         super().__init__()
         self._spec = None
@@ -109,9 +139,13 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         self,
         *,
         model=None,
+        initialModel=None,
         optimizer=None,
         loss=None,
         metrics=None,
+        weightedMetrics=None,
+        lossWeights=None,
+        jitCompile=None,
         featuresCol="features",
         labelCol="label",
         predictionCol="prediction",
@@ -126,30 +160,98 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         verbose=1,
         roundTimeout=3600.0,
         task="auto",
+        keepPartitioning=False,
+        rawPredictionCol="rawPrediction",
+        scoreColumnType="vector",
     ) -> KerasEstimator:
-        """Set Params by keyword; ``model`` as in :meth:`setModel`. Returns ``self``."""
-        kwargs = dict(self._input_kwargs)
-        model = kwargs.pop("model", None)
+        """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
+        :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are
+        ignored. Returns ``self``."""
+        kwargs = {k: v for k, v in self._input_kwargs.items() if not (k in _COMPILE_PARAMS.values() and v is None)}
+        model, initial_model = kwargs.pop("model", None), kwargs.pop("initialModel", None)
+        self._set(**kwargs)
         if model is not None:
             self.setModel(model)
-            from sparkdl.keras.spec import compile_args_of
-
-            for key, value in compile_args_of(model).items():
-                if kwargs.get(key) is None and not self.isSet(getattr(self, key)):
-                    kwargs[key] = value
-        kwargs = {k: v for k, v in kwargs.items() if not (k in ("optimizer", "loss", "metrics") and v is None)}
-        return self._set(**kwargs)
+        if initial_model is not None:
+            self.setInitialModel(initial_model)
+        return self
 
     def setModel(self, model) -> KerasEstimator:
-        """Use ``model`` (a built ``keras.Model``): its architecture and current weights are the start point.
+        """Use ``model`` (a built ``keras.Model``): its architecture and current weights are the start
+        point, with fresh optimizer state (an earlier :meth:`setInitialModel`'s state is dropped).
+
+        A compiled ``model`` supplies each compile Param not set yet (``optimizer``, ``loss``,
+        ``metrics``, ``weightedMetrics``, ``lossWeights``, ``jitCompile``), as the constructor does;
+        ``jitCompile`` is the value Keras resolved at compile time.
 
         Raises:
             ConfigError: when ``model`` is not a built single-input, single-output ``keras.Model``.
         """
-        from sparkdl.keras.spec import ModelSpec
+        from sparkdl.keras.spec import ModelSpec, compile_args_of
 
         self._spec = ModelSpec.from_model(model)
+        self._optimizer_state, self._optimizer_state_source = None, None
+        for keras_name, value in compile_args_of(model).items():
+            if not self.isSet(getattr(self, _COMPILE_PARAMS[keras_name])):
+                self._set(**{_COMPILE_PARAMS[keras_name]: value})
         return self
+
+    def setInitialModel(self, model: KerasModel) -> KerasEstimator:
+        """Continue training from a fitted (or loaded) ``KerasModel``: its weights and its optimizer
+        state (e.g. Adam's moments and iteration counter) are the start point of the next ``fit``.
+
+        Without a ``model`` set, the estimator takes ``model``'s architecture too; with one, the two
+        must have the same weights (count, shapes and dtypes, in order), and the estimator's
+        architecture is kept with ``model``'s weights. Compile Params not set yet are taken from
+        ``model``. The optimizer must be of the class that produced the state (checked now and again
+        at ``fit``, before any job); its learning rate is the estimator's own. Fitting one epoch and
+        continuing one more with ``numWorkers=1``, ``shuffle=False`` equals fitting two epochs.
+        Also the ``initialModel=`` keyword of the constructor.
+
+        Raises:
+            ConfigError: when ``model`` is not a KerasModel holding a model, its weights do not
+                match the estimator's model, or its optimizer state does not fit the optimizer.
+        """
+        if not isinstance(model, KerasModel) or model._spec is None:
+            raise ConfigError(
+                f"initialModel must be a KerasModel from fit() or KerasModel.load(). Received: {type(model).__name__}"
+                + (" without a model" if isinstance(model, KerasModel) else "")
+            )
+        spec = model._spec
+        if self._spec is not None:
+            mine = [(a.shape, a.dtype) for a in self._spec.weight_arrays()]
+            theirs = [(a.shape, a.dtype) for a in spec.weight_arrays()]
+            if mine != theirs or (self._spec.input_shape, self._spec.output_shape) != (spec.input_shape, spec.output_shape):
+                raise ConfigError(
+                    "initialModel must have the architecture of the estimator's model (the same weight shapes and "
+                    f"dtypes, in order). Received: weights {[(tuple(s), str(d)) for s, d in theirs]} where the model has "
+                    f"{[(tuple(s), str(d)) for s, d in mine]}"
+                )
+            spec = self._spec.with_weights(spec.weight_arrays())
+        for name in _COMPILE_PARAMS.values():
+            param = getattr(self, name)
+            if not self.isSet(param) and model.isSet(name):
+                self._set(**{name: model.getOrDefault(name)})
+        self._spec = spec
+        state = model._optimizer_state
+        self._optimizer_state = None if state is None else list(state)
+        self._optimizer_state_source = None if state is None else model._state_optimizer()
+        if state is not None and self.isDefined(self.loss):
+            self._initial_state(spec, self._compile_spec())
+        return self
+
+    def _initial_state(self, spec, compile_spec) -> ModelState:
+        """The weights and optimizer state a fit starts from: ``spec``'s weights, and the initial
+        model's optimizer state (``None``, a fresh optimizer, without one) checked against
+        ``compile_spec`` on the driver, with ``compile_spec``'s learning rate.
+
+        Raises:
+            ConfigError: when the optimizer state does not fit ``compile_spec``'s optimizer.
+        """
+        if self._optimizer_state is None:
+            return ModelState(spec.weight_arrays(), None)
+        model = compile_spec.compile(spec.build(), self._optimizer_state, self._optimizer_state_source)
+        return ModelState(spec.weight_arrays(), [variable.numpy() for variable in model.optimizer.variables])
 
     def getKerasModel(self):
         """A new ``keras.Model`` with the estimator's initial weights (``None`` when no model was given)."""
@@ -166,17 +268,19 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             shuffle=self.getShuffle(),
             verbose=self.getVerbose(),
             round_timeout_s=self.getRoundTimeout(),
+            keep_partitioning=self.getKeepPartitioning(),
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
-        from sparkdl.keras.spec import CompileSpec, infer_task
+        from sparkdl.keras.spec import infer_task
 
         config = self._fit_config()
         if self._spec is None:
             raise ConfigError("KerasEstimator needs a model: pass model=keras_model or call setModel(). Received: no model")
         if not self.isDefined(self.loss):
             raise ConfigError("KerasEstimator needs a loss (a name, a keras.losses.Loss or a config). Received: no loss")
-        compile_spec = CompileSpec(self.getOptimizer(), self.getLoss(), tuple(self.getMetrics()))
+        compile_spec = self._compile_spec()
+        start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
         policy = get_policy(config.mode)
         backend = get_backend(config.backend)
         spark = dataset.sparkSession
@@ -189,25 +293,43 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 f"a classifier must output shape (classes,) per row. Received: {spec.output_shape}; "
                 "pass task='regression' to get the raw outputs"
             )
+        fit_id = uuid.uuid4().hex
+        loss = compile_spec.loss_info
         data = prepare_training_data(
             dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,
-            compile_spec.loss_name(), config.num_workers,
+            loss, config.num_workers, keep_partitioning=config.keep_partitioning,
+            run_job=lambda action, description: run_job(spark, action, description, f"sparkdl-{fit_id}-check", config.round_timeout_s),
         )
         try:
+            workers = len(data.partition_rows)
+            if config.keep_partitioning and workers != config.num_workers:
+                warnings.warn(
+                    f"keepPartitioning=True: training with {workers} workers, one per partition of the input as "
+                    f"executed, not numWorkers={config.num_workers}",
+                    stacklevel=2,
+                )
+            if data.total_rows < workers:
+                warnings.warn(
+                    f"numWorkers={workers} is larger than the {data.total_rows} rows of the input: "
+                    f"{workers - data.total_rows} workers will have no rows to train on",
+                    stacklevel=2,
+                )
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-            job = TrainJob(uuid.uuid4().hex, spec, compile_spec, data, plan, config)
+            job = TrainJob(fit_id, spec, compile_spec, data, plan, config)
             report = _print_epoch(config.epochs) if config.verbose else None
-            result = backend.run(job, policy, ModelState(spec.weight_arrays(), None), on_epoch_end=report)
+            result = backend.run(job, policy, start, on_epoch_end=report)
         finally:
             data.df.unpersist()
         fit_info = {
+            "fit_id": fit_id,
             "rounds": result.rounds,
             "rounds_per_epoch": plan.rounds_per_epoch,
             "local_steps": plan.tau,
             "epoch_seconds": result.epoch_seconds,
             "partition_rows": list(data.partition_rows),
+            "rows": data.total_rows,
         }
-        model = KerasModel._from_fit(spec.with_weights(result.state.weights), result.history, fit_info)
+        model = KerasModel._from_fit(spec.with_weights(result.state.weights), result.history, fit_info, optimizer_state=result.state.optimizer)
         self._copyValues(model)
         model._set(task=task)
         return model

@@ -1,11 +1,24 @@
 """``KerasModel.transform``: batched inference on the executors through ``mapInArrow``.
 
 Each task converts each incoming Arrow batch to numpy, predicts in batches of ``batchSize``
-rows with a model built once per Python worker, and appends ``prediction`` (and
-``probability``) to the same batch. Rows never leave their batch, so row order, row count
-and the row-to-prediction pairing are exact for any input: no ``zip``, no repartition,
-no collect to the driver. Input columns travel by position, so names with dots or
-duplicate names (after a join) pass through unchanged.
+rows with a model built once per Python worker, and appends ``prediction`` (and, for
+classifiers, ``rawPrediction`` and ``probability``) to the same batch. Rows never leave their
+batch, so row order, row count and the row-to-prediction pairing are exact for any input: no
+``zip``, no repartition, no collect to the driver. Input columns travel by position, so names
+with dots or duplicate names (after a join) pass through unchanged.
+
+Which columns a loss and task give, and their values, is decided by the loss family
+(:class:`sparkdl.keras.losses.LossInfo`); the output schema is known on the driver without a job.
+``rawPrediction`` and ``probability`` are ``pyspark.ml.linalg`` DenseVector columns (VectorUDT),
+as Spark's own classifiers write them, built in Arrow as VectorUDT's struct
+(``type=1`` dense, ``size`` and ``indices`` null, ``values`` a list of doubles), or
+``array<double>`` columns on request.
+
+Bad feature rows (nulls, null elements, wrong lengths) can only be seen in the data, so
+``transform`` runs one aggregate job over the features column before it returns (no Python
+workers: Spark SQL expressions only) and raises :class:`~sparkdl.errors.SchemaError` with the
+counts for the whole input. Scoring itself stays lazy. A streaming DataFrame skips that job;
+its tasks raise ``SchemaError`` for the first bad batch, naming the partition.
 """
 
 from __future__ import annotations
@@ -16,94 +29,251 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.broadcast import Broadcast
+from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkdl.errors import SchemaError
+from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import column_to_numpy
-from sparkdl.spark.data import ColumnSpec, as_array, check_feature_column
+from sparkdl.spark.data import ColumnSpec, as_array, check_feature_column, col
 
 _TMP_FEATURES = "__sparkdl_features"
+_DENSE = 1  # VectorUDT's type code of a dense vector
+
+
+@dataclass(frozen=True)
+class OutputColumns:
+    """Names of the columns ``transform`` adds; an empty ``raw_prediction`` or ``probability``
+    name leaves that column out (as in Spark's classifiers).
+
+    Attributes:
+        prediction: the prediction column (always written).
+        raw_prediction: the raw class scores column of classifiers, or ``""``.
+        probability: the class probabilities column of classifiers, or ``""``.
+        vectors: write scores as ``pyspark.ml.linalg`` DenseVector (True) or ``array<double>`` (False).
+    """
+
+    prediction: str
+    raw_prediction: str = "rawPrediction"
+    probability: str = "probability"
+    vectors: bool = True
 
 
 @dataclass(frozen=True)
 class PredictSpec:
-    """Plain values an inference task needs; ``output_names`` are the (positional) output column names."""
+    """Plain values an inference task needs; ``output_names`` are the (positional) output column names.
+
+    ``spec`` is the architecture only: the weights travel in ``weights`` (a Spark broadcast of their
+    Arrow IPC bytes, one per model, see :func:`weights_broadcast`), and ``model_key`` is the full
+    model's digest, the workers' cache key. ``custom_objects`` are the driver's registered Keras objects.
+    """
 
     spec: ModelSpec
+    weights: Broadcast
+    model_key: str
+    custom_objects: dict
     features: ColumnSpec
     batch_size: int
     task: str
-    from_logits: bool
+    loss: LossInfo
+    write_raw: bool
+    write_probability: bool
+    vectors: bool
     output_names: tuple[str, ...]
 
 
-def _list_column(values: np.ndarray, value_type: pa.DataType) -> pa.Array:
-    flat = pa.array(values.reshape(-1), value_type)
-    return pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(pa.list_(value_type))
+def _list_column(values: np.ndarray) -> pa.Array:
+    """``(rows, k)`` float64 values as an Arrow ``list<double>`` column."""
+    rows, k = values.shape
+    offsets = pa.array(np.arange(0, rows * k + 1, k, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(values, np.float64).reshape(-1)))
+
+
+def _vector_column(values: np.ndarray) -> pa.Array:
+    """``(rows, k)`` values as VectorUDT's Arrow struct of dense vectors."""
+    rows = len(values)
+    return pa.StructArray.from_arrays(
+        [
+            pa.array(np.full(rows, _DENSE, np.int8)),
+            pa.nulls(rows, pa.int32()),
+            pa.nulls(rows, pa.list_(pa.int32())),
+            _list_column(values),
+        ],
+        names=["type", "size", "indices", "values"],
+    )
+
+
+def _score_type(vectors: bool) -> T.DataType:
+    return VectorUDT() if vectors else T.ArrayType(T.DoubleType(), containsNull=False)
 
 
 def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Append predictions to every record batch of a partition, rows in input order."""
+    """Append predictions to every record batch of a partition, rows in input order.
+
+    Raises:
+        SchemaError: a batch with null or wrongly sized feature rows (the partition is named).
+    """
     from sparkdl.keras import runtime
 
-    runtime.configure(TaskContext.get().cpus())
-    from sparkdl.keras.predict import cached_model, predict_array, to_spark_outputs
+    context = TaskContext.get()
+    runtime.configure(context.cpus())
+    from sparkdl.keras.custom_objects import register
+    from sparkdl.keras.predict import cached_model, predict_array
 
-    model = cached_model(job.spec)
+    register(job.custom_objects)
+    model = cached_model(job.spec, weights=job.weights.value, key=job.model_key)
+    scores = _vector_column if job.vectors else _list_column
     for batch in batches:
         inputs = batch.num_columns - 1  # the temporary features column comes last
-        x = column_to_numpy(batch.column(inputs), job.features.source, job.features.shape, job.features.dtype)
-        prediction, probability = to_spark_outputs(predict_array(model, x, job.batch_size), job.task, job.from_logits)
+        try:
+            x = column_to_numpy(batch.column(inputs), job.features.source, job.features.shape, job.features.dtype)
+        except SchemaError as exc:
+            raise SchemaError(f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows: {exc}") from None
+        out = job.loss.spark_outputs(predict_array(model, x, job.batch_size), job.task)
         columns = [batch.column(i) for i in range(inputs)]
-        columns.append(_list_column(prediction, pa.float64()) if prediction.ndim == 2 else pa.array(prediction, pa.float64()))
-        if probability is not None:
-            columns.append(_list_column(probability, pa.float32()))
+        columns.append(_list_column(out.prediction) if out.prediction.ndim == 2 else pa.array(out.prediction, pa.float64()))
+        if job.write_raw:
+            columns.append(scores(out.raw))
+        if job.write_probability:
+            columns.append(scores(out.probability))
         yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
+
+
+_broadcasts: dict[tuple[int, str], Broadcast] = {}
+
+
+def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
+    """The Spark broadcast of ``spec``'s Arrow IPC weights: one per model digest and SparkContext.
+
+    Every ``transform`` of a model, and of its copies and reloads, reuses it, so scoring leaves no
+    temp file per call (PySpark turns a task closure over 1 MB into a broadcast it never deletes).
+    It lives as long as the SparkContext: a lazy DataFrame from ``transform`` may be run at any
+    later time, long after the ``KerasModel`` that made it is gone.
+    """
+    key = (id(sc), spec.digest)
+    if key not in _broadcasts:
+        _broadcasts[key] = sc.broadcast(spec.weights)
+    return _broadcasts[key]
+
+
+def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple, input_dtype: str, source: str | None = None) -> None:
+    """Count null, null-element and wrongly sized feature rows of the whole input in one job.
+
+    The job runs Spark SQL expressions only (no Python workers) and is skipped where the schema
+    already rules the errors out (a non-nullable numeric column for a one-value input) and for
+    streaming DataFrames. ``source`` is the user's name of the column, for messages.
+
+    Raises:
+        SchemaError: naming the column, the rule and the counts over all rows.
+    """
+    source = source or features_col
+    size = int(np.prod(input_shape, dtype=np.int64))
+    field = df.schema[features_col]
+    scalar = isinstance(field.dataType, (T.NumericType, T.BooleanType))
+    if scalar and size != 1:
+        raise SchemaError(
+            f"features column {source!r} must hold {size} values per row (the model input shape "
+            f"{tuple(input_shape)}); a numeric column holds one. Received: {field.dataType.simpleString()}"
+        )
+    if (scalar and not field.nullable) or df.isStreaming:
+        return
+    values = as_array(df, features_col, input_dtype)
+    present = col(features_col).isNotNull()
+    wrong = present & (F.size(values) != F.lit(size))
+    counts = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(~present, 1)).alias("nulls"),
+        F.count(F.when(present & F.exists(values, lambda v: v.isNull()), 1)).alias("element_nulls"),
+        F.count(F.when(wrong, 1)).alias("wrong"),
+        F.min(F.when(wrong, F.size(values))).alias("shortest"),
+        F.max(F.when(wrong, F.size(values))).alias("longest"),
+    ).first()
+    problems = []
+    if counts["nulls"]:
+        problems.append(f"{counts['nulls']} null rows")
+    if counts["element_nulls"]:
+        problems.append(f"{counts['element_nulls']} rows with null elements")
+    if counts["wrong"]:
+        lengths = sorted({counts["shortest"], counts["longest"]})
+        problems.append(f"{counts['wrong']} rows of {' to '.join(map(str, lengths))} values")
+    if problems:
+        raise SchemaError(
+            f"features column {source!r} must hold {size} non-null values per row (the model input shape "
+            f"{tuple(input_shape)}) to be scored. Received: {', '.join(problems)} in {counts['rows']} rows"
+        )
 
 
 def transform(
     df: DataFrame,
     spec: ModelSpec,
     features_col: str,
-    prediction_col: str,
-    probability_col: str,
+    columns: OutputColumns,
     batch_size: int,
     task: str,
-    from_logits: bool = False,
+    loss: LossInfo,
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
-    Output columns: every input column, then ``prediction_col`` (double; ``array<double>`` for a
-    regressor with several outputs) and, for classifiers, ``probability_col`` (``array<float>``).
+    Output columns: every input column, then ``columns.prediction`` (double; ``array<double>`` for a
+    regressor with several outputs or a multi-label classifier's 0/1 decisions) and, for
+    classifiers, ``columns.raw_prediction`` and ``columns.probability`` (DenseVector, or
+    ``array<double>`` when ``columns.vectors`` is False) where :meth:`LossInfo.layout` has them.
+
+    Args:
+        df: the DataFrame to score.
+        spec: the trained model.
+        features_col: numeric, ``array<numeric>`` or vector column of ``prod(spec.input_shape)`` values.
+        columns: names and type of the output columns.
+        batch_size: rows per ``predict_on_batch`` call.
+        task: ``"classification"`` or ``"regression"`` (already inferred).
+        loss: the loss family that turns outputs into columns.
 
     Raises:
-        SchemaError: a missing or mistyped features column, or an output column that already exists.
+        SchemaError: a missing or mistyped features column, an output column that already exists
+            (or two with one name), or null or wrongly sized feature rows (counted over the input,
+            one aggregate job).
     """
     check_feature_column(df, features_col)
-    classifier = task == "classification"
-    for name in (prediction_col, probability_col) if classifier else (prediction_col,):
-        if name in df.columns:
-            raise SchemaError(f"output column {name!r} must not exist in the input DataFrame. Received columns: {df.columns}")
     outputs = int(np.prod(spec.output_shape, dtype=np.int64))
-    prediction_type = T.DoubleType() if classifier or outputs == 1 else T.ArrayType(T.DoubleType(), containsNull=False)
-    fields = list(df.schema.fields) + [T.StructField(prediction_col, prediction_type, nullable=False)]
-    if classifier:
-        fields.append(T.StructField(probability_col, T.ArrayType(T.FloatType(), containsNull=False), nullable=False))
+    layout: OutputLayout = loss.layout(task, outputs)
+    write_raw = bool(layout.raw_width and columns.raw_prediction)
+    write_probability = bool(layout.probability_width and columns.probability)
+    added = [columns.prediction] + [columns.raw_prediction] * write_raw + [columns.probability] * write_probability
+    for name in added:
+        if name in df.columns or added.count(name) > 1:
+            raise SchemaError(
+                f"output column {name!r} must not exist in the input DataFrame nor be given twice. "
+                f"Received columns: {df.columns}, output columns: {added}"
+            )
+    prediction_type = T.DoubleType() if layout.prediction_width == 0 else T.ArrayType(T.DoubleType(), containsNull=False)
+    fields = list(df.schema.fields) + [T.StructField(columns.prediction, prediction_type, nullable=False)]
+    fields += [T.StructField(name, _score_type(columns.vectors), nullable=False) for name in added[1:]]
     # Columns travel under positional names and get their own names back afterwards: mapInArrow
     # resolves input names as expressions (dots break) and matches output names (duplicates break).
     names = [f"_{i}" for i in range(len(fields))]
     positional = df.toDF(*names[: len(df.columns)])
+    from sparkdl.keras.custom_objects import registered
+
     job = PredictSpec(
-        spec=spec,
+        spec=spec.architecture_only(),
+        weights=weights_broadcast(df.sparkSession.sparkContext, spec),
+        model_key=spec.digest,
+        custom_objects=registered(),
         features=ColumnSpec(_TMP_FEATURES, tuple(spec.input_shape), spec.input_dtype, features_col),
         batch_size=batch_size,
         task=task,
-        from_logits=from_logits,
+        loss=loss,
+        write_raw=write_raw,
+        write_probability=write_probability,
+        vectors=columns.vectors,
         output_names=tuple(names),
     )
     features = names[df.columns.index(features_col)]
+    check_feature_rows(positional, features, tuple(spec.input_shape), spec.input_dtype, source=features_col)
     with_features = positional.withColumn(_TMP_FEATURES, as_array(positional, features, spec.input_dtype))
     schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
     scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)

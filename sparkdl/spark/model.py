@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 from pyspark.ml import Model
+from pyspark.ml.linalg import DenseVector, Vector
+from pyspark.mllib.linalg import Vector as MLlibVector
 from pyspark.sql import DataFrame
 
-from sparkdl.errors import ConfigError
-from sparkdl.spark.inference import transform
+from sparkdl.errors import ConfigError, SchemaError
+from sparkdl.spark.inference import OutputColumns, transform
 from sparkdl.spark.params import KerasSharedParams
 from sparkdl.spark.persistence import KerasStageIO
 
@@ -18,10 +21,19 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
     input column kept, in the same rows and order, plus:
 
     - ``predictionCol`` (double): the class index for a classifier (argmax; ``p >= 0.5`` for a
-      single sigmoid output), the output value for a regressor (``array<double>`` when the
-      regressor has several outputs);
-    - ``probabilityCol`` (``array<float>``, classifiers only): the class scores, shape
-      ``(classes,)``; ``[1 - p, p]`` for a single sigmoid output.
+      single sigmoid output; margin > 0 for hinge losses), the output value for a regressor
+      (``array<double>`` when the regressor has several outputs; a multi-label classifier, binary
+      cross-entropy with k > 1 outputs, writes ``array<double>`` of k 0/1 decisions);
+    - ``rawPredictionCol`` (classifiers): the class scores, a ``pyspark.ml.linalg`` DenseVector
+      (``[-z, z]`` for one logit or margin, ``[1 - p, p]`` for one sigmoid output, else the k outputs);
+    - ``probabilityCol`` (classifiers whose outputs are probabilities, not hinge losses): class
+      probabilities in [0, 1] as a DenseVector of k (``[1 - p, p]`` for one output; softmax or
+      sigmoid of logits when the loss has ``from_logits=True``).
+
+    The loss family decides these rules (:mod:`sparkdl.keras.losses`); ``scoreColumnType="array"``
+    writes ``array<double>`` instead of vectors, and an empty ``rawPredictionCol`` or
+    ``probabilityCol`` leaves that column out. ``numClasses``, ``predict``, ``predictRaw`` and
+    ``predictProbability`` score single rows on the driver, as Spark's classification models do.
 
     Features are read from ``featuresCol`` as in :class:`~sparkdl.spark.estimator.KerasEstimator`
     (numeric, ``array<numeric>`` or vector, ``prod(input_shape)`` values per row, cast to the
@@ -31,8 +43,14 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         history: per-epoch training metrics, as ``keras.callbacks.History.history``:
             ``{"loss": [0.41, 0.18], "accuracy": [0.87, 0.94]}``.
         fitInfo: ``{"rounds": int, "epoch_seconds": [...], "partition_rows": [...]}`` of the fit.
+        optimizerState: the fit's final optimizer state, the values of the Keras model's
+            ``optimizer.variables`` in order (iteration counter int64 ``()``, learning rate, e.g.
+            Adam's moments shaped like the weights), or ``None``; saved as ``optimizer.arrow`` and
+            the start of a continued fit (``KerasEstimator(initialModel=this_model)``).
 
-    Persistence: ``save(path)`` / ``KerasModel.load(path)``, JSON metadata plus ``model.keras``.
+    Persistence: ``save(path)`` / ``KerasModel.load(path)`` on any Hadoop filesystem: ``model.keras``,
+    ``optimizer.arrow`` (the optimizer state) and JSON metadata written last
+    (:mod:`sparkdl.spark.persistence`); ``model.write().overwrite().save(path)`` replaces a save.
     """
 
     _requires_model = True
@@ -43,48 +61,151 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         self.history: dict[str, list[float]] = {}
         self.fitInfo: dict = {}
 
+    @property
+    def optimizerState(self) -> list | None:
+        """The fit's final optimizer state (a new list of numpy arrays), or ``None``."""
+        return None if self._optimizer_state is None else list(self._optimizer_state)
+
     @classmethod
-    def _from_fit(cls, spec, history: dict, fit_info: dict) -> KerasModel:
+    def _from_fit(cls, spec, history: dict, fit_info: dict, optimizer_state: list | None = None) -> KerasModel:
         model = cls()
         model._spec = spec
+        model._optimizer_state = None if optimizer_state is None else list(optimizer_state)
         model.history = history
         model.fitInfo = fit_info
         return model
 
     def getKerasModel(self):
-        """A new ``keras.Model`` with the trained weights, compiled with the fit's optimizer, loss and metrics.
+        """A new ``keras.Model`` with the trained weights, compiled with the fit's compile arguments
+        (optimizer, loss, metrics, weighted metrics, loss weights, jit_compile), its optimizer built
+        and holding the fit's final state (``optimizer.iterations`` = the fit's steps) when there is one.
 
         Raises:
             ConfigError: when this KerasModel holds no model (built without fit or load).
         """
         if self._spec is None:
             raise ConfigError("KerasModel must come from fit() or load() to hold a Keras model. Received: an empty KerasModel")
-        from sparkdl.keras.spec import CompileSpec
-
         model = self._spec.build()
         if self.isDefined(self.loss):
-            CompileSpec(self.getOptimizer(), self.getLoss(), tuple(self.getMetrics())).compile(model)
+            self._compile_spec().compile(model, self._optimizer_state, self._state_optimizer())
         return model
 
-    def _transform(self, dataset: DataFrame) -> DataFrame:
+    def _require_model(self, action: str) -> None:
         if self._spec is None:
-            raise ConfigError("KerasModel must come from fit() or load() before transform. Received: an empty KerasModel")
-        from sparkdl.keras.spec import CompileSpec, infer_task
+            raise ConfigError(f"KerasModel must come from fit() or load() before {action}. Received: an empty KerasModel")
 
-        compile_spec = CompileSpec(self.getOptimizer(), self.getLoss(), tuple(self.getMetrics())) if self.isDefined(self.loss) else None
-        task = self.getTask()
-        if task == "auto":
-            task = infer_task(task, compile_spec) if compile_spec is not None else "regression"
-        return transform(
-            dataset, self._spec, self.getFeaturesCol(), self.getPredictionCol(), self.getProbabilityCol(), self.getBatchSize(),
-            task, from_logits=compile_spec is not None and compile_spec.from_logits(),
+    def _loss_and_task(self):
+        """The loss family (:class:`~sparkdl.keras.losses.LossInfo`) and the inferred task."""
+        from sparkdl.keras.losses import LossInfo, describe_loss
+
+        info = describe_loss(self.getLoss()) if self.isDefined(self.loss) else LossInfo()
+        return info, info.infer_task(self.getTask())
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        self._require_model("transform")
+        info, task = self._loss_and_task()
+        columns = OutputColumns(
+            self.getPredictionCol(), self.getRawPredictionCol(), self.getProbabilityCol(), self.getScoreColumnType() == "vector"
         )
+        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info)
+
+    def _outputs(self) -> int:
+        return int(np.prod(self._spec.output_shape, dtype=np.int64))
+
+    def _classifier(self, action: str):
+        self._require_model(action)
+        info, task = self._loss_and_task()
+        if task != "classification":
+            raise ConfigError(
+                f"{action} needs a classifier (a cross-entropy, hinge or KL-divergence loss, or task='classification'). "
+                f"Received: task {task!r} with loss {info.name!r}"
+            )
+        return info, task
+
+    @property
+    def numClasses(self) -> int:
+        """Classes of this classifier, as Spark's ``ClassificationModel.numClasses``: the output
+        width k, 2 for a single output (a sigmoid or a hinge margin), k labels for multi-label.
+
+        Raises:
+            ConfigError: for a regressor, or an empty KerasModel.
+        """
+        info, _ = self._classifier("numClasses")
+        return info.num_classes(self._outputs())
+
+    def _score_one(self, features, action: str):
+        """Model outputs of one row scored on the driver, through the loss family's transform."""
+        self._require_model(action)
+        from sparkdl.keras.predict import cached_model, predict_array
+
+        size = int(np.prod(self._spec.input_shape, dtype=np.int64))
+        values = features.toArray() if isinstance(features, (Vector, MLlibVector)) else features
+        try:
+            x = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"features must be a vector or a list of numbers. Received: {type(features).__name__} ({exc})") from exc
+        if x.size != size:
+            raise SchemaError(
+                f"features must hold {size} numbers (the model input shape {tuple(self._spec.input_shape)}). "
+                f"Received: {x.size} values of shape {x.shape}"
+            )
+        x = x.reshape((1, *self._spec.input_shape)).astype(self._spec.input_dtype)
+        info, task = self._loss_and_task()
+        return info.spark_outputs(predict_array(cached_model(self._spec), x, 1), task)
+
+    def predict(self, features) -> float | list[float]:
+        """The ``prediction`` of one row, computed on the driver as ``transform`` computes it.
+
+        Args:
+            features: a ``pyspark.ml.linalg`` (or mllib) Vector, or a list/array of
+                ``prod(input_shape)`` numbers, e.g. 784 for an input of ``(28, 28, 1)``.
+
+        Returns:
+            A float (the class index of a classifier, the value of a one-output regressor), or a
+            list of floats (multi-label 0/1 decisions, a multi-output regressor's values).
+
+        Raises:
+            SchemaError: features of the wrong length or not numeric.
+            ConfigError: an empty KerasModel.
+        """
+        out = self._score_one(features, "predict")
+        return float(out.prediction[0]) if out.prediction.ndim == 1 else out.prediction[0].tolist()
+
+    def predictRaw(self, features) -> DenseVector:
+        """The ``rawPrediction`` of one row (class scores; see :mod:`sparkdl.keras.losses`).
+
+        Raises:
+            ConfigError: for a regressor, or an empty KerasModel.
+            SchemaError: features of the wrong length or not numeric.
+        """
+        self._classifier("predictRaw")
+        return DenseVector(self._score_one(features, "predictRaw").raw[0])
+
+    def predictProbability(self, features) -> DenseVector:
+        """The ``probability`` of one row: k class probabilities in [0, 1] (``[1 - p, p]`` for one output).
+
+        Raises:
+            ConfigError: for a regressor, a hinge-loss classifier (margins are not probabilities),
+                or an empty KerasModel.
+            SchemaError: features of the wrong length or not numeric.
+        """
+        info, task = self._classifier("predictProbability")
+        if not info.layout(task, self._outputs()).probability_width:
+            raise ConfigError(
+                "predictProbability needs a loss whose outputs are probabilities (cross-entropy, KL divergence, or a "
+                f"regression loss with task='classification'); hinge losses give margins. Received: loss {info.name!r}"
+            )
+        return DenseVector(self._score_one(features, "predictProbability").probability[0])
 
     def copy(self, extra=None) -> KerasModel:
         that = super().copy(extra)
         that.history = {k: list(v) for k, v in self.history.items()}
+        that._optimizer_state = self.optimizerState
         that.fitInfo = dict(self.fitInfo)
         return that
+
+    def _state_optimizer(self):
+        return self.getOptimizer()  # the fit's optimizer produced the state
 
     def _extra_metadata(self) -> dict:
         return {"history": self.history, "fitInfo": self.fitInfo}

@@ -12,12 +12,14 @@ from pyspark.ml.param.shared import (
     HasLabelCol,
     HasPredictionCol,
     HasProbabilityCol,
+    HasRawPredictionCol,
     HasSeed,
 )
 
 from sparkdl.errors import ConfigError
 
 TASKS = ("auto", "classification", "regression")
+SCORE_COLUMN_TYPES = ("vector", "array")
 
 
 def _optional_int(value):
@@ -95,7 +97,86 @@ class HasCompileParams(Params):
         return self._set(metrics=value)
 
 
-class KerasSharedParams(HasFeaturesCol, HasPredictionCol, HasProbabilityCol, HasBatchSize, HasTask, HasCompileParams):
+def _compile_spec_converter(name: str):
+    def convert(value):
+        from sparkdl.keras.spec import CompileSpec
+
+        return getattr(CompileSpec, f"normalize_{name}")(value)
+
+    return convert
+
+
+class HasCompileOptions(Params):
+    """The other kept ``keras.Model.compile`` arguments: ``weighted_metrics``, ``loss_weights``, ``jit_compile``.
+
+    Stored as JSON-able Params, so ``save``/``load`` keep them, and sent to the executors in the
+    :class:`~sparkdl.keras.spec.CompileSpec` that :meth:`_compile_spec` builds.
+    """
+
+    weightedMetrics = Param(
+        Params._dummy(), "weightedMetrics", "Keras weighted_metrics: list of names, objects or configs", _compile_converter("metrics")
+    )
+    lossWeights = Param(
+        Params._dummy(), "lossWeights", "Keras loss_weights: None, a float, a list of floats or a dict output name -> float",
+        _compile_spec_converter("loss_weights"),
+    )
+    jitCompile = Param(
+        Params._dummy(), "jitCompile", "Keras jit_compile: True, False or 'auto' (XLA compilation of the train step)",
+        _compile_spec_converter("jit_compile"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(weightedMetrics=[], lossWeights=None, jitCompile="auto")
+
+    def getWeightedMetrics(self) -> list:
+        return self.getOrDefault(self.weightedMetrics)
+
+    def getLossWeights(self):
+        return self.getOrDefault(self.lossWeights)
+
+    def getJitCompile(self):
+        return self.getOrDefault(self.jitCompile)
+
+    def setWeightedMetrics(self, value):
+        return self._set(weightedMetrics=value)
+
+    def setLossWeights(self, value):
+        return self._set(lossWeights=value)
+
+    def setJitCompile(self, value):
+        return self._set(jitCompile=value)
+
+    def _compile_spec(self):
+        """The :class:`~sparkdl.keras.spec.CompileSpec` of every kept compile Param (``loss`` must be defined)."""
+        from sparkdl.keras.spec import CompileSpec
+
+        return CompileSpec(
+            self.getOrDefault("optimizer"), self.getOrDefault("loss"), tuple(self.getOrDefault("metrics")),
+            tuple(self.getWeightedMetrics()), self.getLossWeights(), self.getJitCompile(),
+        )
+
+
+class HasScoreColumnType(Params):
+    scoreColumnType = Param(
+        Params._dummy(),
+        "scoreColumnType",
+        "type of the rawPrediction and probability columns: 'vector' (pyspark.ml.linalg DenseVector, as Spark's "
+        "classifiers write them and its evaluators read them) or 'array' (array<double>)",
+        _choice("scoreColumnType", SCORE_COLUMN_TYPES),
+    )
+
+    def getScoreColumnType(self) -> str:
+        return self.getOrDefault(self.scoreColumnType)
+
+    def setScoreColumnType(self, value: str):
+        return self._set(scoreColumnType=value)
+
+
+class KerasSharedParams(
+    HasFeaturesCol, HasPredictionCol, HasRawPredictionCol, HasProbabilityCol, HasScoreColumnType, HasBatchSize, HasTask, HasCompileParams,
+    HasCompileOptions,
+):
     """Params that the estimator and its fitted model share (copied from one to the other on fit)."""
 
     def __init__(self) -> None:
@@ -103,7 +184,9 @@ class KerasSharedParams(HasFeaturesCol, HasPredictionCol, HasProbabilityCol, Has
         self._setDefault(
             featuresCol="features",
             predictionCol="prediction",
+            rawPredictionCol="rawPrediction",
             probabilityCol="probability",
+            scoreColumnType="vector",
             batchSize=32,
             task="auto",
             optimizer="adam",
@@ -118,6 +201,9 @@ class KerasSharedParams(HasFeaturesCol, HasPredictionCol, HasProbabilityCol, Has
 
     def setProbabilityCol(self, value: str):
         return self._set(probabilityCol=value)
+
+    def setRawPredictionCol(self, value: str):
+        return self._set(rawPredictionCol=value)
 
 
 class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
@@ -135,6 +221,13 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     shuffle = Param(Params._dummy(), "shuffle", "shuffle each partition's rows every epoch (seeded)", TypeConverters.toBoolean)
     verbose = Param(Params._dummy(), "verbose", "0 silent, 1 one line per epoch", TypeConverters.toInt)
     roundTimeout = Param(Params._dummy(), "roundTimeout", "seconds a round may take before it is cancelled", TypeConverters.toFloat)
+    keepPartitioning = Param(
+        Params._dummy(),
+        "keepPartitioning",
+        "train on the input's own partitions, one worker each (their number as executed), instead of "
+        "spreading rows round-robin over numWorkers partitions (default False)",
+        TypeConverters.toBoolean,
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -148,6 +241,7 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
             shuffle=True,
             verbose=1,
             roundTimeout=3600.0,
+            keepPartitioning=False,
         )
 
     def getNumWorkers(self) -> int:
@@ -170,6 +264,12 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def getRoundTimeout(self) -> float:
         return self.getOrDefault(self.roundTimeout)
+
+    def getKeepPartitioning(self) -> bool:
+        return self.getOrDefault(self.keepPartitioning)
+
+    def setKeepPartitioning(self, value: bool):
+        return self._set(keepPartitioning=value)
 
     def setLabelCol(self, value: str):
         return self._set(labelCol=value)

@@ -50,7 +50,7 @@ def test_one_worker_equals_plain_keras_fit(spark, local_steps):
     df = partitioned_df(spark, [_rows(x, y)], XY)
     est = KerasEstimator(
         model=_mlp(), optimizer="adam", loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y",
-        numWorkers=1, epochs=3, batchSize=10, localSteps=local_steps, shuffle=False, verbose=0,
+        numWorkers=1, epochs=3, batchSize=10, localSteps=local_steps, shuffle=False, keepPartitioning=True, verbose=0,
     )
     fitted = est.fit(df)
     history = {}
@@ -67,7 +67,7 @@ def test_two_workers_on_identical_partitions_equal_one_replica(spark):
     df = partitioned_df(spark, [_rows(x, y), _rows(x, y)], XY)
     est = KerasEstimator(
         model=_mlp(), optimizer="adam", loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y",
-        numWorkers=2, epochs=2, batchSize=16, shuffle=False, verbose=0,
+        numWorkers=2, epochs=2, batchSize=16, shuffle=False, keepPartitioning=True, verbose=0,
     )
     fitted = est.fit(df)
     expected = _plain_keras(_mlp, x, y, "adam", epochs=2, batch_size=16)
@@ -82,7 +82,7 @@ def test_c10_averaging_does_not_sum_deltas(spark):
     df = partitioned_df(spark, [rows] * 4, XY)
     est = KerasEstimator(
         model=_linear(), optimizer=keras.optimizers.SGD(learning_rate=0.1), loss="mse", featuresCol="x", labelCol="y",
-        numWorkers=4, epochs=1, batchSize=4, shuffle=False, verbose=0,
+        numWorkers=4, epochs=1, batchSize=4, shuffle=False, keepPartitioning=True, verbose=0,
     )
     w = float(est.fit(df).getKerasModel().get_weights()[0][0, 0])
     # One full-batch step from w=0: grad = mean(2 (0·x - 2x) x) = -4·mean(x²) = -30, so w = 0.1·30 = 3.0
@@ -99,7 +99,7 @@ def test_c10_unequal_partitions_are_weighted_by_rows(spark):
     df = partitioned_df(spark, [a, b], XY)
     est = KerasEstimator(
         model=_linear(), optimizer=keras.optimizers.SGD(learning_rate=0.1), loss="mse", featuresCol="x", labelCol="y",
-        numWorkers=2, epochs=1, batchSize=4, shuffle=False, verbose=0,
+        numWorkers=2, epochs=1, batchSize=4, shuffle=False, keepPartitioning=True, verbose=0,
     )
     w = float(est.fit(df).getKerasModel().get_weights()[0][0, 0])
     assert w == pytest.approx((4 * 3.0 + 1 * 0.4) / 5, abs=1e-6)  # 2.48, not (3.0 + 0.4) / 2
@@ -120,7 +120,7 @@ def test_c12_batchnorm_moving_statistics_are_row_weighted_averages(spark):
     # plain Keras on that partition alone. The master must hold their row-weighted mean.
     est = KerasEstimator(
         model=_bn_model(), optimizer=keras.optimizers.SGD(learning_rate=0.0), loss="mse", featuresCol="x", labelCol="y",
-        numWorkers=2, epochs=1, batchSize=8, shuffle=False, verbose=0,
+        numWorkers=2, epochs=1, batchSize=8, shuffle=False, keepPartitioning=True, verbose=0,
     )
     fitted = est.fit(df).getKerasModel()
     bn = fitted.layers[1]
@@ -266,7 +266,7 @@ class TestLabelsMustFitTheModelOutput:
     def test_one_hot_labels_for_a_single_sigmoid(self, spark):
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
         msg = self._fit(spark, model, "binary_crossentropy", "array<double>", [1.0, 0.0])
-        assert "must hold 1 value(s) per row to match the model output shape (1,)" in msg and "Received 2" in msg
+        assert "must hold 1 value(s) per row to match the model output shape (1,)" in msg and "Received: 2" in msg
 
     def test_one_hot_labels_for_sparse_crossentropy(self, spark):
         msg = self._fit(spark, _mlp(), "sparse_categorical_crossentropy", "array<double>", [1.0, 0.0, 0.0])
@@ -279,7 +279,7 @@ class TestLabelsMustFitTheModelOutput:
     def test_null_inside_a_feature_array(self, spark):
         df = spark.createDataFrame([([1.0, None, 3.0, 4.0], 0.0), ([1.0, 2.0, 3.0, 4.0], 1.0)], XY)
         est = KerasEstimator(model=_mlp(), loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
-        with pytest.raises(SchemaError, match="column 'x' must have no null elements. Received: 1 rows"):
+        with pytest.raises(SchemaError, match="column 'x' must have no null elements. Received: 1 null elements in 2 rows"):
             est.fit(df)
 
 

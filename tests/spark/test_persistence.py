@@ -104,3 +104,112 @@ def test_loading_a_model_without_its_keras_file_fails_clearly(fitted, tmp_path):
     os.remove(path / "model.keras")
     with pytest.raises(FileNotFoundError, match="a saved KerasModel must contain model.keras"):
         KerasModel.load(str(path))
+
+
+# --- cluster filesystems (issue 5, item 7) and persistence guards (item 14) ---
+
+
+def _scores(model, df):
+    return [r["score"] for r in model.transform(df).orderBy("id").collect()]
+
+
+def test_a_file_uri_and_a_hadoop_only_scheme_round_trip_through_the_hadoop_filesystem(spark, fitted, tmp_path):
+    """``file://``, a path without scheme, and ``viewfs://`` (a Hadoop filesystem pyarrow cannot open, as it
+    cannot open ``s3a://`` or ``dbfs:/``) all save and load with identical predictions."""
+    _, model, df = fitted
+    before = _scores(model, df)
+    local = tmp_path / "uri_model"
+    model.save(f"file://{local}")
+    assert {"metadata", "model.keras"} <= set(os.listdir(local))
+    assert _scores(KerasModel.load(f"file://{local}"), df) == before
+    assert _scores(KerasModel.load(str(local)), df) == before  # the same directory as a path without scheme
+    key = "fs.viewfs.mounttable.sparkdltest.link./models"
+    (tmp_path / "mounted").mkdir()
+    spark.sparkContext._jsc.hadoopConfiguration().set(key, (tmp_path / "mounted").as_uri())
+    try:
+        model.save("viewfs://sparkdltest/models/m")
+        assert {"metadata", "model.keras"} <= set(os.listdir(tmp_path / "mounted" / "m"))
+        assert _scores(KerasModel.load("viewfs://sparkdltest/models/m"), df) == before
+    finally:
+        spark.sparkContext._jsc.hadoopConfiguration().unset(key)
+
+
+def test_a_save_that_stopped_before_its_metadata_fails_to_load_clearly_and_re_saves_with_overwrite(fitted, tmp_path):
+    from sparkdl.spark.persistence import IncompleteSaveError, SavePathExistsError
+
+    _, model, df = fitted
+    path = str(tmp_path / "half")
+    model.write()._write_files(path)  # step 1 of a save, then a crash before step 2 (the metadata)
+    assert "model.keras" in os.listdir(path) and "metadata" not in os.listdir(path)
+    with pytest.raises(IncompleteSaveError, match=r"must contain metadata/.*write\(\)\.overwrite\(\)\.save\(path\).*'model.keras'"):
+        KerasModel.load(path)
+    with pytest.raises(FileNotFoundError):  # IncompleteSaveError is a FileNotFoundError
+        KerasModel.load(path)
+    with pytest.raises(SavePathExistsError):
+        model.save(path)
+    model.write().overwrite().save(path)
+    assert _scores(KerasModel.load(path), df) == _scores(model, df)
+
+
+def test_a_failing_metadata_write_leaves_the_model_file_and_overwrite_repairs_it(fitted, tmp_path):
+    """A plain file where the metadata folder goes makes the metadata write fail: the model file is
+    already there (written first), the directory does not load, and an overwrite replaces it."""
+    from sparkdl.spark.persistence import IncompleteSaveError
+
+    _, model, df = fitted
+    path = tmp_path / "blocked"
+    path.mkdir()
+    (path / "metadata").write_text("not a metadata folder")
+    with pytest.raises(Exception, match="metadata"):
+        model.write().saveImpl(str(path))
+    assert (path / "model.keras").is_file()
+    with pytest.raises(IncompleteSaveError, match="must contain metadata/"):
+        KerasModel.load(str(path))
+    model.write().overwrite().save(str(path))
+    assert _scores(KerasModel.load(str(path)), df) == _scores(model, df)
+
+
+def test_overwriting_the_path_a_model_was_loaded_from_keeps_it(fitted, tmp_path):
+    _, model, df = fitted
+    path = str(tmp_path / "same")
+    model.save(path)
+    loaded = KerasModel.load(path)
+    loaded.write().overwrite().save(path)  # the loaded model lives in memory, not in the files it replaces
+    assert _scores(KerasModel.load(path), df) == _scores(model, df)
+
+
+def test_save_over_an_existing_path_says_write_overwrite_and_keeps_the_first_save(fitted, tmp_path):
+    from sparkdl.spark.persistence import SavePathExistsError
+
+    est, model, df = fitted
+    path = str(tmp_path / "twice")
+    model.save(path)
+    stamp = os.path.getmtime(os.path.join(path, "model.keras"))
+    with pytest.raises(SavePathExistsError, match=r"model\.write\(\)\.overwrite\(\)\.save\(path\)\. Received: path") as info:
+        model.save(path)
+    assert "Set mode" not in str(info.value)  # not the DataFrame writer's advice
+    assert os.path.getmtime(os.path.join(path, "model.keras")) == stamp  # nothing was written
+    assert _scores(KerasModel.load(path), df) == _scores(model, df)
+    est.save(str(tmp_path / "est"))
+    with pytest.raises(SavePathExistsError, match=r"stage\.write\(\)\.overwrite\(\)\.save\(path\)"):
+        est.save(str(tmp_path / "est"))
+
+
+def test_loading_with_the_wrong_class_names_the_right_reader(spark, fitted, tmp_path):
+    from pyspark.ml.feature import StringIndexer
+
+    from sparkdl.spark.persistence import IncompleteSaveError, StageClassError
+
+    est, model, _ = fitted
+    model.save(str(tmp_path / "model"))
+    est.save(str(tmp_path / "est"))
+    with pytest.raises(StageClassError, match=r"holds a KerasModel: load it with KerasModel\.load\(path\)"):
+        KerasEstimator.load(str(tmp_path / "model"))
+    with pytest.raises(StageClassError, match=r"holds a KerasEstimator: load it with KerasEstimator\.load\(path\)"):
+        KerasModel.load(str(tmp_path / "est"))
+    indexer = StringIndexer(inputCol="s", outputCol="i").fit(spark.createDataFrame([("a",), ("b",)], "s string"))
+    indexer.save(str(tmp_path / "indexer"))
+    with pytest.raises(StageClassError, match=r"load it with pyspark\.ml\.feature\.StringIndexerModel\.load\(path\)"):
+        KerasModel.load(str(tmp_path / "indexer"))
+    with pytest.raises(IncompleteSaveError, match="Received: nothing at file:"):
+        KerasModel.load(str(tmp_path / "nowhere"))

@@ -51,7 +51,7 @@ def test_classifier_outputs_class_index_and_probabilities(spark):
     fitted = KerasEstimator(model=model, loss="sparse_categorical_crossentropy", numWorkers=2, epochs=1, verbose=0).fit(df)
     out = fitted.transform(df)
     assert dict(out.dtypes)["prediction"] == "double"
-    assert dict(out.dtypes)["probability"] == "array<float>"
+    assert dict(out.dtypes)["probability"] == "vector" and dict(out.dtypes)["rawPrediction"] == "vector"
     got = out.collect()
     x = np.array([r["features"] for r in got], np.float32)
     expected = fitted.getKerasModel().predict(x, verbose=0)

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from sparkdl.config import FitConfig
-from sparkdl.core.metrics import MetricMeans, append_epoch
 from sparkdl.core.schedule import RoundPlan, epoch_order
 from sparkdl.errors import ConfigError
 
@@ -27,16 +26,6 @@ def test_epoch_order_is_seeded_and_differs_by_epoch():
     assert not np.array_equal(a, epoch_order(50, seed=1, epoch=1, partition=0, shuffle=True))
     assert sorted(a.tolist()) == list(range(50))
     assert epoch_order(5, 1, 0, 0, shuffle=False).tolist() == [0, 1, 2, 3, 4]
-
-
-def test_metric_means_are_row_weighted():
-    means = MetricMeans()
-    means.add({"loss": 1.0}, 300)
-    means.add({"loss": 3.0}, 100)
-    means.add({"loss": 99.0}, 0)
-    history = {}
-    append_epoch(history, means.means())
-    assert history == {"loss": [1.5]}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,140 @@
+"""Running one Spark action of a fit: in an inheriting thread, under a job tag, with a timeout,
+and with Spark's failures turned into sparkdl errors that name the cause and the setting to change.
+
+The action runs in a :class:`pyspark.InheritableThread`, so its jobs keep the caller's
+scheduler pool, job group and job tags (a notebook's "cancel" reaches them), and gets one more
+job tag of its own. A timeout cancels only that tag's jobs (``cancelJobsWithTag``), never the
+user's job group.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyspark import InheritableThread
+from pyspark.sql import SparkSession
+
+from sparkdl import errors
+from sparkdl.errors import FitCancelledError, RoundTimeoutError, SparkDLError, WorkerError
+
+T = TypeVar("T")
+
+# (pattern in Spark's failure text, what happened, the setting that changes it)
+_CAUSES = (
+    (
+        r"maxResultSize",
+        "the results of the job's tasks exceed spark.driver.maxResultSize",
+        "raise spark.driver.maxResultSize (e.g. --conf spark.driver.maxResultSize=4g) or lower numWorkers",
+    ),
+    (
+        r"Python worker exited unexpectedly|crashed|EOFException",
+        "a Python worker died (killed for memory, or a native crash)",
+        "give Python workers more memory: spark.executor.pyspark.memory or spark.executor.memoryOverhead",
+    ),
+    (
+        r"ExecutorLostFailure|[Ee]xecutor \S* ?lost|Container killed|exit code 137|OutOfMemoryError",
+        "an executor was lost (often killed for memory)",
+        "raise spark.executor.memory / spark.executor.memoryOverhead, or check the executor's log",
+    ),
+)
+_CANCELLED = re.compile(r"cancell?ed", re.IGNORECASE)
+# The last line of a Python traceback raised by one of sparkdl's own errors inside a task.
+_TASK_ERROR = re.compile(r"sparkdl\.errors\.(\w+): (.+)")
+
+
+def task_error(exc: BaseException, description: str) -> BaseException:
+    """The sparkdl error to raise for ``exc``, a failure of the Spark job ``description``.
+
+    A sparkdl error raised inside a task (``SchemaError`` while scoring, say) comes back as its own
+    class with its own message; a cancelled job as :class:`FitCancelledError`; any other Spark
+    failure as :class:`WorkerError` naming Spark's reason and, where known, the setting to change.
+    Errors that are not Spark's (``KeyboardInterrupt``, sparkdl's own) are returned unchanged.
+    """
+    if isinstance(exc, SparkDLError) or not _is_spark_failure(exc):
+        return exc
+    text = str(exc)
+    raised = _TASK_ERROR.findall(text)
+    if raised:
+        name, message = raised[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, SparkDLError):
+            return cls(message.strip())
+    if _CANCELLED.search(text) and "Job aborted due to stage failure" not in text:
+        return FitCancelledError(f"{description} was cancelled; the master weights are unchanged. Received: {_first_line(text)}")
+    for pattern, what, setting in _CAUSES:
+        if re.search(pattern, text):
+            return WorkerError(f"{description} failed: {what}. To fix: {setting}. Received: {_reason(text)}")
+    return WorkerError(f"{description} failed on an executor. Received: {_reason(text)}")
+
+
+def _is_spark_failure(exc: BaseException) -> bool:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return isinstance(exc, (PySparkException, Py4JError))
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)[:500]
+
+
+def _reason(text: str) -> str:
+    """Spark's abort reason plus the task's last Python exception line, if any."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    abort = next((line for line in lines if "Job aborted" in line or "Exception" in line or "Error" in line), _first_line(text))
+    python = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    reason = abort[:600]
+    if python and python[-1] not in reason:
+        reason += f" | task: {python[-1][:400]}"
+    return reason
+
+
+def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag: str, timeout_s: float) -> T:
+    """Run ``action`` (a Spark action such as ``df.toArrow``) and return its result.
+
+    Args:
+        spark: the session whose jobs ``action`` starts.
+        action: a callable that runs Spark jobs, called once in a helper thread.
+        description: the jobs' description in the Spark UI, e.g. ``"sparkdl fit 1a2b: round 3/8"``.
+        tag: a job tag added to the caller's (no commas), used to cancel these jobs alone.
+        timeout_s: seconds to wait before the tagged jobs are cancelled.
+
+    Raises:
+        RoundTimeoutError: the action ran longer than ``timeout_s`` seconds; its jobs were cancelled.
+        KeyboardInterrupt: re-raised after cancelling the action's jobs.
+        FitCancelledError: the jobs were cancelled from outside (job group, tag, UI).
+        WorkerError: a task failed for good, naming Spark's reason and the setting to change.
+        SchemaError, ...: a sparkdl error raised inside a task, as its own class.
+    """
+    sc = spark.sparkContext
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            sc.addJobTag(tag)
+            sc.setJobDescription(description)
+            sc.setInterruptOnCancel(True)
+            outcome["value"] = action()
+        except BaseException as exc:  # handed to the calling thread below
+            outcome["error"] = exc
+
+    thread = InheritableThread(target, name=tag, daemon=True)
+    thread.start()
+    try:
+        thread.join(timeout_s)
+    except BaseException:  # KeyboardInterrupt (a notebook's interrupt): stop this action's jobs too
+        sc.cancelJobsWithTag(tag)
+        raise
+    if thread.is_alive():
+        sc.cancelJobsWithTag(tag)
+        thread.join(30.0)
+        raise RoundTimeoutError(f"each Spark job of a fit must finish within {timeout_s} s (roundTimeout). Received: {description} still running; its jobs were cancelled")
+    if "error" in outcome:
+        error = outcome["error"]
+        mapped = task_error(error, description)
+        if mapped is error:
+            raise error
+        raise mapped from error
+    return outcome["value"]

@@ -1,0 +1,48 @@
+"""Issue 5 item 9: a round whose results exceed ``spark.driver.maxResultSize`` fails as a
+``WorkerError`` naming the round and the setting, not as a raw ``Py4JJavaError``.
+
+Runs in a subprocess: ``spark.driver.maxResultSize`` is fixed when a SparkContext starts.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from pyspark.sql import SparkSession
+    import keras
+    from sparkdl import KerasEstimator
+    from sparkdl.errors import WorkerError
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.driver.maxResultSize", "1m").getOrCreate())
+    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(400), keras.layers.Dense(1)])  # ~1.3 MB of weights
+    df = spark.createDataFrame([([0.5] * 784, 1.0)] * 8, "x array<float>, y double")
+    est = KerasEstimator(model=model, optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
+    try:
+        est.fit(df)
+        out = {"error": None}
+    except WorkerError as exc:
+        out = {"error": type(exc).__name__, "message": str(exc)}
+    json.dump(out, open(sys.argv[1], "w"))
+    spark.stop()
+    """
+)
+
+
+@pytest.mark.slow
+def test_results_over_max_result_size_name_the_setting(tmp_path):
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, timeout=600, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["error"] == "WorkerError", got
+    assert "round 1/1" in got["message"] and "spark.driver.maxResultSize" in got["message"], got["message"]

@@ -1,0 +1,136 @@
+"""Issue 5 items 0 and 12: every row of a shuffled input is trained, once per epoch, whatever
+the input's shape, adaptive query execution and the number of workers; partitions are measured,
+not assumed; rows are spread over workers by default; the driver's invariants fail loudly."""
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+import keras
+from sparkdl import KerasEstimator
+from sparkdl.core.schedule import RoundPlan
+from sparkdl.errors import InvariantError
+from sparkdl.spark.backends.rounds import RESULT_SCHEMA, _updates
+from sparkdl.spark.data import LABEL, prepare_training_data
+from sparkdl.keras.losses import describe_loss
+from tests.conftest import partitioned_df
+
+N = 120
+LR = 0.05
+
+
+def _linear():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.set_weights([np.zeros((1, 1), np.float32), np.zeros(1, np.float32)])
+    return model
+
+
+def _base(spark):
+    x = np.linspace(-1.0, 1.0, N)
+    return spark.createDataFrame([(i, float(v), float(2 * v + 1)) for i, v in enumerate(x)], "k long, x double, y double")
+
+
+def _full_batch_step():
+    """One full-batch SGD step on all N rows in plain Keras: what any split into full-batch workers averages to."""
+    x = np.linspace(-1.0, 1.0, N).astype(np.float32)[:, None]
+    model = _linear()
+    model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
+    model.fit(x, 2 * x[:, 0] + 1, batch_size=N, epochs=1, shuffle=False, verbose=0)
+    return [w.ravel() for w in model.get_weights()]
+
+
+SHAPES = {
+    "orderBy": lambda b: b.orderBy(F.rand(1)),
+    "groupBy.agg": lambda b: b.groupBy("k").agg(F.max("x").alias("x"), F.max("y").alias("y")),
+    "distinct": lambda b: b.union(b).distinct(),
+    "join": lambda b: b.join(b.select("k", F.lit(1).alias("one")).orderBy(F.rand(2)), "k"),
+    "union": lambda b: b.filter("k < 50").union(b.filter("k >= 50").orderBy(F.rand(3))),
+}
+
+
+@pytest.fixture(params=["true", pytest.param("false", marks=pytest.mark.slow)], ids=["aqe-on", "aqe-off"])
+def aqe(spark, request):
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", request.param)
+    yield request.param
+    spark.conf.set("spark.sql.adaptive.enabled", before)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_row_of_a_shuffled_input_is_trained(spark, aqe, shape):
+    """A 1,000-row orderBy input once trained on 5 rows. Now, for every input shape, AQE on and off,
+    1-3 workers: rows trained == rows given, and one full-batch step per worker averages to the same
+    weights as plain Keras's full-batch step on the unshuffled rows (row order and split cannot matter)."""
+    df = SHAPES[shape](_base(spark))
+    expected = _full_batch_step()
+    for workers in (1, 2, 3):
+        est = KerasEstimator(model=_linear(), optimizer=keras.optimizers.SGD(LR), loss="mse", featuresCol="x", labelCol="y",
+                             numWorkers=workers, epochs=1, batchSize=N, verbose=0)
+        fitted = est.fit(df)
+        assert fitted.fitInfo["rows"] == N and sum(fitted.fitInfo["partition_rows"]) == N
+        assert len(fitted.fitInfo["partition_rows"]) == workers
+        got = [w.ravel() for w in fitted.getKerasModel().get_weights()]
+        for g, e in zip(got, expected, strict=True):
+            np.testing.assert_allclose(g, e, atol=1e-6)
+
+
+def test_keep_partitioning_trains_the_partitions_as_executed(spark):
+    """With keepPartitioning the workers are the input's partitions as executed (AQE may coalesce them):
+    their count is measured by the job over the cached data, and every row is trained."""
+    df = _base(spark).orderBy(F.rand(4))
+    est = KerasEstimator(model=_linear(), optimizer=keras.optimizers.SGD(LR), loss="mse", featuresCol="x", labelCol="y",
+                         numWorkers=2, epochs=2, batchSize=N, keepPartitioning=True, verbose=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fitted = est.fit(df)
+    workers = len(fitted.fitInfo["partition_rows"])  # AQE decides: 4 shuffle partitions, or fewer
+    assert sum(fitted.fitInfo["partition_rows"]) == N and 1 <= workers <= 4
+    assert any("keepPartitioning=True: training with" in str(w.message) for w in caught) == (workers != 2)
+
+
+def test_rows_are_spread_over_workers_by_default(spark):
+    """Label-sorted input partitions (all 0s, then all 1s) give each worker both labels by default,
+    and keep their label-sorted shards only with keepPartitioning=True."""
+    rows0 = [([float(i)], 0.0) for i in range(20)]
+    rows1 = [([float(i)], 1.0) for i in range(20)]
+    df = partitioned_df(spark, [rows0, rows1], "x array<float>, y double")
+    loss = describe_loss("binary_crossentropy")
+    for keep, mixed in ((False, True), (True, False)):
+        data = prepare_training_data(df, "x", "y", (1,), "float32", (1,), loss, 2, keep_partitioning=keep)
+        try:
+            labels = data.df.groupBy(F.spark_partition_id().alias("p")).agg(F.countDistinct(LABEL).alias("n")).collect()
+            assert all((r["n"] == 2) == mixed for r in labels), labels
+            assert data.partition_rows == (20, 20)
+        finally:
+            data.df.unpersist()
+
+
+def test_driver_refuses_a_round_that_lost_or_changed_a_partition():
+    plan = RoundPlan((3, 2), batch_size=2)
+    ok = {"rows": 0, "steps": 0, "weights": None, "optimizer": None, "metrics": None}
+    missing = pa.Table.from_pylist([{"partition": 0, "partition_rows": 3, **ok}], schema=RESULT_SCHEMA)
+    with pytest.raises(InvariantError, match=r"one update per partition 0..1. Received partitions \[0\]"):
+        _updates(missing, plan, "round 1")
+    changed = pa.Table.from_pylist([{"partition": 0, "partition_rows": 3, **ok}, {"partition": 1, "partition_rows": 5, **ok}], schema=RESULT_SCHEMA)
+    with pytest.raises(InvariantError, match="partition 1 must hold the 2 rows counted before training. Received: 5"):
+        _updates(changed, plan, "round 1")
+
+
+def test_diverging_training_fails_loudly_instead_of_returning_nan_weights(spark):
+    df = _base(spark).withColumn("y", F.col("y") * 1e20)
+    est = KerasEstimator(model=_linear(), optimizer=keras.optimizers.SGD(1e10), loss="mse", featuresCol="x", labelCol="y",
+                         numWorkers=2, epochs=3, batchSize=8, verbose=0)
+    with pytest.raises(InvariantError, match="master weights must stay finite"):
+        est.fit(df)
+
+
+def test_more_workers_than_rows_warns_and_trains(spark):
+    df = spark.createDataFrame([([1.0], 2.0), ([2.0], 4.0), ([3.0], 6.0)], "x array<float>, y double")
+    est = KerasEstimator(model=_linear(), optimizer=keras.optimizers.SGD(LR), loss="mse", featuresCol="x", labelCol="y",
+                         numWorkers=4, epochs=1, batchSize=4, verbose=0)
+    with pytest.warns(UserWarning, match="numWorkers=4 is larger than the 3 rows"):
+        fitted = est.fit(df)
+    assert sorted(fitted.fitInfo["partition_rows"]) == [0, 1, 1, 1]
