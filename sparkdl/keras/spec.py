@@ -129,18 +129,21 @@ def normalize_metrics(values) -> list:
 
 # ``keras.Model.compile`` arguments that sparkdl keeps (keys of :func:`compile_args_of`, fields of
 # :class:`CompileSpec`). ``run_eagerly`` and ``steps_per_execution`` do not apply to replica steps.
-COMPILE_ARGS = ("optimizer", "loss", "metrics", "weighted_metrics", "loss_weights", "jit_compile")
+# ``jit_compile`` is left out: Keras keeps the value it resolved on the driver's devices ("auto" is
+# False on a CPU driver, True on a GPU one), which would switch XLA off on GPU executors or force it
+# on CPU ones. Executors resolve "auto" themselves unless ``jitCompile`` is set explicitly.
+COMPILE_ARGS = ("optimizer", "loss", "metrics", "weighted_metrics", "loss_weights")
 
 
 def compile_args_of(model) -> dict:
     """The compile arguments a compiled ``keras.Model`` was given, as JSON-able values.
 
-    ``jit_compile`` is the value Keras resolved when the model was compiled (``"auto"`` becomes
-    ``False`` on a CPU-only machine, ``True`` where XLA applies).
+    ``jit_compile`` is not returned: Keras keeps only the value it resolved on this machine's devices,
+    which would be wrong on executors with other devices (set ``jitCompile`` explicitly instead).
 
     Returns:
         ``{}`` for an uncompiled model, else a dict with keys among :data:`COMPILE_ARGS`
-        (``optimizer``, ``loss``, ``metrics``, ``weighted_metrics``, ``loss_weights``, ``jit_compile``).
+        (``optimizer``, ``loss``, ``metrics``, ``weighted_metrics``, ``loss_weights``).
     """
     if not getattr(model, "compiled", False):
         return {}

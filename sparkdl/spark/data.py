@@ -7,6 +7,7 @@ Arrow lists. Label columns may be a numeric scalar or an array/vector of numbers
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -268,7 +269,14 @@ def prepare_training_data(
     if features_col == label_col:
         raise SchemaError(f"featuresCol and labelCol must differ. Received: both {features_col!r}")
     size = int(np.prod(input_shape, dtype=np.int64))
-    selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
+    # The fit's own literal makes the cached plan unique to this fit: Spark's cache is keyed by plan,
+    # so two concurrent fits on one DataFrame (CrossValidator(parallelism=2)) would otherwise share
+    # one cache entry, and the first to finish would unpersist it under the other.
+    selected = df.select(
+        as_array(df, features_col, input_dtype).alias(FEATURES),
+        _label_expr(df, label_col).alias(LABEL),
+        F.lit(secrets.randbits(63)).alias("__sparkdl_fit"),
+    )
     if not keep_partitioning:
         selected = selected.repartition(num_workers)
     selected = selected.persist()

@@ -23,6 +23,7 @@ its tasks raise ``SchemaError`` for the first bad batch, naming the partition.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -143,7 +144,8 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
         yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
 
 
-_broadcasts: dict[tuple[int, str], Broadcast] = {}
+_broadcasts: OrderedDict[tuple[int, str], tuple[object, Broadcast]] = OrderedDict()
+_MAX_SENT = 8  # models whose weights stay on the executors; older ones are fetched again on use
 
 
 def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
@@ -151,13 +153,20 @@ def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
 
     Every ``transform`` of a model, and of its copies and reloads, reuses it, so scoring leaves no
     temp file per call (PySpark turns a task closure over 1 MB into a broadcast it never deletes).
-    It lives as long as the SparkContext: a lazy DataFrame from ``transform`` may be run at any
-    later time, long after the ``KerasModel`` that made it is gone.
+    A lazy DataFrame from ``transform`` may run long after its ``KerasModel`` is gone, so the driver
+    keeps each model's copy (one temp file per distinct model) while the SparkContext lives; beyond
+    the 8 most recently used models the executors' copies are unpersisted (fetched again if used).
+    Entries of stopped SparkContexts are dropped.
     """
+    for stale in [k for k, (owner, _) in _broadcasts.items() if getattr(owner, "_jsc", None) is None]:
+        del _broadcasts[stale]
     key = (id(sc), spec.digest)
     if key not in _broadcasts:
-        _broadcasts[key] = sc.broadcast(spec.weights)
-    return _broadcasts[key]
+        _broadcasts[key] = (sc, sc.broadcast(spec.weights))
+    _broadcasts.move_to_end(key)
+    for _, old in list(_broadcasts.values())[:-_MAX_SENT]:
+        old.unpersist()
+    return _broadcasts[key][1]
 
 
 def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple, input_dtype: str, source: str | None = None) -> None:

@@ -120,7 +120,7 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
         except BaseException as exc:  # handed to the calling thread below
             outcome["error"] = exc
 
-    thread = InheritableThread(target, name=tag, daemon=True)
+    thread = InheritableThread(target, session=spark, name=tag, daemon=True)  # session: its tags too
     thread.start()
     try:
         thread.join(timeout_s)

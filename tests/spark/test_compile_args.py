@@ -54,7 +54,8 @@ def test_set_model_adopts_a_compiled_models_arguments_like_the_constructor(spark
     by_setter = KerasEstimator().setModel(model)
     config = model.get_compile_config()
     for est in (by_constructor, by_setter):
-        assert est.getWeightedMetrics() == ["mae"] and est.getLossWeights() == [0.5] and est.getJitCompile() is False
+        assert est.getWeightedMetrics() == ["mae"] and est.getLossWeights() == [0.5]
+        assert est.getJitCompile() == "auto"  # not adopted: Keras keeps only the driver's resolved value
         assert est.getLoss() == "mae" and est.getMetrics() == ["mse"]
         assert est.getOptimizer()["config"]["learning_rate"] == pytest.approx(0.05)
         rebuilt = est._compile_spec().compile(_model()).get_compile_config()  # what the executors compile
@@ -64,7 +65,7 @@ def test_set_model_adopts_a_compiled_models_arguments_like_the_constructor(spark
     assert explicit.getLoss() == "mse" and explicit.getLossWeights() == 2.0 and explicit.getWeightedMetrics() == ["mae"]
     by_setter.save(str(tmp_path / "est"))
     loaded = KerasEstimator.load(str(tmp_path / "est"))
-    assert (loaded.getWeightedMetrics(), loaded.getLossWeights(), loaded.getJitCompile()) == (["mae"], [0.5], False)
+    assert (loaded.getWeightedMetrics(), loaded.getLossWeights(), loaded.getJitCompile()) == (["mae"], [0.5], "auto")
 
 
 def test_bad_compile_arguments_fail_as_config_errors():

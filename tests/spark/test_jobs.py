@@ -171,3 +171,29 @@ def _held_fits(_):
     from sparkdl.spark.backends.rounds import WORKER_CACHE
 
     yield WORKER_CACHE.fits()
+
+
+def test_two_concurrent_fits_on_one_dataframe_keep_their_own_cached_data(spark):
+    """CrossValidator(parallelism=2) fits one DataFrame twice at once: Spark's cache is keyed by plan,
+    so each fit's cached copy must be its own, or the first to finish unpersists the other's."""
+    from pyspark import InheritableThread
+
+    df = spark.createDataFrame([([float(i % 5)], float(i % 5)) for i in range(40)], "x array<float>, y double").orderBy(F.rand(7))
+    results, errors = {}, []
+
+    def fit(epochs):
+        try:
+            model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+            est = KerasEstimator(model=model, optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", numWorkers=2,
+                                 epochs=epochs, batchSize=4, localSteps=2, verbose=0)
+            results[epochs] = est.fit(df).fitInfo
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [InheritableThread(fit, epochs) for epochs in (2, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert {e: info["rows"] for e, info in results.items()} == {2: 40, 4: 40}

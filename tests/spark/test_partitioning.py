@@ -133,4 +133,5 @@ def test_more_workers_than_rows_warns_and_trains(spark):
                          numWorkers=4, epochs=1, batchSize=4, verbose=0)
     with pytest.warns(UserWarning, match="numWorkers=4 is larger than the 3 rows"):
         fitted = est.fit(df)
-    assert sorted(fitted.fitInfo["partition_rows"]) == [0, 1, 1, 1]
+    rows = fitted.fitInfo["partition_rows"]
+    assert len(rows) == 4 and sum(rows) == 3 and rows.count(0) >= 1
