@@ -190,7 +190,7 @@ def test_two_concurrent_fits_on_one_dataframe_keep_their_own_cached_data(spark):
         except Exception as exc:  # reported below
             errors.append(exc)
 
-    threads = [InheritableThread(fit, epochs) for epochs in (2, 4)]
+    threads = [InheritableThread(fit, args=(epochs,)) for epochs in (2, 4)]
     for t in threads:
         t.start()
     for t in threads:
