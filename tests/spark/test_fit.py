@@ -147,7 +147,7 @@ def test_c14_optimizer_as_string_object_or_config_gives_same_result(spark):
     results = []
     for optimizer in ("adam", keras.optimizers.Adam(learning_rate=1e-3), {"class_name": "Adam", "config": {"learning_rate": 1e-3}}):
         est = KerasEstimator(model=_mlp(), optimizer=optimizer, loss="sparse_categorical_crossentropy", featuresCol="x",
-                             labelCol="y", numWorkers=2, epochs=2, batchSize=8, verbose=0)
+                             labelCol="y", numWorkers=2, epochs=2, batchSize=8, keepPartitioning=True, verbose=0)
         results.append(est.fit(df).getKerasModel().get_weights())
     for other in results[1:]:
         for got, want in zip(other, results[0], strict=True):
