@@ -269,16 +269,14 @@ def prepare_training_data(
     if features_col == label_col:
         raise SchemaError(f"featuresCol and labelCol must differ. Received: both {features_col!r}")
     size = int(np.prod(input_shape, dtype=np.int64))
-    # The fit's own literal makes the cached plan unique to this fit: Spark's cache is keyed by plan,
-    # so two concurrent fits on one DataFrame (CrossValidator(parallelism=2)) would otherwise share
-    # one cache entry, and the first to finish would unpersist it under the other.
-    selected = df.select(
-        as_array(df, features_col, input_dtype).alias(FEATURES),
-        _label_expr(df, label_col).alias(LABEL),
-        F.lit(secrets.randbits(63)).alias("__sparkdl_fit"),
-    )
+    selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
     if not keep_partitioning:
         selected = selected.repartition(num_workers)
+    # The fit's own literal makes the cached plan unique to this fit: Spark's cache is keyed by plan,
+    # so two concurrent fits on one DataFrame (CrossValidator(parallelism=2)) would otherwise share
+    # one cache entry, and the first to finish would unpersist it under the other. It is added after
+    # the repartition: round-robin sorts rows by their bytes first, and must not see a random value.
+    selected = selected.withColumn("__sparkdl_fit", F.lit(secrets.randbits(63)))
     selected = selected.persist()
     try:
         counting = selected.mapInArrow(_partition_stats, STATS_DDL)

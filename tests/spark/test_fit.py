@@ -147,7 +147,7 @@ def test_c14_optimizer_as_string_object_or_config_gives_same_result(spark):
     results = []
     for optimizer in ("adam", keras.optimizers.Adam(learning_rate=1e-3), {"class_name": "Adam", "config": {"learning_rate": 1e-3}}):
         est = KerasEstimator(model=_mlp(), optimizer=optimizer, loss="sparse_categorical_crossentropy", featuresCol="x",
-                             labelCol="y", numWorkers=2, epochs=2, batchSize=8, keepPartitioning=True, verbose=0)
+                             labelCol="y", numWorkers=2, epochs=2, batchSize=8, verbose=0)
         results.append(est.fit(df).getKerasModel().get_weights())
     for other in results[1:]:
         for got, want in zip(other, results[0], strict=True):
@@ -159,7 +159,7 @@ def test_c14_custom_learning_rate_survives_to_the_executors(spark):
     df = partitioned_df(spark, [_rows(x, y)], XY)
     est = KerasEstimator(model=_mlp(), optimizer={"class_name": "SGD", "config": {"learning_rate": 0.05}},
                          loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y",
-                         numWorkers=1, epochs=2, batchSize=8, shuffle=False, verbose=0)
+                         numWorkers=1, epochs=2, batchSize=8, shuffle=False, keepPartitioning=True, verbose=0)
     fitted = est.fit(df)
     expected = _plain_keras(_mlp, x, y, keras.optimizers.SGD(learning_rate=0.05), epochs=2, batch_size=8)
     for got, want in zip(fitted.getKerasModel().get_weights(), expected, strict=True):

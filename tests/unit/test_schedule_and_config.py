@@ -41,3 +41,19 @@ def test_epoch_order_is_seeded_and_differs_by_epoch():
 def test_fit_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         FitConfig(**kwargs)
+
+
+def test_canonical_order_depends_on_row_contents_only():
+    from sparkdl.core.schedule import canonical_order
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 7)).astype(np.float32)
+    y = rng.integers(0, 3, 300)
+    x[10], y[10] = x[20], y[20]  # equal rows are interchangeable
+    order = canonical_order(x, y)
+    assert sorted(order.tolist()) == list(range(300))
+    for seed in (1, 2):
+        p = np.random.default_rng(seed).permutation(300)
+        again = canonical_order(x[p], y[p])
+        np.testing.assert_array_equal(x[p][again], x[order])
+        np.testing.assert_array_equal(y[p][again], y[order])

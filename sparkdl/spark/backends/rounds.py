@@ -26,7 +26,7 @@ from pyspark.broadcast import Broadcast
 from sparkdl.core.cache import WorkerCache
 from sparkdl.core.metrics import MetricSums, append_epoch
 from sparkdl.core.modes import ModePolicy
-from sparkdl.core.schedule import RoundPlan, epoch_order
+from sparkdl.core.schedule import RoundPlan, canonical_order, epoch_order
 from sparkdl.core.state import ModelState, WorkerUpdate
 from sparkdl.errors import InvariantError
 from sparkdl.keras.spec import CompileSpec, ModelSpec
@@ -56,7 +56,8 @@ class TaskSpec:
 
     ``custom_objects`` are the driver's registered Keras objects (see
     :mod:`sparkdl.keras.custom_objects`); ``idle_s`` is how long a worker keeps this fit's cache
-    without a round (seconds).
+    without a round (seconds); ``canonical_order`` sorts each partition's rows by content when
+    they came through the round-robin repartition (whose row order follows shuffle-fetch order).
     """
 
     fit_id: str
@@ -70,6 +71,7 @@ class TaskSpec:
     shuffle: bool
     custom_objects: dict
     idle_s: float
+    canonical_order: bool
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ def _partition_arrays(task: TaskSpec, partition: int, batches: Iterator[pa.Recor
             pass
         return cached
     arrays = _load_partition(task, batches)
+    if task.canonical_order:
+        order = canonical_order(*arrays)
+        arrays = (arrays[0][order], arrays[1][order])
     WORKER_CACHE.put(task.fit_id, key, arrays)
     return arrays
 
@@ -238,6 +243,7 @@ class RoundsBackend:
             shuffle=config.shuffle,
             custom_objects=registered(),
             idle_s=max(3600.0, 2 * config.round_timeout_s),
+            canonical_order=not config.keep_partitioning,
         )
         features, label = job.data.features, job.data.label
         reader = MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
