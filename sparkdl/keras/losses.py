@@ -138,11 +138,14 @@ class LossInfo:
             softmax (one label among k) or the sigmoid (binary, per label) of the outputs.
         name: the canonical Keras function name (``"sparse_categorical_crossentropy"`` for
             ``SparseCategoricalCrossentropy(name="scce")``), or a custom loss's registered name.
+        ignore_class: a class index the loss skips (``SparseCategoricalCrossentropy(ignore_class=-1)``,
+            e.g. 255 for unlabelled pixels), allowed as a label outside ``[0, classes)``; else None.
     """
 
     family: str = REGRESSION
     from_logits: bool = False
     name: str = "mean_squared_error"
+    ignore_class: int | None = None
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -194,6 +197,11 @@ class LossInfo:
         hint = ""
         if values == 1 and self.family in (CATEGORICAL, KL_DIVERGENCE, CATEGORICAL_HINGE):
             hint = "; for class indices use sparse_categorical_crossentropy"
+        elif values == outputs - 1 and self.family in (CATEGORICAL, KL_DIVERGENCE, CATEGORICAL_HINGE):
+            hint = (
+                f"; a OneHotEncoder with its default dropLast=True writes {values} values for {outputs} classes: "
+                "use OneHotEncoder(dropLast=False)"
+            )
         elif outputs == 1 and self.family in (BINARY, HINGE):
             hint = "; a single output takes one label per row, for one-hot labels use k softmax outputs and categorical_crossentropy"
         raise SchemaError(
@@ -310,10 +318,11 @@ def describe_loss(loss) -> LossInfo:
     if isinstance(resolved, keras.losses.Loss):
         config = resolved.get_config() or {}
         from_logits = bool(config.get("from_logits", False))
+        ignore_class = config.get("ignore_class")
         for base in type(resolved).__mro__:
             if base in classes:
                 name, family = classes[base]
-                return LossInfo(family, from_logits, name)
+                return LossInfo(family, from_logits, name, ignore_class if family == SPARSE_CATEGORICAL else None)
         fn = getattr(resolved, "fn", None)  # a LossFunctionWrapper: named by its function
         if fn in functions:
             name, family = functions[fn]

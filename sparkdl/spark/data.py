@@ -157,7 +157,8 @@ class _ColumnStats:
     """Running per-partition statistics of one model column, batch by batch (no concatenation,
     so a partition of more than 2**31 values is fine)."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude: float | None = None) -> None:
+        self.exclude = exclude  # a value left out of min, max and fractional (a loss's ignore_class)
         self.nulls = self.element_nulls = self.nans = self.fractional = 0
         self.min_len = self.max_len = None
         self.min = self.max = None
@@ -178,6 +179,9 @@ class _ColumnStats:
         if pa.types.is_floating(values.type):
             self.nans += pc.sum(pc.is_nan(values)).as_py() or 0
             values = pc.drop_null(pc.if_else(pc.is_nan(values), None, values))
+        if self.exclude is not None:
+            values = values.filter(pc.not_equal(values, pa.scalar(self.exclude).cast(values.type)))
+        if pa.types.is_floating(values.type):
             self.fractional += pc.sum(pc.not_equal(pc.floor(values), values)).as_py() or 0
         bounds = pc.min_max(values)
         for name, pick in (("min", min), ("max", max)):
@@ -187,12 +191,13 @@ class _ColumnStats:
                 setattr(self, name, float(value) if current is None else pick(current, float(value)))
 
 
-def _partition_stats(batches) -> Iterator[pa.RecordBatch]:
-    """One row of statistics of the task's partition (one row even when it is empty)."""
+def _partition_stats(batches, ignore_label: float | None = None) -> Iterator[pa.RecordBatch]:
+    """One row of statistics of the task's partition (one row even when it is empty);
+    ``ignore_label`` is left out of the label's min, max and fractional count."""
     from pyspark import TaskContext
 
     rows = 0
-    features, label = _ColumnStats(), _ColumnStats()
+    features, label = _ColumnStats(), _ColumnStats(ignore_label)
     for batch in batches:
         rows += batch.num_rows
         features.add(batch.column(0))
@@ -279,7 +284,8 @@ def prepare_training_data(
     selected = selected.withColumn("__sparkdl_fit", F.lit(secrets.randbits(63)))
     selected = selected.persist()
     try:
-        counting = selected.mapInArrow(_partition_stats, STATS_DDL)
+        ignore = getattr(loss, "ignore_class", None)
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, ignore), STATS_DDL)
         stats = sorted((run_job(counting.collect, "sparkdl: check and count training rows") if run_job else counting.collect()), key=lambda s: s["partition"])
         if [s["partition"] for s in stats] != list(range(len(stats))):
             raise InvariantError(f"the check job must report each partition once. Received partitions {[s['partition'] for s in stats]}")
@@ -330,17 +336,26 @@ def _check_stats(stats, features_col, label_col, size, input_shape, output_shape
         raise SchemaError(f"label column {label_col!r} must hold the same number of values in every row. Received lengths {sorted(label_sizes)}")
     label_shape = (label_sizes.pop(),) if label_is_array else ()
     loss.check_label_shape(label_col, label_shape, tuple(output_shape))
-    low = min(s["label_min"] for s in stats if s["label_min"] is not None)
-    high = max(s["label_max"] for s in stats if s["label_max"] is not None)
+    lows = [s["label_min"] for s in stats if s["label_min"] is not None]
+    highs = [s["label_max"] for s in stats if s["label_max"] is not None]
+    if not lows:  # every label is the loss's ignore_class
+        return label_shape
+    low, high = min(lows), max(highs)
     fractional = _total(stats, "label_fractional")
     if loss.expects_class_index:
         classes = int(output_shape[-1]) if output_shape else 1
         if fractional or low < 0 or high > classes - 1:
+            ignored = f" (or ignore_class={loss.ignore_class})" if loss.ignore_class is not None else ""
             raise SchemaError(
-                f"label column {label_col!r} must hold integer class indices in [0, {classes - 1}] for a model with "
-                f"{classes} outputs under loss {loss.name!r}. Received: values from {low:g} to {high:g}"
+                f"label column {label_col!r} must hold integer class indices in [0, {classes - 1}]{ignored} for a model "
+                f"with {classes} outputs under loss {loss.name!r}. Received: values from {low:g} to {high:g}"
                 + (f", {fractional} of them not integers" if fractional else "")
             )
+    elif loss.family in ("hinge", "categorical_hinge") and (low < -1 or high > 1):
+        raise SchemaError(
+            f"label column {label_col!r} must hold -1/1 (or 0/1) labels under loss {loss.name!r}. "
+            f"Received: values from {low:g} to {high:g}"
+        )
     elif loss.family in ("binary", "categorical") and (low < 0 or high > 1):
         raise SchemaError(
             f"label column {label_col!r} must hold values in [0, 1] under loss {loss.name!r} (one-hot or 0/1 labels; "

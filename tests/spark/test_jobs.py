@@ -6,6 +6,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
@@ -143,6 +144,20 @@ class TestLabelValuesBeforeTraining:
         msg = self._fit(spark, [[1.0, 0.0, 0.0], [0.0, None, 1.0]], "array<double>", loss="categorical_crossentropy")
         assert "column 'y' must have no null elements. Received: 1 null elements in 2 rows" in msg
 
+    def test_ignore_class_labels_are_allowed(self, spark):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, activation="softmax")])
+        df = spark.createDataFrame([([0.1, 0.2], v) for v in (0, 2, 255, 1)], "x array<float>, y int").orderBy(F.rand(1))
+        loss = keras.losses.SparseCategoricalCrossentropy(ignore_class=255)
+        fitted = KerasEstimator(model=model, loss=loss, featuresCol="x", labelCol="y", numWorkers=2, verbose=0).fit(df)
+        assert fitted.fitInfo["rows"] == 4
+        msg = self._fit(spark, [0, 255, 3], "int", loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=255))
+        assert "in [0, 2] (or ignore_class=255)" in msg and "from 0 to 3" in msg
+
+    def test_hinge_labels_outside_minus_one_one(self, spark):
+        msg = self._fit(spark, [[1.0], [2.0]], "array<double>", loss="hinge", outputs=1)
+        assert "must hold -1/1 (or 0/1) labels" in msg
+
     def test_one_hot_values_outside_zero_one(self, spark):
         msg = self._fit(spark, [[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "array<double>", loss="categorical_crossentropy")
         assert "must hold values in [0, 1]" in msg and "from 0 to 2" in msg
@@ -197,3 +212,28 @@ def test_two_concurrent_fits_on_one_dataframe_keep_their_own_cached_data(spark):
         t.join(300)
     assert not errors, errors
     assert {e: info["rows"] for e, info in results.items()} == {2: 40, 4: 40}
+
+
+def test_c32_one_hot_encoder_labels(spark):
+    """C32: OneHotEncoder(dropLast=False) labels (sparse vectors, width 3) train to the same weights as dense
+    one-hot arrays; the default dropLast=True (width 2) fails before training, naming the widths and dropLast."""
+    from pyspark.ml.feature import OneHotEncoder, StringIndexer
+
+    rows = [([0.1 * i, 1.0 - 0.1 * i], "abc"[i % 3]) for i in range(6)]
+    df = StringIndexer(inputCol="cat", outputCol="idx", stringOrderType="alphabetAsc").fit(
+        spark.createDataFrame(rows, "x array<float>, cat string")).transform(spark.createDataFrame(rows, "x array<float>, cat string"))
+
+    def fit(frame, label):
+        keras.utils.set_random_seed(2)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, activation="softmax")])
+        est = KerasEstimator(model=model, optimizer="sgd", loss="categorical_crossentropy", featuresCol="x", labelCol=label,
+                             numWorkers=1, epochs=2, batchSize=3, verbose=0)
+        return est.fit(frame).getKerasModel().get_weights()
+
+    wide = OneHotEncoder(inputCol="idx", outputCol="onehot", dropLast=False).fit(df).transform(df)
+    dense = df.withColumn("onehot_arr", F.transform(F.sequence(F.lit(0), F.lit(2)), lambda k: (k == F.col("idx")).cast("double")))
+    for a, b in zip(fit(wide.coalesce(1), "onehot"), fit(dense.coalesce(1), "onehot_arr"), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    narrow = OneHotEncoder(inputCol="idx", outputCol="onehot").fit(df).transform(df)
+    with pytest.raises(SchemaError, match=r"must hold 3 value\(s\) per row.*dropLast=True writes 2 values for 3 classes"):
+        fit(narrow, "onehot")
