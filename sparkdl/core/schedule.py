@@ -63,7 +63,7 @@ def epoch_order(rows: int, seed: int, epoch: int, partition: int, shuffle: bool)
     """
     if not shuffle:
         return np.arange(rows, dtype=np.int64)
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch, partition])
+    rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch, partition])  # all 64 bits, as seed_round
     return rng.permutation(rows).astype(np.int64)
 
 

@@ -136,3 +136,12 @@ class Replica:
             step = [np.asarray(v.numpy(), dtype=np.float64) for v in self.model.metrics_variables]
             sums = step if sums is None else [a + b for a, b in zip(sums, step, strict=True)]
         return sums
+
+
+def state_nbytes(model) -> int:
+    """Bytes of a compiled model's weights plus its optimizer state (building the optimizer if
+    needed): what one worker returns per round, before Arrow's few hundred bytes of headers."""
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    variables = list(model.weights) + list(model.optimizer.variables)
+    return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in variables)

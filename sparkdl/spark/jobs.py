@@ -70,10 +70,12 @@ def task_error(exc: BaseException, description: str) -> BaseException:
 
 
 def _is_spark_failure(exc: BaseException) -> bool:
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
+    """A failure of the job (a JVM exception, a task's Python exception), not a driver-side
+    analysis error, which keeps its own class."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import AnalysisException, CapturedException
 
-    return isinstance(exc, (PySparkException, Py4JError))
+    return isinstance(exc, Py4JJavaError) or (isinstance(exc, CapturedException) and not isinstance(exc, AnalysisException))
 
 
 def _first_line(text: str) -> str:

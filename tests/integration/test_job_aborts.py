@@ -1,5 +1,6 @@
-"""Issue 5 item 9: a round whose results exceed ``spark.driver.maxResultSize`` fails as a
-``WorkerError`` naming the round and the setting, not as a raw ``Py4JJavaError``.
+"""Issue 5 item 9: a fit whose round results would exceed ``spark.driver.maxResultSize`` fails
+before its first round with a ``ConfigError`` naming the setting, not as a raw ``Py4JJavaError``
+after a round of work.
 
 Runs in a subprocess: ``spark.driver.maxResultSize`` is fixed when a SparkContext starts.
 """
@@ -20,7 +21,7 @@ SCRIPT = textwrap.dedent(
     from pyspark.sql import SparkSession
     import keras
     from sparkdl import KerasEstimator
-    from sparkdl.errors import WorkerError
+    from sparkdl.errors import ConfigError
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.driver.maxResultSize", "1m").getOrCreate())
     model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(400), keras.layers.Dense(1)])  # ~1.3 MB of weights
@@ -29,7 +30,7 @@ SCRIPT = textwrap.dedent(
     try:
         est.fit(df)
         out = {"error": None}
-    except WorkerError as exc:
+    except ConfigError as exc:
         out = {"error": type(exc).__name__, "message": str(exc)}
     json.dump(out, open(sys.argv[1], "w"))
     spark.stop()
@@ -44,5 +45,5 @@ def test_results_over_max_result_size_name_the_setting(tmp_path):
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, timeout=600, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     got = json.loads(out.read_text())
-    assert got["error"] == "WorkerError", got
-    assert "round 1/1" in got["message"] and "spark.driver.maxResultSize" in got["message"], got["message"]
+    assert got["error"] == "ConfigError", got
+    assert "2 workers x" in got["message"] and "spark.driver.maxResultSize (1048576 bytes)" in got["message"], got["message"]

@@ -28,7 +28,7 @@ from sparkdl.core.metrics import MetricSums, append_epoch
 from sparkdl.core.modes import ModePolicy
 from sparkdl.core.schedule import RoundPlan, canonical_order, epoch_order
 from sparkdl.core.state import ModelState, WorkerUpdate
-from sparkdl.errors import InvariantError
+from sparkdl.errors import ConfigError, InvariantError
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.serialization.columns import column_to_numpy
@@ -221,6 +221,30 @@ def _check_finite(state: ModelState, names: list[str], description: str) -> None
             )
 
 
+_MAX_ROW_BYTES = 2**31 - 2**24  # one Arrow binary value / JVM byte array, with room for headers
+
+
+def _check_result_size(spark, per_worker: int, workers: int) -> None:
+    """Refuse, before the first round, a round whose results cannot come back to the driver.
+
+    Raises:
+        ConfigError: one worker's state over 2 GiB (one Arrow binary value), or all workers' states
+            over ``spark.driver.maxResultSize``.
+    """
+    if per_worker > _MAX_ROW_BYTES:
+        raise ConfigError(
+            f"each worker's weights plus optimizer state must fit in one Arrow value of at most {_MAX_ROW_BYTES} bytes "
+            f"on the rounds backend. Received: {per_worker} bytes"
+        )
+    limit = spark.sparkContext._jsc.sc().conf().getSizeAsBytes("spark.driver.maxResultSize", "1g")
+    if limit > 0 and per_worker * workers > limit:
+        raise ConfigError(
+            f"a round's results ({workers} workers x {per_worker} bytes of weights and optimizer state) must fit "
+            f"spark.driver.maxResultSize ({limit} bytes): raise it (--conf spark.driver.maxResultSize=4g) or lower "
+            f"numWorkers. Received: {per_worker * workers} bytes"
+        )
+
+
 class RoundsBackend:
     """One Spark job per round over cached data; see the module docstring."""
 
@@ -229,6 +253,7 @@ class RoundsBackend:
     def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
         from sparkdl.keras.custom_objects import registered
         from sparkdl.keras.metrics import MetricReader
+        from sparkdl.keras.replica import state_nbytes
 
         config = job.config
         task = TaskSpec(
@@ -249,6 +274,7 @@ class RoundsBackend:
         reader = MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
         names = decode_arrays(job.spec.weights).names
         spark = job.data.df.sparkSession
+        _check_result_size(spark, state_nbytes(reader.model), len(job.plan.partition_rows))
         result = FitResult(state=state)
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_rounds = config.epochs * rounds_per_epoch
