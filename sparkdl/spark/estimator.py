@@ -50,7 +50,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     every replica runs τ = ``localSteps`` local steps from the master weights, then the driver
     averages weights and optimizer state weighted by the rows each replica trained on. With
     ``localSteps=None`` a round is one pass over each partition, i.e. one round per epoch.
-    ``numWorkers=1`` is exactly ``keras.Model.fit`` on the same batches.
+    ``numWorkers=1`` with ``keepPartitioning=True`` is exactly ``keras.Model.fit`` on the same batches.
 
     Args:
         model: a built ``keras.Model`` with one input and one output. It is kept as

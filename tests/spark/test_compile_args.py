@@ -13,7 +13,8 @@ import keras  # noqa: E402
 
 ROWS, BATCH = 24, 8  # 3 steps per epoch
 COMPILE = {"weighted_metrics": ["mae"], "loss_weights": [0.5], "jit_compile": False}
-COLUMNS = {"featuresCol": "x", "labelCol": "y", "verbose": 0, "numWorkers": 1, "shuffle": False, "batchSize": BATCH}
+COLUMNS = {"featuresCol": "x", "labelCol": "y", "verbose": 0, "numWorkers": 1, "shuffle": False, "batchSize": BATCH,
+           "keepPartitioning": True}  # one worker on the rows in input order, as plain Keras sees them
 
 
 def _model(units=4, seed=3):
@@ -31,7 +32,7 @@ def _data():
 @pytest.fixture(scope="module")
 def df(spark):
     x, y = _data()
-    return spark.createDataFrame([(i, x[i].tolist(), float(y[i])) for i in range(ROWS)], "id long, x array<float>, y float")
+    return spark.createDataFrame([(i, x[i].tolist(), float(y[i])) for i in range(ROWS)], "id long, x array<float>, y float").coalesce(1)
 
 
 def _plain_fit_model(epochs=1):
