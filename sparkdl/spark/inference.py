@@ -212,7 +212,7 @@ def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple, inp
     if problems:
         raise SchemaError(
             f"features column {source!r} must hold {size} non-null values per row (the model input shape "
-            f"{tuple(input_shape)}) to be scored. Received: {', '.join(problems)} in {counts['rows']} rows"
+            f"{tuple(input_shape)}) to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}"
         )
 
 

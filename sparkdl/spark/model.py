@@ -42,7 +42,9 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
     Attributes:
         history: per-epoch training metrics, as ``keras.callbacks.History.history``:
             ``{"loss": [0.41, 0.18], "accuracy": [0.87, 0.94]}``.
-        fitInfo: ``{"rounds": int, "epoch_seconds": [...], "partition_rows": [...]}`` of the fit.
+        fitInfo: facts of the fit: ``fit_id`` (str, names its Spark jobs), ``rows`` (rows trained per
+            epoch, equal to the input's row count), ``partition_rows`` (rows of each worker's partition),
+            ``rounds``, ``rounds_per_epoch``, ``local_steps`` (τ) and ``epoch_seconds`` (seconds per epoch).
         optimizerState: the fit's final optimizer state, the values of the Keras model's
             ``optimizer.variables`` in order (iteration counter int64 ``()``, learning rate, e.g.
             Adam's moments shaped like the weights), or ``None``; saved as ``optimizer.arrow`` and

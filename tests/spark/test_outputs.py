@@ -218,8 +218,8 @@ def test_c11_bad_feature_rows_raise_schema_error_with_counts_over_the_whole_inpu
     fitted, _ = _frozen_fit(spark, _linear(3, 1, np.ones(3), [0.0]), "mse", [([1.0, 2.0, 3.0], 6.0)], "features array<double>, label double")
     rows = [(i, [1.0, 2.0, 3.0]) for i in range(20)] + [(20, None), (21, [1.0, 2.0]), (22, [1.0, 2.0, 3.0, 4.0]), (23, [1.0, None, 3.0])]
     df = spark.createDataFrame(rows, "id int, features array<double>").repartition(4)  # bad rows spread over partitions
-    with pytest.raises(SchemaError, match=r"must hold 3 non-null values per row .*Received: 1 null rows, 1 rows with null elements, "
-                                          r"2 rows of 2 to 4 values in 24 rows"):
+    with pytest.raises(SchemaError, match=r"must hold 3 non-null values per row .*Received, of 24 rows: 1 null rows, "
+                                          r"1 rows with null elements, 2 rows of 2 to 4 values"):
         fitted.transform(df)
     ok = fitted.transform(spark.createDataFrame(rows[:20], "id int, features array<double>").repartition(3))
     assert sorted(r["prediction"] for r in ok.collect()) == [6.0] * 20
