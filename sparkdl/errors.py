@@ -36,3 +36,15 @@ class FitCancelledError(WorkerError):
 class InvariantError(SparkDLError, RuntimeError):
     """A check that guards against silent wrong results failed on the driver: rows trained differ
     from rows counted, a partition changed between rounds, or the master weights became non-finite."""
+
+
+class SavePathExistsError(SparkDLError, FileExistsError):
+    """``save(path)`` was called on an existing path without ``write().overwrite()``."""
+
+
+class IncompleteSaveError(SparkDLError, FileNotFoundError):
+    """A saved stage lacks a file it needs (its metadata, ``model.keras``, ``optimizer.arrow``)."""
+
+
+class StageClassError(SparkDLError, TypeError):
+    """The path holds a saved stage of another class than the one whose ``load`` was called."""

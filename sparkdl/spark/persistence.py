@@ -41,23 +41,11 @@ import tempfile
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
-from sparkdl.errors import SparkDLError
+from sparkdl.errors import IncompleteSaveError, SavePathExistsError, StageClassError
 
 MODEL_FILE = "model.keras"
 OPTIMIZER_FILE = "optimizer.arrow"
 METADATA_DIR = "metadata"
-
-
-class SavePathExistsError(SparkDLError, FileExistsError):
-    """``save(path)`` was called on an existing path without ``write().overwrite()``."""
-
-
-class IncompleteSaveError(SparkDLError, FileNotFoundError):
-    """A saved stage lacks a file it needs (its metadata, ``model.keras``, ``optimizer.arrow``)."""
-
-
-class StageClassError(SparkDLError, TypeError):
-    """The path holds a saved stage of another class than the one whose ``load`` was called."""
 
 
 def _hadoop_path(path: str, sc):

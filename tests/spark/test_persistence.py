@@ -135,7 +135,7 @@ def test_a_file_uri_and_a_hadoop_only_scheme_round_trip_through_the_hadoop_files
 
 
 def test_a_save_that_stopped_before_its_metadata_fails_to_load_clearly_and_re_saves_with_overwrite(fitted, tmp_path):
-    from sparkdl.spark.persistence import IncompleteSaveError, SavePathExistsError
+    from sparkdl.errors import IncompleteSaveError, SavePathExistsError
 
     _, model, df = fitted
     path = str(tmp_path / "half")
@@ -154,7 +154,7 @@ def test_a_save_that_stopped_before_its_metadata_fails_to_load_clearly_and_re_sa
 def test_a_failing_metadata_write_leaves_the_model_file_and_overwrite_repairs_it(fitted, tmp_path):
     """A plain file where the metadata folder goes makes the metadata write fail: the model file is
     already there (written first), the directory does not load, and an overwrite replaces it."""
-    from sparkdl.spark.persistence import IncompleteSaveError
+    from sparkdl.errors import IncompleteSaveError
 
     _, model, df = fitted
     path = tmp_path / "blocked"
@@ -179,7 +179,7 @@ def test_overwriting_the_path_a_model_was_loaded_from_keeps_it(fitted, tmp_path)
 
 
 def test_save_over_an_existing_path_says_write_overwrite_and_keeps_the_first_save(fitted, tmp_path):
-    from sparkdl.spark.persistence import SavePathExistsError
+    from sparkdl.errors import SavePathExistsError
 
     est, model, df = fitted
     path = str(tmp_path / "twice")
@@ -198,7 +198,7 @@ def test_save_over_an_existing_path_says_write_overwrite_and_keeps_the_first_sav
 def test_loading_with_the_wrong_class_names_the_right_reader(spark, fitted, tmp_path):
     from pyspark.ml.feature import StringIndexer
 
-    from sparkdl.spark.persistence import IncompleteSaveError, StageClassError
+    from sparkdl.errors import IncompleteSaveError, StageClassError
 
     est, model, _ = fitted
     model.save(str(tmp_path / "model"))
