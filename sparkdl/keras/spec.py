@@ -46,6 +46,13 @@ def _normalize(value, kind: str):
     keras = keras_module()
     module = _module(kind)
     if isinstance(value, str):
+        if kind == "loss" and value.lower() in ("crossentropy", "ce"):
+            raise ConfigError(
+                f"loss must name its cross-entropy: Keras picks one for {value!r} from the data's shapes at compile "
+                "time, which the executors and the label checks cannot see. Use 'sparse_categorical_crossentropy' "
+                "(class indices), 'categorical_crossentropy' (one-hot) or 'binary_crossentropy' (0/1). "
+                f"Received: {value!r}"
+            )
         if kind in ("optimizer", "loss"):
             try:
                 module.get(value)

@@ -145,3 +145,11 @@ def test_misspelled_metric_is_a_config_error_naming_it():
 def test_an_empty_batch_gives_empty_columns_of_the_layout_width():
     out = describe_loss("sparse_categorical_crossentropy").spark_outputs(np.zeros((0, 4), np.float32), "classification")
     assert out.prediction.shape == (0,) and out.raw.shape == (0, 4) and out.probability.shape == (0, 4)
+
+
+@pytest.mark.parametrize("name", ["crossentropy", "ce"])
+def test_shape_resolved_crossentropy_names_ask_for_an_explicit_loss(name):
+    from sparkdl.keras.spec import normalize_loss
+
+    with pytest.raises(ConfigError, match="Use 'sparse_categorical_crossentropy'.*Received: '" + name + "'"):
+        normalize_loss(name)
