@@ -36,8 +36,12 @@ test-all: install
 	$(PY) -m pytest -m ''
 	$(MAKE) test-min
 
-# The core tests (tests/unit, tests/keras) on the lowest versions setup.cfg allows, pinned in
-# constraints-min.txt, in a separate venv.
+# The core tests (tests/unit, tests/keras), plus the Spark tests that exercise version-sensitive
+# pyspark APIs (job tags, InheritableThread, VectorUDT from mapInArrow, Hadoop-FS persistence), on
+# the lowest versions setup.cfg allows, pinned in constraints-min.txt, in a separate venv.
+MIN_SPARK_TESTS := tests/spark/test_jobs.py tests/spark/test_partitioning.py tests/spark/test_outputs.py \
+  tests/spark/test_fit.py tests/spark/test_persistence.py
+MIN_SPARK_SELECT := cancel or killed or repeats or spread or c6 or one_worker or hadoop
 VENV_MIN ?= .venv-min
 PY_MIN := $(abspath $(VENV_MIN))/bin/python
 
@@ -50,6 +54,7 @@ $(VENV_MIN)/.installed: setup.cfg pyproject.toml constraints-min.txt
 
 test-min: $(VENV_MIN)/.installed
 	PYSPARK_PYTHON=$(PY_MIN) PYSPARK_DRIVER_PYTHON=$(PY_MIN) $(PY_MIN) -m pytest tests/unit tests/keras
+	PYSPARK_PYTHON=$(PY_MIN) PYSPARK_DRIVER_PYTHON=$(PY_MIN) $(PY_MIN) -m pytest $(MIN_SPARK_TESTS) -k '$(MIN_SPARK_SELECT)'
 
 bench: install
 	$(PY) benchmarks/fit_throughput.py
