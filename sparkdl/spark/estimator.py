@@ -73,6 +73,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             ``scoreColumnType="array"``).
         rawPredictionCol: raw class scores (DenseVector), as Spark's classifiers write them.
         scoreColumnType: ``"vector"`` (default) or ``"array"``, the type of the two score columns.
+        checkFeatures: whether the fitted model's ``transform`` counts bad feature rows over the whole
+            input when called (one Spark-SQL pass, default True) or stays fully lazy (False).
         numWorkers: replicas and partitions (default 2).
         epochs: passes over the data (default 1).
         batchSize: rows per local step and per inference batch (default 32).
@@ -129,6 +131,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         keepPartitioning=False,
         rawPredictionCol="rawPrediction",
         scoreColumnType="vector",
+        checkFeatures=True,
     ) -> None:
         super().__init__()
         self._spec = None
@@ -163,6 +166,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         keepPartitioning=False,
         rawPredictionCol="rawPrediction",
         scoreColumnType="vector",
+        checkFeatures=True,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
         :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are

@@ -224,6 +224,7 @@ def transform(
     batch_size: int,
     task: str,
     loss: LossInfo,
+    check_features: bool = True,
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
@@ -240,6 +241,8 @@ def transform(
         batch_size: rows per ``predict_on_batch`` call.
         task: ``"classification"`` or ``"regression"`` (already inferred).
         loss: the loss family that turns outputs into columns.
+        check_features: count bad feature rows over the whole input now (one Spark-SQL pass), or leave
+            them to the tasks (lazy; the first bad batch raises ``SchemaError``).
 
     Raises:
         SchemaError: a missing or mistyped features column, an output column that already exists
@@ -282,7 +285,8 @@ def transform(
         output_names=tuple(names),
     )
     features = names[df.columns.index(features_col)]
-    check_feature_rows(positional, features, tuple(spec.input_shape), spec.input_dtype, source=features_col)
+    if check_features:
+        check_feature_rows(positional, features, tuple(spec.input_shape), spec.input_dtype, source=features_col)
     with_features = positional.withColumn(_TMP_FEATURES, as_array(positional, features, spec.input_dtype))
     schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
     scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)

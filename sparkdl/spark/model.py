@@ -109,7 +109,7 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         columns = OutputColumns(
             self.getPredictionCol(), self.getRawPredictionCol(), self.getProbabilityCol(), self.getScoreColumnType() == "vector"
         )
-        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info)
+        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info, check_features=self.getCheckFeatures())
 
     def _outputs(self) -> int:
         return int(np.prod(self._spec.output_shape, dtype=np.int64))

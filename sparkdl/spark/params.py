@@ -173,9 +173,26 @@ class HasScoreColumnType(Params):
         return self._set(scoreColumnType=value)
 
 
+class HasCheckFeatures(Params):
+    checkFeatures = Param(
+        Params._dummy(),
+        "checkFeatures",
+        "transform counts null and wrongly sized feature rows over the whole input in one Spark-SQL pass "
+        "when it is called, and raises SchemaError with the counts (True, default); False keeps transform "
+        "fully lazy: a bad row then fails its task with SchemaError naming the partition and batch",
+        TypeConverters.toBoolean,
+    )
+
+    def getCheckFeatures(self) -> bool:
+        return self.getOrDefault(self.checkFeatures)
+
+    def setCheckFeatures(self, value: bool):
+        return self._set(checkFeatures=value)
+
+
 class KerasSharedParams(
     HasFeaturesCol, HasPredictionCol, HasRawPredictionCol, HasProbabilityCol, HasScoreColumnType, HasBatchSize, HasTask, HasCompileParams,
-    HasCompileOptions,
+    HasCompileOptions, HasCheckFeatures,
 ):
     """Params that the estimator and its fitted model share (copied from one to the other on fit)."""
 
@@ -187,6 +204,7 @@ class KerasSharedParams(
             rawPredictionCol="rawPrediction",
             probabilityCol="probability",
             scoreColumnType="vector",
+            checkFeatures=True,
             batchSize=32,
             task="auto",
             optimizer="adam",

@@ -225,6 +225,23 @@ def test_c11_bad_feature_rows_raise_schema_error_with_counts_over_the_whole_inpu
     assert sorted(r["prediction"] for r in ok.collect()) == [6.0] * 20
 
 
+def test_check_features_false_keeps_transform_lazy_and_tasks_name_the_bad_batch(spark):
+    fitted, _ = _frozen_fit(spark, _linear(3, 1, np.ones(3), [0.0]), "mse", [([1.0, 2.0, 3.0], 6.0)], "features array<double>, label double")
+    rows = [(i, [1.0, 2.0, 3.0]) for i in range(10)] + [(10, [1.0, 2.0])]
+    df = spark.createDataFrame(rows, "id int, features array<double>")
+    sc = spark.sparkContext
+    sc.setJobGroup("lazy-transform", "lazy transform")
+    try:
+        scored = fitted.setCheckFeatures(False).transform(df)
+        assert list(sc.statusTracker().getJobIdsForGroup("lazy-transform")) == []  # nothing ran yet
+    finally:
+        sc.setJobGroup("", "")
+    with pytest.raises(Exception, match=r"SchemaError: transform, partition \d+, a batch of \d+ rows: column 'features' must hold 3"):
+        scored.collect()
+    good = fitted.transform(spark.createDataFrame(rows[:10], "id int, features array<double>"))
+    assert sorted(r["prediction"] for r in good.collect()) == [6.0] * 10
+
+
 def test_c11_misspelled_metric_fails_before_any_job(spark):
     tracker = spark.sparkContext.statusTracker()
     before = tracker.getJobIdsForGroup()
