@@ -70,34 +70,38 @@ def epoch_order(rows: int, seed: int, epoch: int, partition: int, shuffle: bool)
 _FINGERPRINT_SEED = 0x5EED5D1
 
 
-def canonical_order(*arrays: np.ndarray, chunk_rows: int = 4096) -> np.ndarray:
-    """A row order that depends only on the rows' contents, not on the order they arrived in.
+def _fingerprints(array: np.ndarray, rng: np.random.Generator, chunk_rows: int) -> np.ndarray:
+    n = len(array)
+    raw = np.ascontiguousarray(array).reshape(n, -1).view(np.uint8).reshape(n, -1)
+    width = -(-raw.shape[1] // 8) * 8
+    coefficients = rng.integers(1, 2**63, size=width // 8, dtype=np.uint64) | np.uint64(1)
+    out = np.zeros(n, np.uint64)
+    for start in range(0, n, chunk_rows):
+        block = np.zeros((min(chunk_rows, n - start), width), np.uint8)
+        block[:, : raw.shape[1]] = raw[start : start + chunk_rows]
+        out[start : start + len(block)] = (block.view(np.uint64) * coefficients).sum(axis=1, dtype=np.uint64)
+    return out
+
+
+def canonical_order(x: np.ndarray, y: np.ndarray, chunk_rows: int = 4096) -> np.ndarray:
+    """A row order that depends only on the rows' values, not on the order they arrived in.
 
     Rows that reach a partition through a shuffle come in fetch order, which varies from run to
-    run; sorting them by a 64-bit fingerprint of their bytes (a random linear hash over 64-bit
-    words, computed ``chunk_rows`` rows at a time) makes the seeded epoch order, and so training,
-    repeatable. Equal rows are interchangeable, so their relative order does not matter.
+    run; sorting them by a 64-bit fingerprint of their features (a random linear hash over 64-bit
+    words, ``chunk_rows`` rows at a time), then of their labels as float64 (so an int, a float or
+    a double label orders alike), makes the seeded epoch order, and so training, repeatable.
+    Equal rows are interchangeable, so their relative order does not matter.
 
     Args:
-        arrays: arrays with the same number of rows (e.g. features ``(rows, 784)`` and labels ``(rows,)``).
+        x: features, shape ``(rows, ...)``.
+        y: labels, shape ``(rows, ...)``.
 
     Returns:
         int64 array of shape ``(rows,)``: a permutation.
     """
-    n = len(arrays[0])
-    if n == 0:
+    if len(x) == 0:
         return np.zeros(0, np.int64)
     rng = np.random.default_rng(_FINGERPRINT_SEED)
-    fingerprint = np.zeros(n, np.uint64)
-    for array in arrays:
-        raw = np.ascontiguousarray(array).reshape(n, -1).view(np.uint8).reshape(n, -1)
-        width = -(-raw.shape[1] // 8) * 8
-        coefficients = rng.integers(1, 2**63, size=width // 8, dtype=np.uint64) | np.uint64(1)
-        for start in range(0, n, chunk_rows):
-            block = np.zeros((min(chunk_rows, n - start), width), np.uint8)
-            block[:, : raw.shape[1]] = raw[start : start + chunk_rows]
-            words = block.view(np.uint64)
-            with np.errstate(over="ignore"):
-                part = (words * coefficients).sum(axis=1, dtype=np.uint64)
-                fingerprint[start : start + len(block)] = fingerprint[start : start + len(block)] * np.uint64(0x9E3779B97F4A7C15) + part
-    return np.argsort(fingerprint, kind="stable").astype(np.int64)
+    features = _fingerprints(x, rng, chunk_rows)
+    labels = _fingerprints(np.asarray(y, dtype=np.float64), rng, chunk_rows)
+    return np.lexsort((labels, features)).astype(np.int64)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sparkdl.errors import CodecError
+from sparkdl.errors import CodecError, ConfigError
 from sparkdl.keras.runtime import keras_module
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 
@@ -33,7 +33,12 @@ class MetricReader:
     The compiled metrics build their variables on one eager ``compute_metrics`` (the train
     step's own metric update) over a one-row batch of zeros, shapes ``(1, *x_shape)`` and
     ``(1, *y_shape)``, as the replicas' build on their first step; then they are reset.
-    (``test_on_batch`` fails with StopIteration on Keras 3.5 with TensorFlow 2.18.)
+    (``test_on_batch`` fails with StopIteration on Keras 3.5 with TensorFlow 2.18.) The loss is
+    computed too, so compile arguments that do not fit the model (``loss_weights`` for outputs it
+    does not have, a metric that cannot read the labels) fail here, on the driver.
+
+    Raises:
+        ConfigError: when the loss or a metric fails on a one-row batch of these shapes.
     """
 
     def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, x_shape: tuple, x_dtype: str, y_shape: tuple, y_dtype: str) -> None:
@@ -41,7 +46,15 @@ class MetricReader:
         self.model = compile_spec.compile(spec.architecture_only().build())
         x = np.zeros((1, *x_shape), dtype=x_dtype)
         y = np.zeros((1, *y_shape), dtype=y_dtype)
-        self.model.compute_metrics(x, y, self.model(x, training=False), sample_weight=None)
+        y_pred = self.model(x, training=False)
+        try:  # the loss and metrics on one row, as a replica's first step computes them
+            self.model.compute_loss(x, y, y_pred)
+            self.model.compute_metrics(x, y, y_pred, sample_weight=None)
+        except Exception as exc:
+            raise ConfigError(
+                f"the loss, metrics and compile arguments must fit the model's outputs of per-row shape {tuple(y_pred.shape[1:])} "
+                f"and labels of per-row shape {tuple(y_shape)} ({y_dtype}). Received: {type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
+            ) from exc
         self.model.reset_metrics()
         self._variables = list(self.model.metrics_variables)
         self.names = [v.path for v in self._variables]

@@ -131,6 +131,22 @@ def as_array(df: DataFrame, name: str, dtype: str) -> Column:
     return F.array(col(name).cast(element))
 
 
+def expected_label(df: DataFrame, name: str, output_shape: tuple, loss) -> tuple[tuple, str]:
+    """The per-row shape and numpy dtype tasks will read from label column ``name`` when it passes
+    the check job, from the schema alone: for a dry run of the loss and metrics before any job.
+
+    Returns:
+        dtype ``"int64"`` for an integer column, else ``"float32"``; shape ``()`` for a scalar column,
+        ``(1,)`` for an array under a sparse loss, ``output_shape`` for another array or vector.
+    """
+    data_type = df.schema[name].dataType
+    scalar = isinstance(data_type, (T.NumericType, T.BooleanType))
+    dtype = "int64" if isinstance(data_type, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)) else "float32"
+    if scalar:
+        return (), dtype
+    return ((1,) if loss.expects_class_index else tuple(output_shape)), dtype
+
+
 def _label_expr(df: DataFrame, name: str) -> Column:
     data_type = df.schema[name].dataType
     if isinstance(data_type, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)):
@@ -177,8 +193,9 @@ class _ColumnStats:
             self.min_len = low if self.min_len is None else min(self.min_len, low)
             self.max_len = high if self.max_len is None else max(self.max_len, high)
         if pa.types.is_floating(values.type):
-            self.nans += pc.sum(pc.is_nan(values)).as_py() or 0
-            values = pc.drop_null(pc.if_else(pc.is_nan(values), None, values))
+            bad = pc.or_(pc.is_nan(values), pc.is_inf(values))
+            self.nans += pc.sum(bad).as_py() or 0
+            values = pc.drop_null(pc.if_else(bad, None, values))
         if self.exclude is not None:
             values = values.filter(pc.not_equal(values, pa.scalar(self.exclude).cast(values.type)))
         if pa.types.is_floating(values.type):
@@ -237,9 +254,10 @@ def prepare_training_data(
     """Check, cast, partition and cache the training data; count the rows of every partition.
 
     Schema checks run first, without a Spark job. The two model columns are then cast and, by
-    default, spread round-robin over ``num_workers`` partitions (``repartition(n)``, which
-    adaptive query execution never coalesces), so that every worker gets rows from every input
-    partition (label-sorted files do not make label-sorted shards). With ``keep_partitioning``
+    default, spread over ``num_workers`` partitions by a hash of their features
+    (``repartition(n, xxhash64(features))``, which adaptive query execution never coalesces), so
+    that every worker gets rows from every input partition (label-sorted files do not make
+    label-sorted shards) and the split depends on the rows alone. With ``keep_partitioning``
     the input's partitions are trained as they are, one worker each, however many there turn
     out to be at run time. The result is cached, and one job over the cached data itself counts
     rows per partition and checks nulls, NaNs, lengths and label values: the partition count and
@@ -276,11 +294,13 @@ def prepare_training_data(
     size = int(np.prod(input_shape, dtype=np.int64))
     selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
     if not keep_partitioning:
-        selected = selected.repartition(num_workers)
+        # Rows go to workers by a hash of their features: every worker gets rows from every input
+        # partition, and which rows a worker gets depends on nothing else (not the input's
+        # partitioning, not how the label is encoded), so a seeded fit repeats on the same rows.
+        selected = selected.repartition(num_workers, F.xxhash64(F.col(FEATURES)))
     # The fit's own literal makes the cached plan unique to this fit: Spark's cache is keyed by plan,
     # so two concurrent fits on one DataFrame (CrossValidator(parallelism=2)) would otherwise share
-    # one cache entry, and the first to finish would unpersist it under the other. It is added after
-    # the repartition: round-robin sorts rows by their bytes first, and must not see a random value.
+    # one cache entry, and the first to finish would unpersist it under the other.
     selected = selected.withColumn("__sparkdl_fit", F.lit(secrets.randbits(63)))
     selected = selected.persist()
     try:
@@ -323,7 +343,7 @@ def _check_stats(stats, features_col, label_col, size, input_shape, output_shape
             raise SchemaError(f"column {column!r} must have no null elements. Received: {element_nulls} null elements in {total} rows")
         nans = _total(stats, f"{prefix}_nans")
         if nans:
-            raise SchemaError(f"column {column!r} must have no NaN values. Received: {nans} NaN values in {total} rows")
+            raise SchemaError(f"column {column!r} must hold finite values. Received: {nans} NaN or infinite values in {total} rows")
     sizes = {s[k] for s in stats for k in ("feature_min_len", "feature_max_len") if s[k] is not None}
     if sizes != {size}:
         bad = sorted(sizes - {size})
@@ -351,12 +371,12 @@ def _check_stats(stats, features_col, label_col, size, input_shape, output_shape
                 f"with {classes} outputs under loss {loss.name!r}. Received: values from {low:g} to {high:g}"
                 + (f", {fractional} of them not integers" if fractional else "")
             )
-    elif loss.family in ("hinge", "categorical_hinge") and (low < -1 or high > 1):
+    elif loss.family == "hinge" and (low < -1 or high > 1 or fractional):
         raise SchemaError(
             f"label column {label_col!r} must hold -1/1 (or 0/1) labels under loss {loss.name!r}. "
-            f"Received: values from {low:g} to {high:g}"
+            f"Received: values from {low:g} to {high:g}" + (f", {fractional} of them not integers" if fractional else "")
         )
-    elif loss.family in ("binary", "categorical") and (low < 0 or high > 1):
+    elif loss.family in ("binary", "categorical", "categorical_hinge", "kl_divergence") and (low < 0 or high > 1):
         raise SchemaError(
             f"label column {label_col!r} must hold values in [0, 1] under loss {loss.name!r} (one-hot or 0/1 labels; "
             f"for class indices use sparse_categorical_crossentropy). Received: values from {low:g} to {high:g}"

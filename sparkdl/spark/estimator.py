@@ -15,7 +15,7 @@ from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
-from sparkdl.spark.data import prepare_training_data
+from sparkdl.spark.data import check_feature_column, check_label_column, expected_label, prepare_training_data
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.spark.params import KerasEstimatorParams
@@ -276,6 +276,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
+        from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.spec import infer_task
 
         config = self._fit_config()
@@ -299,6 +300,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             )
         fit_id = uuid.uuid4().hex
         loss = compile_spec.loss_info
+        check_feature_column(dataset, self.getFeaturesCol())
+        check_label_column(dataset, self.getLabelCol())
+        label_shape, label_dtype = expected_label(dataset, self.getLabelCol(), spec.output_shape, loss)
+        # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
+        # read these labels) fail here on one dummy row, before any Spark job; the backend reuses it.
+        reader = MetricReader(spec, compile_spec, spec.input_shape, spec.input_dtype, label_shape, label_dtype)
         data = prepare_training_data(
             dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,
             loss, config.num_workers, keep_partitioning=config.keep_partitioning,
@@ -319,7 +326,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                     stacklevel=2,
                 )
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-            job = TrainJob(fit_id, spec, compile_spec, data, plan, config)
+            job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader)
             report = _print_epoch(config.epochs) if config.verbose else None
             result = backend.run(job, policy, start, on_epoch_end=report)
         finally:

@@ -83,13 +83,17 @@ def _first_line(text: str) -> str:
 
 
 def _reason(text: str) -> str:
-    """Spark's abort reason plus the task's last Python exception line, if any."""
+    """Spark's abort reason plus the task's last Python exception (with up to two following lines,
+    where TensorFlow puts the detail), if any."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    abort = next((line for line in lines if "Job aborted" in line or "Exception" in line or "Error" in line), _first_line(text))
-    python = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    abort = next((line for line in lines if "Job aborted" in line or "SparkException" in line), _first_line(text))
     reason = abort[:600]
-    if python and python[-1] not in reason:
-        reason += f" | task: {python[-1][:400]}"
+    raised = [i for i, line in enumerate(lines) if re.match(r"^[\w.]+(Error|Exception|Exit)\b:?", line) and not line.startswith("at ")]
+    if raised:
+        i = raised[-1]
+        task = " ".join(lines[i : i + 3])[:600]
+        if task not in reason:
+            reason += f" | task: {task}"
     return reason
 
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 import keras
 from sparkdl import KerasEstimator
-from sparkdl.errors import FitCancelledError, SchemaError, WorkerError
+from sparkdl.errors import ConfigError, FitCancelledError, SchemaError, WorkerError
 
 
 def _temp_files(spark):
@@ -158,6 +158,10 @@ class TestLabelValuesBeforeTraining:
         msg = self._fit(spark, [[1.0], [2.0]], "array<double>", loss="hinge", outputs=1)
         assert "must hold -1/1 (or 0/1) labels" in msg
 
+    def test_infinite_labels(self, spark):
+        msg = self._fit(spark, [[1.0, 0.0, 0.0], [0.0, float("inf"), 0.0]], "array<double>", loss="categorical_crossentropy")
+        assert "column 'y' must hold finite values. Received: 1 NaN or infinite values in 2 rows" in msg
+
     def test_one_hot_values_outside_zero_one(self, spark):
         msg = self._fit(spark, [[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]], "array<double>", loss="categorical_crossentropy")
         assert "must hold values in [0, 1]" in msg and "from 0 to 2" in msg
@@ -237,3 +241,18 @@ def test_c32_one_hot_encoder_labels(spark):
     narrow = OneHotEncoder(inputCol="idx", outputCol="onehot").fit(df).transform(df)
     with pytest.raises(SchemaError, match=r"must hold 3 value\(s\) per row.*dropLast=True writes 2 values for 3 classes"):
         fit(narrow, "onehot")
+
+
+def test_compile_arguments_that_cannot_work_fail_before_any_job(spark):
+    """loss_weights for two outputs on a one-output model once failed inside every task of round 1."""
+    sc = spark.sparkContext
+    df = spark.createDataFrame([([1.0], 2.0)] * 4, "x array<float>, y double")
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    est = KerasEstimator(model=model, loss="mse", lossWeights=[1.0, 2.0], featuresCol="x", labelCol="y", verbose=0)
+    sc.setJobGroup("compile-check", "compile check")
+    try:
+        with pytest.raises(ConfigError, match="must fit the model's outputs of per-row shape \\(1,\\)"):
+            est.fit(df)
+        assert list(sc.statusTracker().getJobIdsForGroup("compile-check")) == []
+    finally:
+        sc.setJobGroup("", "")

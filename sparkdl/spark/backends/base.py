@@ -27,6 +27,8 @@ class TrainJob:
         data: the prepared, cached training data.
         plan: which rows each worker trains on in each round.
         config: the fit's settings.
+        reader: the driver's :class:`~sparkdl.keras.metrics.MetricReader`, when the estimator built
+            one already (it stays on the driver; tasks get a :class:`TaskSpec`-like value instead).
     """
 
     fit_id: str
@@ -35,6 +37,7 @@ class TrainJob:
     data: PreparedData
     plan: RoundPlan
     config: FitConfig
+    reader: object = None
 
 
 @dataclass

@@ -271,7 +271,7 @@ class RoundsBackend:
             canonical_order=not config.keep_partitioning,
         )
         features, label = job.data.features, job.data.label
-        reader = MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
+        reader = job.reader or MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
         names = decode_arrays(job.spec.weights).names
         spark = job.data.df.sparkSession
         _check_result_size(spark, state_nbytes(reader.model), len(job.plan.partition_rows))
