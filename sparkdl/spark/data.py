@@ -254,10 +254,9 @@ def prepare_training_data(
     """Check, cast, partition and cache the training data; count the rows of every partition.
 
     Schema checks run first, without a Spark job. The two model columns are then cast and, by
-    default, spread over ``num_workers`` partitions by a hash of their features
-    (``repartition(n, xxhash64(features))``, which adaptive query execution never coalesces), so
-    that every worker gets rows from every input partition (label-sorted files do not make
-    label-sorted shards) and the split depends on the rows alone. With ``keep_partitioning``
+    default, spread round-robin over ``num_workers`` partitions (``repartition(n)``, which adaptive
+    query execution never coalesces), so that workers are balanced and every worker gets rows from
+    every input partition (label-sorted files do not make label-sorted shards). With ``keep_partitioning``
     the input's partitions are trained as they are, one worker each, however many there turn
     out to be at run time. The result is cached, and one job over the cached data itself counts
     rows per partition and checks nulls, NaNs, lengths and label values: the partition count and
@@ -294,10 +293,10 @@ def prepare_training_data(
     size = int(np.prod(input_shape, dtype=np.int64))
     selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
     if not keep_partitioning:
-        # Rows go to workers by a hash of their features: every worker gets rows from every input
-        # partition, and which rows a worker gets depends on nothing else (not the input's
-        # partitioning, not how the label is encoded), so a seeded fit repeats on the same rows.
-        selected = selected.repartition(num_workers, F.xxhash64(F.col(FEATURES)))
+        # Round-robin: balanced workers, each with rows from every input partition. (A hash of the
+        # features would make the split independent of the input's partitioning, but puts equal
+        # feature rows on one worker: 7 distinct rows gave one worker 3 times the other's rows.)
+        selected = selected.repartition(num_workers)
     # The fit's own literal makes the cached plan unique to this fit: Spark's cache is keyed by plan,
     # so two concurrent fits on one DataFrame (CrossValidator(parallelism=2)) would otherwise share
     # one cache entry, and the first to finish would unpersist it under the other.

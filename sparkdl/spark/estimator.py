@@ -303,6 +303,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         check_feature_column(dataset, self.getFeaturesCol())
         check_label_column(dataset, self.getLabelCol())
         label_shape, label_dtype = expected_label(dataset, self.getLabelCol(), spec.output_shape, loss)
+        if label_shape == ():  # a scalar column's per-row shape is known from the schema: check it now
+            loss.check_label_shape(self.getLabelCol(), (), spec.output_shape)
         # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
         # read these labels) fail here on one dummy row, before any Spark job; the backend reuses it.
         reader = MetricReader(spec, compile_spec, spec.input_shape, spec.input_dtype, label_shape, label_dtype)
@@ -315,8 +317,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             workers = len(data.partition_rows)
             if config.keep_partitioning and workers != config.num_workers:
                 warnings.warn(
-                    f"keepPartitioning=True: training with {workers} workers, one per partition of the input as "
-                    f"executed, not numWorkers={config.num_workers}",
+                    f"keepPartitioning=True: training with {workers} workers, one per partition of the cached input, "
+                    f"not numWorkers={config.num_workers} (after a shuffle a cached plan keeps spark.sql.shuffle.partitions "
+                    "partitions: AQE does not coalesce it)",
                     stacklevel=2,
                 )
             if data.total_rows < workers:
