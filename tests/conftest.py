@@ -40,3 +40,16 @@ def partitioned_df(spark, partitions, schema):
     """A DataFrame whose partition i holds exactly the rows ``partitions[i]`` (list of tuples), in order."""
     rdd = spark.sparkContext.parallelize(partitions, len(partitions)).flatMap(lambda rows: rows)
     return spark.createDataFrame(rdd, schema)
+
+
+def run_spark_script(script, tmp_path, timeout_s=900):
+    """Run ``script`` (Python source that writes JSON to ``sys.argv[1]``) in a fresh process with its own
+    SparkContext (one process holds one), and return the JSON it wrote."""
+    import json
+    import subprocess
+
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run([sys.executable, "-c", script, str(out)], env=env, timeout=timeout_s, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())

@@ -5,15 +5,11 @@ after a round of work.
 Runs in a subprocess: ``spark.driver.maxResultSize`` is fixed when a SparkContext starts.
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_spark_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -40,10 +36,6 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_results_over_max_result_size_name_the_setting(tmp_path):
-    out = tmp_path / "out.json"
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, timeout=600, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(out.read_text())
+    got = run_spark_script(SCRIPT, tmp_path, timeout_s=600)
     assert got["error"] == "ConfigError", got
     assert "2 workers x" in got["message"] and "spark.driver.maxResultSize (1048576 bytes)" in got["message"], got["message"]

@@ -3,13 +3,9 @@
 Runs in a subprocess because one process holds one SparkContext (the session fixture's).
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.conftest import run_spark_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -40,11 +36,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_fit_and_transform_on_two_executor_jvms(tmp_path):
-    out = tmp_path / "out.json"
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, timeout=900, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(out.read_text())
+    got = run_spark_script(SCRIPT, tmp_path, timeout_s=900)
     assert got["executors"] == 2
     assert 1.9 < got["w"] <= 2.0 + 1e-6  # y = 2x: gradient descent converges to w = 2
     assert got["rows"] == 500 and got["ids"] and got["paired"]
