@@ -1,6 +1,6 @@
 """Training throughput: plain ``keras.Model.fit`` in one process vs sparkdl ``sync`` on ``local[2]``.
 
-Same CNN (``examples.models:mnist_cnn``), same data (bundled mnist10k, 8,000 training rows),
+Same model (``examples.models:mnist_cnn``, or ``mnist_mlp`` with ``--model mlp``), same data (bundled mnist10k, 8,000 training rows),
 same epochs, batch size and optimizer, measured side by side in one run on the same cores.
 Prints one JSON line per run (``samples_per_s`` = epochs × rows / fit seconds), a JSON line
 with ``ratio`` = sparkdl / Keras samples/s and both test accuracies, then a Markdown table.
@@ -10,7 +10,10 @@ TensorFlow, as they have in any session after its first fit; the cold first fit 
 Each side runs ``--repeats`` times, alternating; JSON lines carry every run, the summary the
 medians (single fits on a shared 2-core machine vary by up to 25 %).
 
-Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N] [--repeats 3]
+``fitInfo["seconds"]`` of each sparkdl fit shows where its time went (checks, data preparation,
+first round, other rounds).
+
+Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N] [--repeats 3] [--model cnn|mlp]
 """
 
 from __future__ import annotations
@@ -42,13 +45,17 @@ def load(path):
     return x, table.column("label").to_numpy().astype(np.int64)
 
 
-def run_keras(epochs, batch_size):
+def model_factory(name):
+    from examples import models
+
+    return {"cnn": models.mnist_cnn, "mlp": models.mnist_mlp}[name]
+
+
+def run_keras(epochs, batch_size, model_name="cnn"):
     import keras
 
-    from examples.models import mnist_cnn
-
     (x, y), (xt, yt) = load(TRAIN), load(TEST)
-    model = mnist_cnn()
+    model = model_factory(model_name)()
     model.compile(optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     started = time.perf_counter()
     model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=True, verbose=0)
@@ -67,17 +74,18 @@ def start_spark(workers):
     return spark
 
 
-def run_sparkdl(spark, epochs, batch_size, workers, local_steps, warm_up):
+def run_sparkdl(spark, epochs, batch_size, workers, local_steps, warm_up, model_name="cnn"):
     from pyspark.sql import functions as F
 
     import keras
-    from examples.models import mnist_cnn
     from sparkdl import KerasEstimator
+
+    build = model_factory(model_name)
 
     train, test = spark.read.parquet(TRAIN), spark.read.parquet(TEST)
 
     def estimator(n_epochs):
-        return KerasEstimator(model=mnist_cnn(), optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
+        return KerasEstimator(model=build(), optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
                               metrics=["accuracy"], featuresCol="pixels", labelCol="label", numWorkers=workers,
                               epochs=n_epochs, batchSize=batch_size, localSteps=local_steps, verbose=0)
 
@@ -94,7 +102,7 @@ def run_sparkdl(spark, epochs, batch_size, workers, local_steps, warm_up):
     return {"run": "sparkdl", "workers": workers, "master": f"local[{workers}]", "epochs": epochs, "rows": rows,
             "rounds": model.fitInfo["rounds"], "local_steps": model.fitInfo["local_steps"], "fit_s": round(seconds, 2),
             "samples_per_s": round(epochs * rows / seconds, 1), "test_accuracy": accuracy,
-            "cold_first_fit_1_epoch_s": cold_s}
+            "cold_first_fit_1_epoch_s": cold_s, "seconds": model.fitInfo.get("seconds")}
 
 
 def main():
@@ -104,13 +112,15 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--local-steps", type=int, default=None, help="τ; default one round per epoch")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="examples.models: mnist_cnn or mnist_mlp")
     args = parser.parse_args()
     spark = start_spark(args.workers)
     keras_runs, spark_runs = [], []
     for i in range(args.repeats):
-        keras_runs.append(run_keras(args.epochs, args.batch_size))
+        keras_runs.append(run_keras(args.epochs, args.batch_size, args.model))
         print(json.dumps(keras_runs[-1]), flush=True)
-        spark_runs.append(run_sparkdl(spark, args.epochs, args.batch_size, args.workers, args.local_steps, warm_up=i == 0))
+        spark_runs.append(run_sparkdl(spark, args.epochs, args.batch_size, args.workers, args.local_steps, warm_up=i == 0,
+                                      model_name=args.model))
         print(json.dumps(spark_runs[-1]), flush=True)
     spark.stop()
     keras_sps = statistics.median(r["samples_per_s"] for r in keras_runs)
@@ -118,7 +128,8 @@ def main():
     summary = {"ratio": round(spark_sps / keras_sps, 3), "keras_samples_per_s": keras_sps, "sparkdl_samples_per_s": spark_sps,
                "ratios_per_repeat": [round(s["samples_per_s"] / k["samples_per_s"], 3) for k, s in zip(keras_runs, spark_runs)],
                "keras_test_accuracy": keras_runs[-1]["test_accuracy"], "sparkdl_test_accuracy": spark_runs[-1]["test_accuracy"],
-               "cpus": os.cpu_count(), "repeats": args.repeats}
+               "cpus": os.cpu_count(), "repeats": args.repeats, "model": args.model,
+               "local_steps": args.local_steps, "epochs": args.epochs}
     print(json.dumps(summary), flush=True)
     print("\n| run | fit s (median) | samples/s (median) | test accuracy |\n|---|---|---|---|")
     for name, runs, sps in (("keras", keras_runs, keras_sps), ("sparkdl", spark_runs, spark_sps)):

@@ -13,7 +13,7 @@ Writes under ``runs/<config name>/`` (or ``--output``):
 Config sections: ``data`` (train/test Parquet paths, column names), ``model`` (``factory:
 module:function`` with optional ``kwargs``, or ``json: path`` to a Keras model JSON) and ``fit``
 (``KerasEstimator`` Params in snake_case: optimizer, loss, metrics, num_workers, epochs,
-batch_size, local_steps, mode, seed). Relative paths are read from the working directory.
+batch_size, local_steps, mode, seed, backend, staleness, server_port, worker_timeout). Relative paths are read from the working directory.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ FIT_KEYS = {
     "seed": "seed",
     "shuffle": "shuffle",
     "verbose": "verbose",
+    "backend": "backend",
+    "staleness": "staleness",
+    "server_port": "serverPort",
+    "worker_timeout": "workerTimeout",
 }
 
 
@@ -112,6 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
         "local_steps": model.fitInfo["local_steps"],
         "train_rows": sum(model.fitInfo["partition_rows"]),
         "history": model.history,
+        "mode": estimator.getMode(),
+        "backend": model.fitInfo.get("backend", "rounds"),
     }
     with open(os.path.join(output, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)

@@ -48,3 +48,9 @@ class IncompleteSaveError(SparkDLError, FileNotFoundError):
 
 class StageClassError(SparkDLError, TypeError):
     """The path holds a saved stage of another class than the one whose ``load`` was called."""
+
+
+class ServerError(SparkDLError, RuntimeError):
+    """The parameter server could not be started (its host:port is taken), refused a call
+    (authentication, an update that does not fit the model, a body over the size limit), or
+    could not be reached within the client's timeout; the message names the server address."""

@@ -38,11 +38,9 @@ class WeightedMean:
             return
         if self._sums is None:
             self._dtypes = [np.asarray(a).dtype for a in arrays]
-            # np.array(...) then in-place ops: a 0-d array times a number would become a numpy
-            # scalar, and later in-place additions to it would be lost.
-            self._sums = [np.array(a, dtype=np.float64) for a in arrays]
-            for acc in self._sums:
-                acc *= weight
+            # out=: a 0-d array times a number would become a numpy scalar, and later in-place
+            # additions to it would be lost. dtype=float64: n·w exact for float32 w and n < 2**29.
+            self._sums = [np.multiply(a, weight, dtype=np.float64, out=np.empty(np.shape(a), np.float64)) for a in arrays]
         else:
             if len(arrays) != len(self._sums):
                 raise ValueError(
@@ -56,7 +54,7 @@ class WeightedMean:
                         f"array {i} must have shape {acc.shape} and dtype {dtype}. "
                         f"Received: shape {a.shape}, dtype {a.dtype}"
                     )
-                np.add(acc, a.astype(np.float64) * weight, out=acc)
+                np.add(acc, np.multiply(a, weight, dtype=np.float64), out=acc)
         self.total_weight += float(weight)
 
     def result(self) -> list[np.ndarray] | None:

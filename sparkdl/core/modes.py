@@ -1,8 +1,11 @@
 """Mode policies: how the driver turns one round's worker updates into new master weights.
 
-A policy is pure numpy and knows nothing of Spark or Keras; the backend hands it the master
-:class:`~sparkdl.core.state.ModelState` and the round's :class:`~sparkdl.core.state.WorkerUpdate`
-list (workers that saw no rows included, with ``rows == 0``), and gets the new master back.
+A policy is pure numpy and knows nothing of Spark or Keras. The ``rounds`` backend combines a
+round's updates where they are (on the executors for large rounds, see
+:mod:`sparkdl.core.pieces`) and hands the policy the master :class:`~sparkdl.core.state.ModelState`
+with the row-weighted mean of the workers' states and the rows behind it (:meth:`apply_mean`);
+a backend that holds the per-worker list (:class:`~sparkdl.core.state.WorkerUpdate`, workers that
+saw no rows included with ``rows == 0``) calls :meth:`apply`. Both return the new master.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ class ModePolicy(Protocol):
     name: str
 
     def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
-        """Return the new master state after one round."""
+        """Return the new master state after one round, from every worker's update."""
+
+    def apply_mean(self, master: ModelState, mean: ModelState | None, rows: int) -> ModelState:
+        """Return the new master state after one round, from the row-weighted mean of the workers'
+        states (``None`` when no worker trained) and the rows trained."""
 
 
 class SyncAveraging:
@@ -49,13 +56,49 @@ class SyncAveraging:
             if update.state.optimizer is not None:
                 optimizer.add(update.state.optimizer, update.rows)
         new_weights = weights.result()
-        if new_weights is None:
+        return self.apply_mean(master, None if new_weights is None else ModelState(new_weights, optimizer.result()), int(weights.total_weight))
+
+    def apply_mean(self, master: ModelState, mean: ModelState | None, rows: int) -> ModelState:
+        """W ← the mean itself; the master is kept when no worker trained (``mean`` None or 0 rows)."""
+        if mean is None or rows == 0:
             return master
-        new_optimizer = optimizer.result()
-        return ModelState(new_weights, new_optimizer if new_optimizer is not None else master.optimizer)
+        return ModelState(mean.weights, mean.optimizer if mean.optimizer is not None else master.optimizer)
 
 
-_POLICIES = {"sync": SyncAveraging}
+class AsyncPolicy:
+    """An asynchronous mode: no rounds on the driver; the parameter server applies each worker's
+    push with :attr:`rule` (a rule of :mod:`sparkdl.core.async_rules`) as it arrives.
+
+    :meth:`apply` and :meth:`apply_mean` refuse: these modes run on backend ``ps`` only.
+    """
+
+    def __init__(self, name: str, rule_factory) -> None:
+        self.name = name
+        self._rule_factory = rule_factory
+
+    def rule(self):
+        """A new server update rule for this mode."""
+        return self._rule_factory()
+
+    def apply(self, master, updates):
+        raise ConfigError(f"mode {self.name!r} runs on backend 'ps' only. Received: a round of updates")
+
+    def apply_mean(self, master, mean, rows):
+        raise ConfigError(f"mode {self.name!r} runs on backend 'ps' only. Received: a round mean")
+
+
+def _async(name: str):
+    def make():
+        from sparkdl.core import async_rules
+
+        rules = {"async": async_rules.DownpourRule, "hogwild": async_rules.HogwildRule,
+                 "staleness_aware": async_rules.StalenessAwareRule, "ssp": async_rules.SSPRule}
+        return AsyncPolicy(name, rules[name])
+
+    return make
+
+
+_POLICIES = {"sync": SyncAveraging, **{m: _async(m) for m in ("async", "hogwild", "staleness_aware", "ssp")}}
 
 
 def get_policy(mode: str) -> ModePolicy:

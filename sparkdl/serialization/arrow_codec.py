@@ -73,11 +73,17 @@ def encode_arrays(arrays: Sequence[np.ndarray], names: Sequence[str] | None = No
     return sink.getvalue().to_pybytes()
 
 
-def decode_arrays(payload: bytes) -> NamedArrays:
+def decode_arrays(payload: bytes, copy: bool = True) -> NamedArrays:
     """Decode bytes written by :func:`encode_arrays`.
 
+    Args:
+        payload: the IPC stream bytes.
+        copy: True returns writable copies; False returns read-only views of ``payload``'s memory
+            (no copy; they keep ``payload`` alive), for values that are read once, e.g. loaded into
+            a model.
+
     Returns:
-        :class:`NamedArrays` with arrays of the encoded shapes and dtypes (writable copies).
+        :class:`NamedArrays` with arrays of the encoded shapes and dtypes.
 
     Raises:
         CodecError: when the payload is not an Arrow IPC stream, has another format version,
@@ -108,6 +114,6 @@ def decode_arrays(payload: bytes) -> NamedArrays:
         values = column.values.to_numpy(zero_copy_only=False)
         if values.size != int(np.prod(shape, dtype=np.int64)):
             raise CodecError(f"field {name!r} must hold {int(np.prod(shape))} values for shape {shape}. Received {values.size}")
-        arrays.append(np.array(values, dtype=dtype).reshape(shape))
+        arrays.append((np.array(values, dtype=dtype) if copy else values.astype(dtype, copy=False)).reshape(shape))
         names.append(name)
     return NamedArrays(names, arrays)

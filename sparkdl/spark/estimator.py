@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 import warnings
 
@@ -9,12 +10,13 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
 
-from sparkdl.config import FitConfig
+from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, FitConfig
 from sparkdl.core.modes import get_policy
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
+from sparkdl.spark.backends.rounds import plan_reduction
 from sparkdl.spark.data import check_feature_column, check_label_column, expected_label, prepare_training_data
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
@@ -78,8 +80,26 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         numWorkers: replicas and partitions (default 2).
         epochs: passes over the data (default 1).
         batchSize: rows per local step and per inference batch (default 32).
-        localSteps: τ, local steps between averaging rounds (default None: one pass per round).
-        mode: ``"sync"``.
+        localSteps: τ, local steps between averaging rounds (sync) or between a worker's push and
+            its next pull (asynchronous modes). Default None: one pass per round in ``sync``; in the
+            asynchronous modes None means the mode's default τ (4 steps, see
+            ``sparkdl.config.ASYNC_DEFAULT_LOCAL_STEPS``).
+        mode: ``"sync"`` (model averaging, SparkNet), or an asynchronous mode on backend ``ps``:
+            ``"async"`` (Downpour SGD: each worker pushes Δ every τ steps, then pulls; Dean et al.
+            NIPS 2012), ``"hogwild"`` (the server adds updates without a lock; Recht et al. NIPS
+            2011), ``"staleness_aware"`` (each Δ scaled by 1/staleness; Zhang, Gupta, Lian, Liu
+            IJCAI 2016), ``"ssp"`` (bounded staleness, see ``staleness``; Ho et al. NIPS 2013).
+        backend: ``"auto"`` (default: ``rounds`` for ``sync``, ``ps`` for the asynchronous modes),
+            ``"rounds"`` (one Spark job per round; works with dynamic allocation; ``sync`` only) or
+            ``"ps"`` (a parameter server on the driver and one long-lived barrier stage; ``sync``
+            on it equals ``rounds`` on the same seed). ``ps`` needs a task slot per worker and
+            dynamic allocation off, both checked before any job.
+        staleness: ``ssp``'s bound s in clocks (one clock = one push), default 2.
+        serverPort: the parameter server's port on the driver (default 0: a free port).
+        workerTimeout: seconds a ``ps`` worker may go without contacting the server (a push, a
+            wait or a heartbeat; a waiting worker re-asks every 5 s) before the fit fails with
+            ``WorkerError`` naming its partition (default 600; must exceed τ steps and the first
+            replica build).
         shuffle: reshuffle each partition every epoch with a seeded permutation (default True).
         seed: seed of the shuffles and of random layers (default 0).
         verbose: 1 prints ``Epoch e/E - seconds - loss: ... - metric: ...`` per epoch; 0 is silent.
@@ -132,6 +152,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         rawPredictionCol="rawPrediction",
         scoreColumnType="vector",
         checkFeatures=True,
+        backend="auto",
+        staleness=2,
+        serverPort=0,
+        workerTimeout=600.0,
     ) -> None:
         super().__init__()
         self._spec = None
@@ -167,6 +191,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         rawPredictionCol="rawPrediction",
         scoreColumnType="vector",
         checkFeatures=True,
+        backend="auto",
+        staleness=2,
+        serverPort=0,
+        workerTimeout=600.0,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
         :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are
@@ -262,23 +290,32 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         return None if self._spec is None else self._spec.build()
 
     def _fit_config(self) -> FitConfig:
+        local_steps = self.getLocalSteps()
+        if local_steps is None:
+            local_steps = ASYNC_DEFAULT_LOCAL_STEPS.get(self.getMode())  # None for sync: one round per epoch
         return FitConfig(
             num_workers=self.getNumWorkers(),
             epochs=self.getEpochs(),
             batch_size=self.getBatchSize(),
-            local_steps=self.getLocalSteps(),
+            local_steps=local_steps,
             mode=self.getMode(),
             seed=self.getSeed(),
             shuffle=self.getShuffle(),
             verbose=self.getVerbose(),
             round_timeout_s=self.getRoundTimeout(),
             keep_partitioning=self.getKeepPartitioning(),
+            backend=self.getBackend(),
+            staleness=self.getStaleness(),
+            server_port=self.getServerPort(),
+            worker_timeout_s=self.getWorkerTimeout(),
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.keras.metrics import MetricReader
+        from sparkdl.keras.replica import state_nbytes
         from sparkdl.keras.spec import infer_task
 
+        started = time.perf_counter()
         config = self._fit_config()
         if self._spec is None:
             raise ConfigError("KerasEstimator needs a model: pass model=keras_model or call setModel(). Received: no model")
@@ -287,8 +324,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         compile_spec = self._compile_spec()
         start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
         policy = get_policy(config.mode)
-        backend = get_backend(config.backend)
+        backend = get_backend(config.resolved_backend)
         spark = dataset.sparkSession
+        if config.resolved_backend == "ps":  # before any job: Spark's own barrier checks fail late or after a long wait
+            from sparkdl.spark.backends.ps import check_barrier_ready
+
+            check_barrier_ready(spark.sparkContext, config.num_workers)
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=2)
         spec = self._spec
@@ -308,6 +349,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
         # read these labels) fail here on one dummy row, before any Spark job; the backend reuses it.
         reader = MetricReader(spec, compile_spec, spec.input_shape, spec.input_dtype, label_shape, label_dtype)
+        # A model whose updates cannot reach the driver fails now, not after the data jobs.
+        if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
+            plan_reduction(spark.sparkContext.getConf().get, state_nbytes(reader.model), config.num_workers)
+        checked = time.perf_counter()
         data = prepare_training_data(
             dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,
             loss, config.num_workers, keep_partitioning=config.keep_partitioning,
@@ -330,6 +375,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 )
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
             job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader)
+            prepared = time.perf_counter()
             report = _print_epoch(config.epochs) if config.verbose else None
             result = backend.run(job, policy, start, on_epoch_end=report)
         finally:
@@ -342,7 +388,18 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "epoch_seconds": result.epoch_seconds,
             "partition_rows": list(data.partition_rows),
             "rows": data.total_rows,
+            **result.info,
         }
+        # Where the fit's time went (seconds): checks and the compile dry run on the driver, the data
+        # preparation jobs, the first round (replicas built, partitions converted), the other rounds.
+        fit_info["seconds"] = {
+            "checks": round(checked - started, 3),
+            "prepare_data": round(prepared - checked, 3),
+            "first_round": round(result.info.get("first_round_s", 0.0), 3),
+            "other_rounds": round(sum(result.epoch_seconds) - result.info.get("first_round_s", 0.0), 3),
+            "total": round(time.perf_counter() - started, 3),
+        }
+        fit_info.pop("first_round_s", None)
         model = KerasModel._from_fit(spec.with_weights(result.state.weights), result.history, fit_info, optimizer_state=result.state.optimizer)
         self._copyValues(model)
         model._set(task=task)

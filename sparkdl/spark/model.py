@@ -44,7 +44,11 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
             ``{"loss": [0.41, 0.18], "accuracy": [0.87, 0.94]}``.
         fitInfo: facts of the fit: ``fit_id`` (str, names its Spark jobs), ``rows`` (rows trained per
             epoch, equal to the input's row count), ``partition_rows`` (rows of each worker's partition),
-            ``rounds``, ``rounds_per_epoch``, ``local_steps`` (τ) and ``epoch_seconds`` (seconds per epoch).
+            ``rounds``, ``rounds_per_epoch``, ``local_steps`` (τ), ``epoch_seconds`` (seconds per epoch),
+            ``reduced_on_executors`` (whether each round's updates were combined on the executors),
+            ``rounds_reading_data`` (rounds that read the cached training data: the first, and any whose
+            partitions were in no worker's cache; the others ran over partition ids) and ``seconds``
+            (``checks``, ``prepare_data``, ``first_round``, ``other_rounds``, ``total``).
         optimizerState: the fit's final optimizer state, the values of the Keras model's
             ``optimizer.variables`` in order (iteration counter int64 ``()``, learning rate, e.g.
             Adam's moments shaped like the weights), or ``None``; saved as ``optimizer.arrow`` and

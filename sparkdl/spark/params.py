@@ -235,7 +235,23 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
         "τ: local steps per worker between averaging rounds; None = one pass over the partition (one round per epoch)",
         _optional_int,
     )
-    mode = Param(Params._dummy(), "mode", "training mode: 'sync' (model averaging)", TypeConverters.toString)
+    mode = Param(
+        Params._dummy(), "mode",
+        "training mode: 'sync' (model averaging), 'async' (Downpour), 'hogwild', 'staleness_aware', 'ssp'",
+        TypeConverters.toString,
+    )
+    backend = Param(
+        Params._dummy(), "backend",
+        "'rounds' (one Spark job per round, sync only), 'ps' (parameter server, one barrier stage) or "
+        "'auto' (rounds for sync, ps for the asynchronous modes)",
+        TypeConverters.toString,
+    )
+    staleness = Param(Params._dummy(), "staleness", "ssp: a worker more than this many clocks ahead of the slowest waits (>= 0)",
+                      TypeConverters.toInt)
+    serverPort = Param(Params._dummy(), "serverPort", "ps: the parameter server's TCP port on the driver (0: a free port)",
+                       TypeConverters.toInt)
+    workerTimeout = Param(Params._dummy(), "workerTimeout",
+                          "ps: seconds a worker may stay silent before the fit fails naming its partition", TypeConverters.toFloat)
     shuffle = Param(Params._dummy(), "shuffle", "shuffle each partition's rows every epoch (seeded)", TypeConverters.toBoolean)
     verbose = Param(Params._dummy(), "verbose", "0 silent, 1 one line per epoch", TypeConverters.toInt)
     roundTimeout = Param(Params._dummy(), "roundTimeout", "seconds a round may take before it is cancelled", TypeConverters.toFloat)
@@ -260,6 +276,10 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
             verbose=1,
             roundTimeout=3600.0,
             keepPartitioning=False,
+            backend="auto",
+            staleness=2,
+            serverPort=0,
+            workerTimeout=600.0,
         )
 
     def getNumWorkers(self) -> int:
@@ -273,6 +293,30 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def getMode(self) -> str:
         return self.getOrDefault(self.mode)
+
+    def getBackend(self) -> str:
+        return self.getOrDefault(self.backend)
+
+    def setBackend(self, value: str):
+        return self._set(backend=value)
+
+    def getStaleness(self) -> int:
+        return self.getOrDefault(self.staleness)
+
+    def setStaleness(self, value: int):
+        return self._set(staleness=value)
+
+    def getServerPort(self) -> int:
+        return self.getOrDefault(self.serverPort)
+
+    def setServerPort(self, value: int):
+        return self._set(serverPort=value)
+
+    def getWorkerTimeout(self) -> float:
+        return self.getOrDefault(self.workerTimeout)
+
+    def setWorkerTimeout(self, value: float):
+        return self._set(workerTimeout=value)
 
     def getShuffle(self) -> bool:
         return self.getOrDefault(self.shuffle)

@@ -13,7 +13,7 @@ import keras
 from sparkdl import KerasEstimator
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.errors import InvariantError
-from sparkdl.spark.backends.rounds import RESULT_SCHEMA, _updates
+from sparkdl.spark.backends.rounds import META, RESULT_SCHEMA, _outcome
 from sparkdl.spark.data import LABEL, prepare_training_data
 from sparkdl.keras.losses import describe_loss
 from tests.conftest import partitioned_df
@@ -110,13 +110,13 @@ def test_rows_are_spread_over_workers_by_default(spark):
 
 def test_driver_refuses_a_round_that_lost_or_changed_a_partition():
     plan = RoundPlan((3, 2), batch_size=2)
-    ok = {"rows": 0, "steps": 0, "weights": None, "optimizer": None, "metrics": None}
+    ok = {"piece": META, "rows": 0, "steps": 0, "missing": False}
     missing = pa.Table.from_pylist([{"partition": 0, "partition_rows": 3, **ok}], schema=RESULT_SCHEMA)
     with pytest.raises(InvariantError, match=r"one update per partition 0..1. Received partitions \[0\]"):
-        _updates(missing, plan, "round 1")
+        _outcome(missing, plan, "round 1", reduced=False)
     changed = pa.Table.from_pylist([{"partition": 0, "partition_rows": 3, **ok}, {"partition": 1, "partition_rows": 5, **ok}], schema=RESULT_SCHEMA)
     with pytest.raises(InvariantError, match="partition 1 must hold the 2 rows counted before training. Received: 5"):
-        _updates(changed, plan, "round 1")
+        _outcome(changed, plan, "round 1", reduced=False)
 
 
 def test_diverging_training_fails_loudly_instead_of_returning_nan_weights(spark):

@@ -75,3 +75,14 @@ def test_object_dtype_and_length_mismatch_are_rejected():
         encode_arrays([np.array(["a"], dtype=object)])
     with pytest.raises(CodecError, match="same length"):
         encode_arrays([np.zeros(1)], ["a", "b"])
+
+
+def test_decode_without_copy_gives_equal_read_only_views():
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array(7, np.int64), np.array([True, False])]
+    payload = encode_arrays(arrays)
+    views = decode_arrays(payload, copy=False).arrays
+    for original, view in zip(arrays, views, strict=True):
+        np.testing.assert_array_equal(original, view)
+        assert view.dtype == original.dtype and view.shape == original.shape
+    assert not views[0].flags.writeable  # a view of the payload's memory, not a copy
+    assert decode_arrays(payload).arrays[0].flags.writeable

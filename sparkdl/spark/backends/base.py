@@ -49,12 +49,14 @@ class FitResult:
         history: per-epoch metric means, ``{"loss": [...], "accuracy": [...]}``.
         rounds: rounds run.
         epoch_seconds: wall-clock seconds of each epoch.
+        info: backend facts for ``fitInfo`` (e.g. ``reduced_on_executors``, ``rounds_reading_data``).
     """
 
     state: ModelState
     history: dict[str, list[float]] = field(default_factory=dict)
     rounds: int = 0
     epoch_seconds: list[float] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
 
 
 EpochCallback = Callable[[int, dict, float], None]

@@ -1,0 +1,234 @@
+"""Asynchronous update rules for a parameter server, in pure numpy.
+
+A worker pulls the master weights ``B`` (at server version ``v_base``), trains for τ local
+steps and pushes its change ``Δ = W_worker − B`` (same names, shapes and dtypes as the
+weights). The server applies the push at version ``v``; the push's *staleness* is
+``v − v_base``, the number of other updates applied since the worker pulled.
+
+Conventions shared by every rule here:
+
+* Only weights are combined. The optimizer state (moments, iteration counter) stays with
+  each worker, because averaging or adding Adam moments of different workers has no
+  meaning in these papers; the master optimizer arrays, when present, are returned
+  unchanged.
+* Floating-point arrays are combined by the rule. Non-float arrays (int, uint, bool: seed
+  generator state, step counters) cannot carry a fractional change: the update holds the
+  worker's *value* for them (not a difference) and the master takes it.
+* ``base`` is ``None`` when the update already holds Δ (what :class:`ParameterServerClient`
+  pushes). When ``base`` is given, the update holds the worker's new weights and Δ is
+  computed as ``update − base``.
+* Each rule is also a server rule: ``rule(master, update, meta)`` reads ``meta["staleness"]``
+  and ``meta["rows"]``, as passed by :class:`sparkdl.server.ParameterServer`.
+
+Nothing here imports Spark, TensorFlow or Keras, and nothing starts threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+
+import numpy as np
+
+from sparkdl.core.state import ModelState
+
+
+def _check_same_layout(master: list[np.ndarray], other: list[np.ndarray], what: str) -> None:
+    if len(other) != len(master):
+        raise ValueError(f"{what} must hold {len(master)} arrays, one per master weight. Received: {len(other)} arrays")
+    for i, (m, o) in enumerate(zip(master, other, strict=True)):
+        o = np.asarray(o)
+        if o.shape != m.shape or o.dtype != m.dtype:
+            raise ValueError(
+                f"{what} array {i} must have shape {m.shape} {m.dtype}. Received: shape {o.shape} {o.dtype}"
+            )
+
+
+def _deltas(master: ModelState, update: ModelState, base: ModelState | None) -> list[np.ndarray]:
+    """Δ per weight (float arrays) or the worker's value (non-float arrays)."""
+    _check_same_layout(master.weights, update.weights, "update")
+    if base is None:
+        return [np.asarray(u) for u in update.weights]
+    _check_same_layout(master.weights, base.weights, "base")
+    return [
+        np.subtract(u, b, dtype=m.dtype) if m.dtype.kind == "f" else np.asarray(u)
+        for m, u, b in zip(master.weights, update.weights, base.weights, strict=True)
+    ]
+
+
+def _additive(master: ModelState, deltas: list[np.ndarray], scale: float, out: bool) -> ModelState:
+    weights = []
+    for m, d in zip(master.weights, deltas, strict=True):
+        if m.dtype.kind != "f":
+            value = np.array(d, dtype=m.dtype)
+            if out:
+                m[...] = value
+                value = m
+            weights.append(value)
+            continue
+        step = d if scale == 1.0 else np.multiply(d, scale, dtype=m.dtype)
+        if out:
+            np.add(m, step, out=m, casting="same_kind")
+            weights.append(m)
+        else:
+            weights.append(np.add(m, step, dtype=m.dtype))
+    return ModelState(weights, master.optimizer)
+
+
+class _Rule:
+    name = "rule"
+    lock = True
+
+    def apply(self, master: ModelState, update: ModelState, base: ModelState | None, staleness: int, rows: int) -> ModelState:
+        raise NotImplementedError
+
+    def __call__(self, master: ModelState, update: ModelState, meta: Mapping) -> ModelState:
+        return self.apply(master, update, None, int(meta.get("staleness", 0)), int(meta.get("rows", 0)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class DownpourRule(_Rule):
+    """Downpour SGD's parameter-server update: ``W ← W + Δ``.
+
+    Each worker pushes its accumulated change every τ local steps (n_push), then pulls
+    (n_fetch); the server adds it to the master as it arrives, whatever its staleness.
+
+    Paper: Dean et al., "Large Scale Distributed Deep Networks", NIPS 2012.
+
+    Args of :meth:`apply`:
+        master: master weights (any shapes; float arrays are combined).
+        update: Δ per weight (``base is None``) or the worker's new weights.
+        base: the weights the worker pulled, or ``None``.
+        staleness: ignored by this rule (int, updates).
+        rows: ignored by this rule.
+
+    Returns:
+        A new :class:`ModelState` (new arrays; the master's are not modified) with the
+        master's optimizer state unchanged.
+
+    Raises:
+        ValueError: when the update (or base) differs from the master in count, shape or dtype.
+    """
+
+    name = "downpour"
+
+    def apply(self, master, update, base, staleness, rows):
+        return _additive(master, _deltas(master, update, base), 1.0, out=False)
+
+
+class HogwildRule(_Rule):
+    """Hogwild!: the additive rule ``W ← W + Δ`` applied without any lock.
+
+    ``lock = False`` tells :class:`sparkdl.server.ParameterServer` to run this rule outside
+    its lock. With ``in_place=True`` (the default) the rule adds into the master arrays
+    themselves (``np.add(W, Δ, out=W)``, which releases the GIL), so concurrent updates race
+    element by element as in the paper rather than overwriting each other whole; readers
+    may see a partially applied update. Use ``in_place=False`` for a pure function (new
+    arrays), e.g. in tests.
+
+    Paper: Recht, Ré, Wright, Niu, "Hogwild!: A Lock-Free Approach to Parallelizing
+    Stochastic Gradient Descent", NIPS 2011.
+
+    Raises:
+        ValueError: when the update (or base) differs from the master in count, shape or dtype.
+    """
+
+    name = "hogwild"
+    lock = False
+
+    def __init__(self, in_place: bool = True) -> None:
+        self.in_place = bool(in_place)
+
+    def apply(self, master, update, base, staleness, rows):
+        return _additive(master, _deltas(master, update, base), 1.0, out=self.in_place)
+
+    def __repr__(self) -> str:
+        return f"HogwildRule(in_place={self.in_place})"
+
+
+class StalenessAwareRule(_Rule):
+    """Staleness-aware async SGD: ``W ← W + Δ / max(1, staleness)``.
+
+    The learning rate of each push is divided by its staleness (updates applied since the
+    worker pulled), so stale changes move the master less.
+
+    Paper: Zhang, Gupta, Lian, Liu, "Staleness-aware Async-SGD for Distributed Deep
+    Learning", IJCAI 2016.
+
+    Example: master ``[1, 2]``, Δ ``[0.5, -1]``, staleness 2 → ``[1.25, 1.5]``.
+
+    Raises:
+        ValueError: on a negative staleness, or an update (or base) that differs from the
+            master in count, shape or dtype.
+    """
+
+    name = "staleness_aware"
+
+    def apply(self, master, update, base, staleness, rows):
+        if staleness < 0:
+            raise ValueError(f"staleness must be >= 0 updates. Received: {staleness}")
+        return _additive(master, _deltas(master, update, base), 1.0 / max(1, staleness), out=False)
+
+
+class SSPRule(DownpourRule):
+    """The update of a Stale Synchronous Parallel server: additive, ``W ← W + Δ``; the
+    bound on staleness is enforced by :class:`SSPClock`, not by the rule.
+
+    Paper: Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel
+    Parameter Server", NIPS 2013.
+    """
+
+    name = "ssp"
+
+
+class SSPClock:
+    """Per-worker clocks for Stale Synchronous Parallel (bounded staleness).
+
+    Each worker's clock counts the pushes (clock ticks) it has completed. A worker at clock
+    ``c`` may start its next clock only while ``c − min_w c_w <= s``: no worker runs more
+    than ``s`` clocks ahead of the slowest. ``s = 0`` is bulk synchronous; ``s = ∞`` is fully
+    asynchronous. The class is pure (no threads, no waiting); a server wraps it in a
+    condition variable and re-checks :meth:`can_advance` after each :meth:`tick`.
+
+    Paper: Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel
+    Parameter Server", NIPS 2013.
+
+    Raises:
+        ValueError: on a negative bound ``s``.
+        KeyError: from :meth:`tick` / :meth:`clock` for an unregistered worker.
+    """
+
+    def __init__(self, workers: list[Hashable] | tuple = ()) -> None:
+        self._clocks: dict[Hashable, int] = {w: 0 for w in workers}
+
+    def register(self, worker: Hashable) -> None:
+        """Adds a worker at the slowest clock (0 when it is the first), so it does not stall others."""
+        if worker not in self._clocks:
+            self._clocks[worker] = self.min_clock()
+
+    def unregister(self, worker: Hashable) -> None:
+        """Removes a finished or failed worker so it no longer holds the others back."""
+        self._clocks.pop(worker, None)
+
+    def tick(self, worker: Hashable) -> int:
+        """Marks one clock of ``worker`` done; returns its new clock."""
+        self._clocks[worker] += 1
+        return self._clocks[worker]
+
+    def clock(self, worker: Hashable) -> int:
+        return self._clocks[worker]
+
+    def min_clock(self) -> int:
+        return min(self._clocks.values(), default=0)
+
+    def can_advance(self, worker: Hashable, s: int) -> bool:
+        """True unless ``worker`` is more than ``s`` clocks ahead of the slowest worker."""
+        if s < 0:
+            raise ValueError(f"staleness bound s must be >= 0 clocks. Received: {s}")
+        if worker not in self._clocks:
+            return True
+        return self._clocks[worker] - self.min_clock() <= s
+
+    def __repr__(self) -> str:
+        return f"SSPClock({self._clocks!r})"

@@ -1,0 +1,287 @@
+"""Worker-side client of :class:`sparkdl.server.ParameterServer`.
+
+Every call carries the fit's bearer token and a deadline (``timeout_s`` seconds). Calls
+that fail with ``UNAVAILABLE`` or a deadline are retried ``retries`` times with exponential
+backoff (``backoff_s``, then twice that, ...); pushes are safe to retry because the server
+applies each ``(worker, attempt, seq)`` at most once. The client never goes through an
+HTTP proxy: gRPC honours ``http_proxy`` / ``https_proxy`` / ``grpc_proxy``, so the channel
+is created with the generic option ``grpc.enable_http_proxy = 0``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from sparkdl.core.state import ModelState
+from sparkdl.errors import CodecError, ConfigError, ServerError
+from sparkdl.server.auth import auth_headers
+from sparkdl.server.flight import (
+    DEFAULT_CHUNK_BYTES,
+    STATE_TICKET,
+    WEIGHTS_TICKET,
+    ArraySpec,
+    Assembler,
+    _split,
+    iter_batches,
+    specs_from_schema,
+    wire_schema,
+)
+
+GENERIC_OPTIONS = [("grpc.enable_http_proxy", 0)]
+_RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The server's message without gRPC's debug context."""
+    text = str(exc).strip()
+    text = text.splitlines()[0] if text else type(exc).__name__
+    for marker in (" Detail: ", ". gRPC client debug context"):
+        text = text.split(marker)[0]
+    return text
+
+
+class ParameterServerClient:
+    """Pulls the master state from, and pushes updates to, a parameter server.
+
+    Args:
+        location: the server's :attr:`ParameterServer.location`, e.g. ``"grpc+tcp://10.0.0.5:41233"``.
+        token: the fit's bearer token (:attr:`ParameterServer.token`).
+        timeout_s: deadline of each call attempt, in seconds (> 0).
+        retries: extra attempts after an ``UNAVAILABLE`` / deadline failure (>= 0).
+        backoff_s: sleep before the first retry, doubled for each further one (seconds).
+        tls_root_cert: PEM bytes of the server certificate or its CA, for ``grpc+tls``.
+        chunk_bytes: bytes of values per record batch in pushes (default 8 MiB).
+
+    Raises:
+        ConfigError: on a location that is not ``grpc+tcp://`` / ``grpc+tls://``, or an out of
+            range timeout, retries or chunk size.
+        ServerError: from every call, when the server refuses it (token, signature, size),
+            answers with something that is not Flight, or cannot be reached in time; the
+            message names the server address.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        token: str,
+        *,
+        timeout_s: float = 60.0,
+        retries: int = 2,
+        backoff_s: float = 0.1,
+        tls_root_cert: bytes | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        if not isinstance(location, str) or not location.startswith(("grpc+tcp://", "grpc+tls://", "grpc://")):
+            raise ConfigError(f"location must be a grpc+tcp:// or grpc+tls:// URI. Received: {location!r}")
+        if not timeout_s > 0:
+            raise ConfigError(f"timeout_s must be > 0 seconds. Received: {timeout_s!r}")
+        if not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"retries must be an integer >= 0. Received: {retries!r}")
+        if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
+            raise ConfigError(f"chunk_bytes must be an integer >= 1024 bytes. Received: {chunk_bytes!r}")
+        self.location = location
+        self.timeout_s = float(timeout_s)
+        self.retries = retries
+        self.backoff_s = float(backoff_s)
+        self.chunk_bytes = chunk_bytes
+        self._options = flight.FlightCallOptions(timeout=self.timeout_s, headers=auth_headers(token))
+        kwargs = {"generic_options": GENERIC_OPTIONS}
+        if tls_root_cert is not None:
+            kwargs["tls_root_certs"] = tls_root_cert
+        try:
+            self._client = flight.FlightClient(location, **kwargs)
+        except (pa.ArrowException, ValueError) as exc:
+            raise ConfigError(f"location must be a reachable Flight URI. Received: {location!r} ({_first_line(exc)})") from exc
+        self._signature: list[ArraySpec] | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def _call(self, what: str, fn):
+        last = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                return fn()
+            except _RETRYABLE as exc:
+                last = exc
+            except flight.FlightUnauthenticatedError as exc:
+                raise ServerError(f"parameter server at {self.location} must accept this fit's token for a {what}. "
+                                  f"Received: unauthenticated ({_first_line(exc)})") from exc
+            except flight.FlightError as exc:
+                raise ServerError(f"parameter server at {self.location} refused the {what}. Received: {_first_line(exc)}") from exc
+            except CodecError as exc:
+                raise ServerError(f"parameter server at {self.location} must answer a {what} with sparkdl Arrow arrays. "
+                                  f"Received: {exc}") from exc
+            except pa.ArrowException as exc:
+                raise ServerError(f"parameter server at {self.location} must speak Arrow Flight for a {what}. "
+                                  f"Received: {_first_line(exc)}") from exc
+        raise ServerError(
+            f"parameter server at {self.location} must answer a {what} within {self.timeout_s:g} s. Received: no answer "
+            f"after {self.retries + 1} attempts (is a Flight server listening there, not e.g. an HTTP server?): {_first_line(last)}"
+        ) from last
+
+    def _action(self, kind: str, body: bytes = b"") -> dict:
+        def once():
+            results = list(self._client.do_action(flight.Action(kind, body), options=self._options))
+            if len(results) != 1:
+                raise CodecError(f"action {kind!r} must return one result. Received: {len(results)}")
+            try:
+                return json.loads(results[0].body.to_pybytes().decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise CodecError(f"action {kind!r} must return JSON. Received: {exc}") from exc
+
+        return self._call(f"{kind} action", once)
+
+    # ------------------------------------------------------------------ API
+    def pull(self, weights_only: bool = False) -> tuple[int, ModelState]:
+        """Returns ``(version, state)``: the master weights (and optimizer arrays when the
+        server holds them, unless ``weights_only``) as new writable numpy arrays, and the version
+        they belong to."""
+
+        def once():
+            reader = self._client.do_get(flight.Ticket(WEIGHTS_TICKET if weights_only else STATE_TICKET), options=self._options)
+            schema = reader.schema
+            specs = specs_from_schema(schema)
+            try:
+                version = int((schema.metadata or {})[b"sparkdl.version"])
+            except (KeyError, ValueError) as exc:
+                raise CodecError("state schema must carry sparkdl.version metadata. Received: none") from exc
+            assembler = Assembler(specs)
+            while True:
+                try:
+                    batch = reader.read_chunk().data
+                except StopIteration:
+                    break
+                if batch is not None:
+                    assembler.add(batch)
+            return version, specs, assembler.finish()
+
+        version, specs, arrays = self._call("pull", once)
+        if not weights_only:
+            self._signature = specs
+        return version, _split(specs, arrays)
+
+    def signature(self) -> list[ArraySpec]:
+        """Names, shapes, dtypes and roles of the server's arrays (cached after the first call or pull)."""
+        if self._signature is None:
+            reply = self._action("signature")
+            self._signature = [ArraySpec(a["name"], tuple(a["shape"]), np.dtype(a["dtype"]), a["role"]) for a in reply["arrays"]]
+        return list(self._signature)
+
+    def push(
+        self,
+        update: ModelState | Sequence[np.ndarray],
+        *,
+        worker: str | int,
+        attempt: int,
+        seq: int,
+        base_version: int,
+        rows: int,
+        names: Sequence[str] | None = None,
+        extra: dict | None = None,
+    ) -> dict:
+        """Sends one update (with async rules: Δ = new weights − pulled weights per float array,
+        the worker's value for non-float arrays; optionally the optimizer arrays too).
+
+        Args:
+            update: a :class:`ModelState` or a list of weight arrays.
+            worker: stable id of the worker (e.g. the partition index).
+            attempt: Spark task attempt number; a higher attempt supersedes lower ones.
+            seq: per-attempt sequence number, increasing with each push.
+            base_version: the version of the pull this update was computed from.
+            rows: rows trained on since that pull.
+            names: array names; default the server's (from :meth:`signature`).
+            extra: a JSON object handed to the server's rule as ``meta["extra"]`` (small: the
+                descriptor holds at most 64 KiB); ``extra["clock"]`` sets the worker's SSP clock.
+
+        Returns:
+            ``{"applied": bool, "dropped": None | "duplicate" | "superseded_attempt",
+            "version": int, "staleness": int | None}``.
+        """
+        if isinstance(update, ModelState):
+            weights, optimizer = list(update.weights), list(update.optimizer or [])
+        else:
+            weights, optimizer = list(update), []
+        arrays = [np.asarray(a, order="C") for a in [*weights, *optimizer]]
+        roles = ["weight"] * len(weights) + ["optimizer"] * len(optimizer)
+        if names is None:
+            known = {role: [s.name for s in self.signature() if s.role == role] for role in ("weight", "optimizer")}
+            names = [*known["weight"][: len(weights)], *[f"weight/{i}" for i in range(len(known["weight"]), len(weights))],
+                     *known["optimizer"][: len(optimizer)], *[f"optimizer/{i}" for i in range(len(known["optimizer"]), len(optimizer))]]
+        if len(names) != len(arrays):
+            raise ConfigError(f"names must be one per array. Received: {len(names)} names for {len(arrays)} arrays")
+        specs = [ArraySpec(str(n), a.shape, a.dtype, r) for n, a, r in zip(names, arrays, roles, strict=True)]
+        schema = wire_schema(specs)
+        batches = list(iter_batches(schema, arrays, self.chunk_bytes))
+        nbytes = sum(b.get_total_buffer_size() for b in batches)
+        command = json.dumps({"kind": "update", "worker": str(worker), "attempt": attempt, "seq": seq,
+                              "base_version": base_version, "rows": rows, "nbytes": nbytes,
+                              **({"extra": extra} if extra is not None else {})}).encode()
+        descriptor = flight.FlightDescriptor.for_command(command)
+
+        def once():
+            writer, metadata_reader = self._client.do_put(descriptor, schema, options=self._options)
+            try:
+                for batch in batches:
+                    writer.write_batch(batch)
+                writer.done_writing()
+                reply = metadata_reader.read()
+            except BaseException:
+                try:
+                    writer.close()  # surfaces the server's status, more telling than a broken stream
+                except flight.FlightError as status:
+                    raise status from None
+                raise
+            writer.close()
+            if reply is None:
+                raise CodecError("push must be answered with one JSON metadata message. Received: none")
+            try:
+                return json.loads(reply.to_pybytes().decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise CodecError(f"push answer must be JSON. Received: {exc}") from exc
+
+        return self._call("push", once)
+
+    def version(self) -> int:
+        return int(self._action("version")["version"])
+
+    def stats(self) -> dict:
+        """The server's :meth:`ParameterServer.stats`."""
+        return self._action("stats")
+
+    def wait_version(self, version: int, timeout_s: float) -> bool:
+        """Blocks (server side) until the version is >= ``version`` or ``timeout_s`` seconds
+        pass; returns whether it was reached. ``timeout_s`` should stay below this client's
+        ``timeout_s``."""
+        return bool(self._action("wait_version", json.dumps({"version": version, "timeout_s": timeout_s}).encode())["reached"])
+
+    def heartbeat(self, worker: str | int, state: str = "alive", message: str = "") -> int:
+        """Tells the server this worker is alive (or ``"done"`` / ``"error"``); returns the version."""
+        body = json.dumps({"worker": str(worker), "state": state, "message": message[:2000]}).encode()
+        return int(self._action("heartbeat", body)["version"])
+
+    def progress(self, worker: str | int) -> tuple[int | None, int | None]:
+        """``(highest attempt, last applied seq)`` the server holds for ``worker`` (``None`` when it never pushed)."""
+        reply = self._action("progress", json.dumps({"worker": str(worker)}).encode())
+        return reply["attempt"], reply["seq"]
+
+    def wait_clock(self, worker: str | int, bound: int, timeout_s: float) -> bool:
+        """Blocks (server side) until ``worker`` is at most ``bound`` clocks ahead of the slowest
+        worker, or ``timeout_s`` pass; returns whether it is. Keep ``timeout_s`` below this client's."""
+        body = json.dumps({"worker": str(worker), "bound": bound, "timeout_s": timeout_s}).encode()
+        return bool(self._action("wait_clock", body)["reached"])
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> ParameterServerClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -1,0 +1,441 @@
+"""Backend ``ps``: one long-lived barrier stage whose tasks talk to a parameter server on the driver.
+
+The driver starts a :class:`sparkdl.server.ParameterServer` (Arrow Flight, bearer token) holding
+the master weights and optimizer state, then runs ONE ``mapInArrow(..., barrier=True)`` job over
+the cached training data (one partition per worker). Each task keeps its partition and its Keras
+replica for the whole fit and walks the fit's schedule of slots (epoch, round), the same rows and
+seeds as backend ``rounds`` (:class:`~sparkdl.core.schedule.RoundPlan`, ``epoch_order``,
+``Replica.seed_round``):
+
+* ``sync``: in each slot the worker waits until the server closed the previous round (version
+  ``workers × g``), pulls the master state, trains its τ steps and pushes its whole state, its
+  rows and its metric sums; :class:`~sparkdl.core.ps_rules.SyncRoundRule` applies the
+  row-weighted mean when the round's last push arrives. Workers with no rows in a slot push
+  ``rows=0``. The result equals backend ``rounds`` (same seed, same partitions).
+* ``async`` (Downpour), ``hogwild``, ``staleness_aware``, ``ssp``: in each slot where it has rows
+  the worker pulls the master weights (keeping its own optimizer state), trains τ steps and
+  pushes Δ = new − pulled weights; the mode's rule (:mod:`sparkdl.core.async_rules`) applies it
+  as it arrives. ``ssp`` first waits until the worker is at most ``staleness`` clocks (slots)
+  ahead of the slowest worker still training. The last push also carries the worker's optimizer
+  state; the fitted model gets their row-weighted mean.
+
+Every push carries (worker = partition, attempt, seq = the slot's index + 1): the server drops a
+repeated seq or a push of a superseded attempt, and a retried task first asks the server which
+seq it applied last and skips those slots, so a Spark retry never applies an update twice.
+
+Liveness: the server records each worker's last contact (push, pull wait, heartbeat); the driver
+cancels the job and raises :class:`~sparkdl.errors.WorkerError` naming the partition when one is
+silent longer than ``workerTimeout`` seconds. Before any job the driver checks that the cluster
+has a task slot per worker and that dynamic allocation is off (Spark refuses barrier stages with
+it, after a wait of minutes). Each task returns one small Arrow row; the driver checks that every
+partition finished and that each epoch trained every counted row once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from sparkdl.core.metrics import append_epoch
+from sparkdl.core.modes import ModePolicy
+from sparkdl.core.ps_rules import EpochRecorder, SyncRoundRule, encode_metric_sums
+from sparkdl.core.schedule import canonical_order, epoch_order
+from sparkdl.core.state import ModelState
+from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
+from sparkdl.serialization.arrow_codec import decode_arrays
+from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
+from sparkdl.spark.backends.rounds import TaskSpec, _check_finite, _load_partition
+from sparkdl.spark.jobs import run_job
+
+RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint"
+WAIT_CHUNK_S = 5.0  # a waiting worker re-asks (and so shows it is alive) at least this often
+
+
+@dataclass(frozen=True)
+class PSTaskSpec:
+    """What travels to the ps tasks: the fit's plain settings, the server address and token
+    (no weights), the mode and its settings, and the clients' timeouts (seconds)."""
+
+    task: TaskSpec
+    mode: str
+    epochs: int
+    workers: int
+    location: str
+    token: str
+    staleness: int
+    call_timeout_s: float = 60.0
+    retries: int = 3
+
+
+# ---- executor side ---------------------------------------------------------------------------
+
+
+def _wait(step, client, partition) -> None:
+    """Repeat ``step(timeout_s)`` (a server-side wait) until it returns True, with a heartbeat between tries."""
+    while not step(WAIT_CHUNK_S):
+        client.heartbeat(partition)
+
+
+def _nbytes(state: ModelState) -> int:
+    return sum(a.nbytes for a in state.weights) + sum(a.nbytes for a in state.optimizer or [])
+
+
+def _assign_weights(replica, weights: list[np.ndarray]) -> None:
+    for variable, array in zip(replica.model.weights, weights, strict=True):
+        variable.assign(array)
+
+
+def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x: np.ndarray, y: np.ndarray) -> dict:
+    """One worker's whole fit against the parameter server (see the module docstring).
+
+    Args:
+        spec: the fit's settings.
+        client: a :class:`~sparkdl.server.ParameterServerClient` of the fit's server.
+        partition: this worker's partition (its id on the server).
+        attempt: this task's attempt (higher supersedes lower).
+        x, y: the partition's rows, in canonical order.
+
+    Returns:
+        ``{"rows", "steps", "pushes", "dropped", "skipped"}``: rows and steps this attempt trained,
+        pushes sent, pushes the server dropped as duplicates, slots skipped because an earlier
+        attempt's push was applied.
+
+    Raises:
+        ServerError: the server refused a call or did not answer in time (after retries).
+    """
+    from sparkdl.keras.replica import Replica
+
+    task, plan = spec.task, spec.task.plan
+    sync, ssp = spec.mode == "sync", spec.mode == "ssp"
+    expected = len(x)
+    replica = Replica(task.spec, task.compile_spec, task.seed)
+    previous_attempt, last_seq = client.progress(partition)
+    if previous_attempt is None or previous_attempt >= attempt:
+        last_seq = 0  # a first attempt, or a zombie of an older one (its pushes are dropped anyway)
+    slots = [(e, r) for e in range(spec.epochs) for r in range(plan.rounds_per_epoch)]
+    ranges = [plan.row_range(partition, r) if expected else (0, 0) for _, r in slots]
+    trained = [g for g, (start, stop) in enumerate(ranges) if stop > start]
+    last_trained = trained[-1] if trained else -1
+    counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0}
+    pulled, own_optimizer = 0, False
+    for g, (epoch, r) in enumerate(slots):
+        seq = g + 1
+        start, stop = ranges[g]
+        if seq <= last_seq:
+            counts["skipped"] += 1
+            continue
+        if not sync and stop <= start:
+            continue  # nothing to push in this slot
+        if sync:
+            _wait(lambda t, g=g: client.wait_version(spec.workers * g, t), client, partition)
+        if ssp:
+            _wait(lambda t: client.wait_clock(partition, spec.staleness, t), client, partition)
+        extra = {"epoch": epoch, "clock": seq}
+        if stop > start:
+            version, master = client.pull(weights_only=not sync and own_optimizer)
+            pulled += _nbytes(master)
+            if sync or not own_optimizer:
+                replica.set_state(master)  # async modes: the optimizer state stays the worker's after the first pull
+                own_optimizer = True
+            else:
+                _assign_weights(replica, master.weights)
+            replica.seed_round(task.seed, epoch, r, partition)
+            order = epoch_order(expected, task.seed, epoch, partition, task.shuffle)[start:stop]
+            metrics = replica.train(x[order], y[order], task.batch_size)
+            state = replica.get_state()
+            if sync:
+                update = state
+            else:
+                deltas = [np.subtract(w, b, dtype=w.dtype) if w.dtype.kind == "f" else w for w, b in zip(state.weights, master.weights, strict=True)]
+                final = g == last_trained
+                update = ModelState(deltas, state.optimizer if final else None)
+                extra.update(final=final, worker_rows=int(expected))
+            extra.update(metrics=encode_metric_sums(metrics), pulled=pulled)
+            rows = stop - start
+            counts["rows"] += rows
+            counts["steps"] += -(-rows // task.batch_size)
+        else:  # sync, no rows left in this slot: the round still needs this worker's (empty) push
+            version, rows = spec.workers * g, 0
+            update = ModelState(replica.get_state().weights)
+        reply = client.push(update, worker=partition, attempt=attempt, seq=seq, base_version=version, rows=rows, extra=extra)
+        pulled = 0
+        counts["pushes"] += 1
+        counts["dropped"] += 0 if reply.get("applied") else 1
+    return counts
+
+
+def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The barrier task of a ps fit: load the partition, run :func:`run_worker`, yield one result row.
+
+    A failure is reported to the server (heartbeat ``"error"`` with the message) before it is raised.
+    """
+    from pyspark import BarrierTaskContext
+
+    from sparkdl.server import ParameterServerClient
+
+    context = BarrierTaskContext.get()
+    partition = context.partitionId()
+    attempt = context.taskAttemptId()  # unique in the application and rising: a retry (task or whole stage) supersedes
+    client = ParameterServerClient(spec.location, spec.token, timeout_s=spec.call_timeout_s, retries=spec.retries)
+    try:
+        client.heartbeat(partition)
+        from sparkdl.keras import runtime
+
+        runtime.configure(context.cpus())
+        from sparkdl.keras.custom_objects import register
+
+        register(spec.task.custom_objects)
+        plan = spec.task.plan
+        expected = plan.partition_rows[partition] if partition < len(plan.partition_rows) else 0
+        x, y = _load_partition(spec.task, batches)
+        if spec.task.canonical_order:
+            order = canonical_order(x, y)
+            x, y = x[order], y[order]
+        if len(x) != expected:
+            raise InvariantError(
+                f"partition {partition} must hold the {expected} rows counted before training. Received: {len(x)} rows "
+                "(the cached training data changed; is the input non-deterministic?)"
+            )
+        client.heartbeat(partition)
+        counts = run_worker(spec, client, partition, attempt, x, y)
+        client.heartbeat(partition, "done")
+    except BaseException as exc:
+        try:
+            client.heartbeat(partition, "error", f"{type(exc).__name__}: {exc}")
+        except Exception:
+            pass
+        raise
+    finally:
+        client.close()
+    yield pa.RecordBatch.from_pylist([{"partition": partition, "attempt": attempt, **counts}], schema=pa.schema([
+        ("partition", pa.int32()), ("attempt", pa.int64()), ("rows", pa.int64()), ("steps", pa.int64()),
+        ("pushes", pa.int64()), ("dropped", pa.int64()), ("skipped", pa.int64()),
+    ]))
+
+
+# ---- driver side -----------------------------------------------------------------------------
+
+
+def task_slots(sc) -> int:
+    """Tasks the cluster can run at once (Spark's own count for barrier stages, with the default
+    resource profile); ``defaultParallelism // spark.task.cpus`` when that is unavailable."""
+    try:
+        jsc = sc._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:
+        cpus = int(sc.getConf().get("spark.task.cpus", "1") or 1)
+        return max(0, sc.defaultParallelism // max(1, cpus))
+
+
+def check_barrier_ready(sc, workers: int) -> None:
+    """Fail at once, before any job, when a barrier stage of ``workers`` tasks cannot start.
+
+    Raises:
+        ConfigError: dynamic allocation is on (Spark refuses barrier stages with it), or the
+            cluster has fewer task slots than workers (Spark would wait about 10 minutes before
+            failing), naming both numbers.
+    """
+    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        raise ConfigError(
+            "backend 'ps' runs one barrier stage, which Spark refuses under dynamic allocation: set "
+            "spark.dynamicAllocation.enabled=false, or use backend='rounds' (mode 'sync'), which works with dynamic "
+            "allocation. Received: spark.dynamicAllocation.enabled=true"
+        )
+    slots = task_slots(sc)
+    if slots < workers:
+        raise ConfigError(
+            f"backend 'ps' needs one task slot per worker at once (a barrier stage): numWorkers={workers} workers, "
+            f"but the cluster has {slots} free task slots. Lower numWorkers to {slots} or less, add executors or "
+            f"cores, or use backend='rounds'. Received: numWorkers={workers}, task slots={slots}"
+        )
+
+
+def server_host(sc) -> str:
+    """Where the driver's server binds: loopback for a local master, else ``spark.driver.host``."""
+    if sc.master.startswith("local"):
+        return "127.0.0.1"
+    return sc.getConf().get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+
+
+class _Monitor(threading.Thread):
+    """Watches a running ps fit: reports finished epochs and cancels the job when a worker is silent
+    longer than ``worker_timeout_s``."""
+
+    def __init__(self, backend, sc, server, tag: str, workers: int, worker_timeout_s: float) -> None:
+        super().__init__(name=f"{tag}-monitor", daemon=True)
+        self.backend, self.sc, self.server, self.tag = backend, sc, server, tag
+        self.workers, self.worker_timeout_s = workers, worker_timeout_s
+        self.stop = threading.Event()
+        self.silent: tuple[int, float] | None = None
+        self.error: BaseException | None = None
+        self.started_at = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.25):
+                self.backend._report_epochs()
+                contacts = self.server.contacts()
+                since_start = time.monotonic() - self.started_at
+                for partition in range(self.workers):
+                    contact = contacts.get(str(partition))
+                    if contact is not None and contact["state"] != "alive":
+                        continue
+                    silent = contact["seconds"] if contact is not None else since_start
+                    if silent > self.worker_timeout_s:
+                        self.silent = (partition, silent)
+                        self.sc.cancelJobsWithTag(self.tag)
+                        return
+        except BaseException as exc:  # handed to the driver's thread
+            self.error = exc
+
+
+class PSBackend:
+    """A parameter server on the driver and one barrier stage; see the module docstring."""
+
+    name = "ps"
+
+    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
+        from sparkdl.keras.custom_objects import registered
+        from sparkdl.keras.metrics import MetricReader
+        from sparkdl.keras.replica import state_nbytes
+        from sparkdl.server import ParameterServer
+
+        config = job.config
+        mode = config.mode
+        features, label = job.data.features, job.data.label
+        reader = job.reader or MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
+        spark = job.data.df.sparkSession
+        sc = spark.sparkContext
+        workers = len(job.plan.partition_rows)
+        check_barrier_ready(sc, workers)
+        state_nbytes(reader.model)  # builds the optimizer: its fresh variables are the server's initial optimizer state
+        optimizer = state.optimizer if state.optimizer is not None else [np.asarray(v.numpy()) for v in reader.model.optimizer.variables]
+        initial = ModelState(list(state.weights), list(optimizer))
+        names = decode_arrays(job.spec.weights).names
+        rule = SyncRoundRule(workers) if mode == "sync" else policy.rule()
+        self.recorder = recorder = EpochRecorder(rule, config.epochs)
+        task = TaskSpec(
+            fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, features=features, label=label,
+            plan=job.plan, batch_size=config.batch_size, seed=config.seed, shuffle=config.shuffle, custom_objects=registered(),
+            idle_s=max(3600.0, 2 * config.round_timeout_s), canonical_order=not config.keep_partitioning,
+        )
+        rounds_per_epoch = job.plan.rounds_per_epoch
+        total_slots = config.epochs * rounds_per_epoch
+        self._job, self._reader, self._on_epoch_end = job, reader, on_epoch_end
+        self._result = result = FitResult(state=state)
+        self._reported, self._epoch_started = 0, time.perf_counter()
+        self._report_lock = threading.Lock()
+        server = ParameterServer(initial, recorder, names=names, host=server_host(sc), port=config.server_port)
+        try:
+            server.start()
+        except ServerError as exc:
+            raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
+        monitor = None
+        try:
+            if mode == "ssp":
+                server.register_clocks([str(p) for p in range(workers)])
+            spec = PSTaskSpec(task=task, mode=mode, epochs=config.epochs, workers=workers, location=server.location,
+                              token=server.token, staleness=config.staleness,
+                              call_timeout_s=max(30.0, 2 * WAIT_CHUNK_S), retries=3)
+            out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_DDL, barrier=True)
+            tag = f"sparkdl-{job.fit_id}-ps"
+            description = f"sparkdl fit {job.fit_id[:8]}: {mode} on ps, {config.epochs} epochs x {rounds_per_epoch} rounds"
+            monitor = _Monitor(self, sc, server, tag, workers, config.worker_timeout_s)
+            monitor.start()
+            try:
+                table = run_job(spark, out.toArrow, description, tag, config.round_timeout_s * max(1, total_slots))
+            except (WorkerError, RoundTimeoutError) as exc:
+                monitor.stop.set()
+                monitor.join()
+                if monitor.silent is not None:
+                    partition, silent = monitor.silent
+                    raise WorkerError(
+                        f"every ps worker must contact the parameter server at least every workerTimeout="
+                        f"{config.worker_timeout_s:g} s. Received: partition {partition} silent for {silent:.1f} s; the fit's "
+                        "job was cancelled (raise workerTimeout if τ local steps take longer)"
+                    ) from exc
+                if isinstance(exc, FitCancelledError):
+                    raise
+                message = self._worker_errors(server)
+                if message and message not in str(exc):
+                    raise type(exc)(f"{exc} | worker reports: {message}") from exc
+                raise
+            finally:
+                monitor.stop.set()
+                monitor.join()
+            if monitor.error is not None:
+                raise monitor.error
+            version, final = server.state()
+            stats = server.stats()
+        finally:
+            server.shutdown()
+        self._check(table, job, workers)
+        self._report_epochs(final=True)
+        if mode != "sync" and recorder.final_optimizer.total_weight > 0:
+            final = ModelState(final.weights, [np.asarray(a) for a in recorder.final_optimizer.result()])
+        _check_finite(final, names, f"the ps fit ({mode})")
+        result.state = final
+        result.rounds = total_slots
+        summaries = recorder.summaries()
+        if mode != "sync":
+            for epoch_summary in summaries:
+                append_epoch(result.history, epoch_summary)
+        rows = table.to_pydict()
+        result.info.update(
+            backend="ps",
+            mode=mode,
+            server_version=version,
+            ps_epochs=summaries,
+            updates_applied=stats["updates_applied"],
+            duplicates_dropped=stats["duplicates_dropped"],
+            staleness_mean=stats["staleness_mean"],
+            staleness_max=stats["staleness_max"],
+            bytes_pushed=stats["bytes_pushed"],
+            bytes_pulled=stats["bytes_pulled"],
+            worker_steps=[s for _, s in sorted(zip(rows["partition"], rows["steps"], strict=True))],
+            worker_pushes=[s for _, s in sorted(zip(rows["partition"], rows["pushes"], strict=True))],
+            **({"staleness": config.staleness} if mode == "ssp" else {}),
+        )
+        return result
+
+    @staticmethod
+    def _worker_errors(server) -> str:
+        return "; ".join(f"partition {w}: {c['message']}" for w, c in sorted(server.contacts().items()) if c["state"] == "error")
+
+    def _check(self, table: pa.Table, job: TrainJob, workers: int) -> None:
+        partitions = sorted(table.column("partition").to_pylist())
+        if partitions != list(range(workers)):
+            raise InvariantError(f"the ps fit must return one result per partition 0..{workers - 1}. Received partitions {partitions}")
+        for epoch in range(job.config.epochs):
+            rows = self.recorder.rows(epoch)
+            if rows != job.data.total_rows:
+                raise InvariantError(
+                    f"each epoch must train on every row once. Received: {rows} rows trained in epoch {epoch + 1}, "
+                    f"{job.data.total_rows} rows counted in the input"
+                )
+
+    def _report_epochs(self, final: bool = False) -> None:
+        """History and the per-epoch callback for each epoch whose rows have all been pushed
+        (in order; with ``final``, every epoch not reported yet)."""
+        with self._report_lock:
+            job, total = self._job, self._job.data.total_rows
+            while self._reported < job.config.epochs:
+                epoch = self._reported
+                if not final and self.recorder.rows(epoch) < total:
+                    return
+                sums = self.recorder.epochs[epoch].sums.total()
+                metrics = self._reader.results(sums) if sums is not None else {}
+                now = time.perf_counter()
+                seconds = now - self._epoch_started
+                self._epoch_started = now
+                append_epoch(self._result.history, metrics)
+                self._result.epoch_seconds.append(seconds)
+                self._reported += 1
+                if self._on_epoch_end is not None:
+                    self._on_epoch_end(epoch, metrics, seconds)
+

@@ -1,0 +1,209 @@
+"""Backend ``ps`` on real Spark (local[2]): sync equals rounds, async with one worker equals Keras,
+each asynchronous mode's bookkeeping, and the handed cases C19 (server lifecycle) and C35 (too few
+slots; dynamic allocation in tests/spark/test_ps_cluster_checks.py)."""
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from pyspark.sql import types as T
+
+import keras
+from sparkdl import KerasEstimator, KerasModel
+from sparkdl.errors import ConfigError, ServerError
+from tests.conftest import partitioned_df
+
+XY = T.StructType([T.StructField("x", T.ArrayType(T.FloatType())), T.StructField("y", T.DoubleType())])
+
+
+def _mlp(seed=3):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(3, activation="softmax")])
+
+
+def _toy(n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 1).astype(np.int64)
+    return x, y
+
+
+def _rows(x, y):
+    return [([float(v) for v in xi], float(yi)) for xi, yi in zip(x, y)]
+
+
+def _estimator(**kwargs):
+    args = dict(model=_mlp(), optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                featuresCol="x", labelCol="y", batchSize=10, keepPartitioning=True, verbose=0)
+    args.update(kwargs)
+    return KerasEstimator(**args)
+
+
+def _unequal_df(spark):
+    xa, ya = _toy(48, seed=1)
+    xb, yb = _toy(30, seed=2)
+    return partitioned_df(spark, [_rows(xa, ya), _rows(xb, yb)], XY)
+
+
+def test_sync_on_ps_equals_sync_on_rounds(spark):
+    # 48 and 30 rows, batch 10: 5 and 3 steps per epoch; τ = 2: 3 rounds, partition 1 has no rows in round 3
+    df = _unequal_df(spark)
+    common = dict(numWorkers=2, epochs=2, localSteps=2, shuffle=True, seed=7)
+    rounds = _estimator(backend="rounds", **common).fit(df)
+    ps = _estimator(backend="ps", **common).fit(df)
+    for got, want in zip(ps.getKerasModel().get_weights(), rounds.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    for got, want in zip(ps._optimizer_state, rounds._optimizer_state, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(ps.history["loss"], rounds.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(ps.history["accuracy"], rounds.history["accuracy"], rtol=1e-6)
+    assert ps.fitInfo["backend"] == "ps" and ps.fitInfo["rounds"] == rounds.fitInfo["rounds"] == 6
+    assert ps.fitInfo["updates_applied"] == 12 and ps.fitInfo["duplicates_dropped"] == 0  # 2 pushes per round
+    assert [e["updates_applied"] for e in ps.fitInfo["ps_epochs"]] == [6, 6]
+
+
+def test_async_one_worker_with_tau_one_epoch_equals_plain_keras(spark, tmp_path):
+    x, y = _toy()
+    df = partitioned_df(spark, [_rows(x, y)], XY)
+    fitted = _estimator(numWorkers=1, epochs=3, localSteps=5, shuffle=False, mode="async").fit(df)  # 48 rows / 10: 5 steps
+    plain = _mlp()
+    plain.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = plain.fit(x, y, batch_size=10, epochs=3, shuffle=False, verbose=0).history
+    for got, want in zip(fitted.getKerasModel().get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(fitted.history["loss"], history["loss"], rtol=1e-5)
+    assert fitted.history["updates_applied"] == [1, 1, 1]
+    assert fitted.history["staleness_max"] == [0, 0, 0]
+    assert fitted.fitInfo["backend"] == "ps" and fitted.fitInfo["mode"] == "async"
+    # the final optimizer state is the worker's own: Adam's iteration counter after 15 steps
+    assert int(fitted._optimizer_state[0]) == 15
+    fitted.save(str(tmp_path / "m"))  # history and fitInfo with the per-epoch ps counters persist
+    loaded = KerasModel.load(str(tmp_path / "m"))
+    assert loaded.history["updates_applied"] == [1, 1, 1] and loaded.fitInfo["ps_epochs"][0]["updates_applied"] == 1
+    for got, want in zip(loaded.getKerasModel().get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["async", "hogwild", "staleness_aware", "ssp"])
+def test_each_async_mode_reports_updates_staleness_and_bytes_per_epoch(spark, mode):
+    df = _unequal_df(spark)
+    fitted = _estimator(numWorkers=2, epochs=2, localSteps=2, mode=mode, staleness=1).fit(df)  # backend auto -> ps
+    info = fitted.fitInfo
+    assert info["backend"] == "ps" and info["mode"] == mode
+    # per epoch: partition 0 pushes 3 times (5 steps, τ=2), partition 1 twice (3 steps)
+    assert fitted.history["updates_applied"] == [5, 5]
+    assert info["updates_applied"] == 10 and info["duplicates_dropped"] == 0
+    assert info["worker_pushes"] == [6, 4] and info["worker_steps"] == [10, 6]
+    assert len(fitted.history["loss"]) == 2 and all(np.isfinite(fitted.history["loss"]))
+    assert all(b > 0 for b in fitted.history["bytes_pushed"]) and all(b > 0 for b in fitted.history["bytes_pulled"])
+    assert all(0 <= m <= s for m, s in zip(fitted.history["staleness_mean"], fitted.history["staleness_max"]))
+    if mode == "ssp":
+        assert info["staleness"] == 1
+
+
+def test_rounds_refuses_async_modes_naming_ps(spark):
+    with pytest.raises(ConfigError, match="backend 'ps'"):
+        _estimator(mode="hogwild", backend="rounds").fit(_unequal_df(spark))
+
+
+def test_c35_too_few_slots_fails_at_once_naming_both_numbers(spark):
+    df = _unequal_df(spark)
+    jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as raised:
+        _estimator(numWorkers=3, mode="async").fit(df)
+    assert time.perf_counter() - started < 10
+    assert "numWorkers=3" in str(raised.value) and "task slots=2" in str(raised.value)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup()) == jobs_before  # no job ran
+
+
+def test_c19_port_in_use_fails_naming_it(spark):
+    df = _unequal_df(spark)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerError, match=f"serverPort={port}"):
+            _estimator(numWorkers=2, mode="async", serverPort=port).fit(df)
+
+
+def test_c19_two_fits_in_a_row_on_one_port_leave_no_thread(spark):
+    df = _unequal_df(spark)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    threads_before = {t.ident for t in threading.enumerate()}
+    fits = [_estimator(numWorkers=2, epochs=1, localSteps=2, mode="ssp", serverPort=port).fit(df) for _ in range(2)]
+    for a, b in zip(fits[0].getKerasModel().get_weights(), fits[1].getKerasModel().get_weights(), strict=True):
+        assert a.shape == b.shape
+    time.sleep(0.5)
+    left = [t.name for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    assert left == []
+    with socket.socket() as again:  # the port is free again
+        again.bind(("127.0.0.1", port))
+
+
+def _worker_spec(location, token, mode="async", call_timeout_s=10.0, retries=1):
+    from sparkdl.core.schedule import RoundPlan
+    from sparkdl.keras.spec import CompileSpec, ModelSpec
+    from sparkdl.spark.backends.ps import PSTaskSpec
+    from sparkdl.spark.backends.rounds import TaskSpec
+
+    task = TaskSpec(fit_id="worker-test", spec=ModelSpec.from_model(_mlp()).architecture_only(),
+                    compile_spec=CompileSpec.create("adam", "sparse_categorical_crossentropy", []), features=None, label=None,
+                    plan=RoundPlan((48,), 10, 2), batch_size=10, seed=0, shuffle=False, custom_objects={}, idle_s=60.0,
+                    canonical_order=False)
+    return PSTaskSpec(task=task, mode=mode, epochs=1, workers=1, location=location, token=token, staleness=0,
+                      call_timeout_s=call_timeout_s, retries=retries)
+
+
+def _master():
+    from sparkdl.core.state import ModelState
+
+    model = _mlp()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    return ModelState(model.get_weights(), [np.asarray(v.numpy()) for v in model.optimizer.variables])
+
+
+def test_c19_a_dead_server_fails_the_worker_instead_of_hanging():
+    from sparkdl.core.async_rules import DownpourRule
+    from sparkdl.server import ParameterServer, ParameterServerClient
+    from sparkdl.spark.backends.ps import run_worker
+
+    server = ParameterServer(_master(), DownpourRule()).start()
+    location, token = server.location, server.token
+    server.shutdown()
+    x, y = _toy()
+    started = time.perf_counter()
+    with ParameterServerClient(location, token, timeout_s=2.0, retries=1) as client, pytest.raises(ServerError, match=location.split("//")[1]):
+        run_worker(_worker_spec(location, token, call_timeout_s=2.0), client, 0, 0, x, y)
+    assert time.perf_counter() - started < 30
+
+
+def test_a_retried_task_skips_applied_slots_and_a_superseded_attempt_is_dropped():
+    """Exactly once across attempts: 48 rows, batch 10, τ = 2: 3 slots (pushes) in the epoch."""
+    from sparkdl.core.async_rules import DownpourRule
+    from sparkdl.server import ParameterServer, ParameterServerClient
+    from sparkdl.spark.backends.ps import run_worker
+
+    x, y = _toy()
+    with ParameterServer(_master(), DownpourRule()) as server, ParameterServerClient(server.location, server.token, timeout_s=10) as client:
+        spec = _worker_spec(server.location, server.token)
+        version, pulled = client.pull()  # attempt 5 pushed slot 1, then died
+        client.push([np.zeros_like(w) for w in pulled.weights], worker=0, attempt=5, seq=1, base_version=version, rows=20)
+        counts = run_worker(spec, client, 0, 6, x, y)  # the retry resumes at slot 2
+        assert counts["skipped"] == 1 and counts["pushes"] == 2 and counts["dropped"] == 0 and counts["rows"] == 28
+        assert server.stats()["updates_applied"] == 3
+        _, after_retry = server.state()
+        zombie = run_worker(spec, client, 0, 5, x, y)  # the old attempt, still running: every push dropped
+        assert zombie["pushes"] == 3 and zombie["dropped"] == 3
+        assert again_equal(server.state()[1].weights, after_retry.weights)
+        assert server.stats()["updates_applied"] == 3 and server.stats()["duplicates_dropped"] == 3
+        assert run_worker(spec, client, 0, 7, x, y)["skipped"] == 3  # a later attempt finds everything applied
+
+
+def again_equal(a, b):
+    return all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))

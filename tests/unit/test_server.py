@@ -1,0 +1,452 @@
+"""The Arrow Flight parameter server and its client, on loopback (no Spark, no Keras)."""
+
+import contextlib
+import http.server
+import json
+import pickle
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from sparkdl.core.async_rules import DownpourRule, HogwildRule, StalenessAwareRule
+from sparkdl.core.state import ModelState
+from sparkdl.errors import ConfigError, ServerError, SparkDLError
+from sparkdl.server import ParameterServer, ParameterServerClient
+from sparkdl.server.auth import auth_headers
+from sparkdl.server.flight import ArraySpec, iter_batches, wire_schema
+
+NAMES = ["dense/kernel", "dense/bias"]
+
+
+def _initial():
+    return ModelState([np.arange(6, dtype=np.float32).reshape(3, 2), np.array([1.0, 2.0], np.float32)])
+
+
+def _delta(scale=1.0):
+    return [np.full((3, 2), scale, np.float32), np.array([0.5, -1.0], np.float32) * scale]
+
+
+@pytest.fixture
+def server():
+    with ParameterServer(_initial(), DownpourRule(), names=NAMES) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server):
+    with ParameterServerClient(server.location, server.token, timeout_s=10) as c:
+        yield c
+
+
+def _assert_unchanged(server, version=0, state=None):
+    v, st = server.state()
+    assert v == version
+    expected = state or _initial()
+    for a, b in zip(st.weights, expected.weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _push(client, update=None, **kw):
+    args = {"worker": "w0", "attempt": 0, "seq": 0, "base_version": 0, "rows": 4, **kw}
+    return client.push(update if update is not None else _delta(), **args)
+
+
+# ---------------------------------------------------------------------------- round trip
+def test_pull_push_round_trip_follows_the_rule(server, client):
+    version, state = client.pull()
+    assert version == 0 and state.optimizer is None
+    np.testing.assert_array_equal(state.weights[0], _initial().weights[0])
+    assert state.weights[0].flags.writeable
+    reply = _push(client, base_version=version)
+    assert reply == {"applied": True, "dropped": None, "version": 1, "staleness": 0}
+    version, state = client.pull()
+    assert version == 1 == server.version == client.version()
+    np.testing.assert_array_equal(state.weights[0], _initial().weights[0] + 1)
+    np.testing.assert_array_equal(state.weights[1], [1.5, 1.0])
+    stats = client.stats()
+    assert stats["updates_applied"] == 1 and stats["pulls"] == 2 and stats["bytes_pushed"] >= 32
+    assert stats["bytes_pulled"] >= 64
+    assert [s.name for s in client.signature()] == NAMES
+
+
+def test_optimizer_arrays_travel_and_rule_sees_meta():
+    seen = []
+
+    def rule(master, update, meta):
+        seen.append(dict(meta))
+        opt = update.optimizer if update.optimizer is not None else master.optimizer
+        return ModelState([m + u for m, u in zip(master.weights, update.weights, strict=True)], opt)
+
+    initial = ModelState([np.zeros(3, np.float32)], [np.array(0, np.int64), np.ones((2, 2))])
+    with ParameterServer(initial, rule, optimizer_names=["iterations", "m"]) as srv:
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+            v, st = c.pull()
+            assert st.optimizer[0].shape == () and st.optimizer[0].dtype == np.int64
+            assert [(s.name, s.role) for s in c.signature()][1:] == [("iterations", "optimizer"), ("m", "optimizer")]
+            c.push(ModelState([np.ones(3, np.float32)], [np.array(5, np.int64), np.zeros((2, 2))]),
+                   worker=3, attempt=1, seq=7, base_version=v, rows=9)
+            c.push([np.ones(3, np.float32)], worker=3, attempt=1, seq=8, base_version=v, rows=2)  # weights only
+            v, st = c.pull()
+    assert v == 2 and st.optimizer[0] == 5 and np.all(st.optimizer[1] == 0)
+    np.testing.assert_array_equal(st.weights[0], [2, 2, 2])
+    assert seen[0] == {"worker": "3", "attempt": 1, "seq": 7, "base_version": 0, "rows": 9, "nbytes": seen[0]["nbytes"],
+                       "staleness": 0, "version": 0}
+    assert seen[1]["staleness"] == 1
+
+
+def test_wait_version_action(server, client):
+    assert client.wait_version(0, 0.0) is True
+    t0 = time.monotonic()
+    assert client.wait_version(1, 0.2) is False
+    assert time.monotonic() - t0 >= 0.15
+    timer = threading.Timer(0.2, lambda: _push(ParameterServerClient(server.location, server.token)))
+    timer.start()
+    assert client.wait_version(1, 5.0) is True
+    timer.join()
+
+
+# ---------------------------------------------------------------------------- authentication
+def test_missing_or_wrong_token_is_rejected_before_anything_happens(server):
+    raw = flight.FlightClient(server.location, generic_options=[("grpc.enable_http_proxy", 0)])
+    no_token = flight.FlightCallOptions(timeout=5)
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        raw.do_get(flight.Ticket(b"state"), no_token).read_all()
+    schema = wire_schema([ArraySpec(n, a.shape, a.dtype) for n, a in zip(NAMES, _delta(), strict=True)])
+    command = json.dumps({"worker": "x", "attempt": 0, "seq": 0, "base_version": 0, "rows": 1, "nbytes": 40}).encode()
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        writer, _ = raw.do_put(flight.FlightDescriptor.for_command(command), schema, no_token)
+        for batch in iter_batches(schema, _delta()):
+            writer.write_batch(batch)
+        writer.close()
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        list(raw.do_action(flight.Action("stats", b""), no_token))
+    raw.close()
+    with ParameterServerClient(server.location, "0" * 64, timeout_s=5) as bad:
+        with pytest.raises(ServerError, match="token") as info:
+            bad.pull()
+        assert isinstance(info.value.__cause__, flight.FlightUnauthenticatedError)
+        with pytest.raises(ServerError, match="token"):
+            _push(bad, names=NAMES)
+    _assert_unchanged(server)
+    stats = server.stats()
+    assert stats["unauthenticated"] >= 5 and stats["pushes"] == 0 and stats["bytes_pushed"] == 0
+
+
+# ---------------------------------------------------------------------------- no pickle
+class _Marker:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):  # unpickling this would create the marker file
+        return (open, (self.path, "w"))
+
+
+def _pb(field, payload):
+    """One length-delimited protobuf field (wire type 2)."""
+
+    def varint(n):
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_pickle_bodies_are_rejected_without_unpickling(server, tmp_path):
+    marker = tmp_path / "unpickled"
+    evil = pickle.dumps(_Marker(str(marker)))
+    options = flight.FlightCallOptions(timeout=5, headers=auth_headers(server.token))
+    raw = flight.FlightClient(server.location, generic_options=[("grpc.enable_http_proxy", 0)])
+    with pytest.raises(flight.FlightError):
+        list(raw.do_action(flight.Action("wait_version", evil), options))
+    with pytest.raises(flight.FlightError):
+        raw.do_get(flight.Ticket(evil), options).read_all()
+    schema = wire_schema([ArraySpec(n, a.shape, a.dtype) for n, a in zip(NAMES, _delta(), strict=True)])
+    with pytest.raises(flight.FlightError, match="UTF-8 JSON"):
+        writer, _ = raw.do_put(flight.FlightDescriptor.for_command(evil), schema, options)
+        for batch in iter_batches(schema, _delta()):
+            writer.write_batch(batch)
+        writer.close()
+    raw.close()
+
+    # A raw gRPC DoPut whose FlightData carries the pickle where the Arrow IPC header and body belong.
+    grpc = pytest.importorskip("grpc")
+    command = json.dumps({"worker": "x", "attempt": 0, "seq": 0, "base_version": 0, "rows": 1, "nbytes": 10}).encode()
+    descriptor = _pb(1, b"\x08\x02" + _pb(2, command))  # FlightDescriptor{type: CMD, cmd}
+    message = descriptor + _pb(2, evil) + _pb(1000, evil)  # data_header, data_body
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}", options=[("grpc.enable_http_proxy", 0)])
+    do_put = channel.stream_stream("/arrow.flight.protocol.FlightService/DoPut")
+    with pytest.raises(grpc.RpcError):
+        list(do_put(iter([message, _pb(2, evil) + _pb(1000, evil)]), timeout=5,
+                    metadata=[("authorization", f"Bearer {server.token}")]))
+    channel.close()
+
+    assert not marker.exists()
+    _assert_unchanged(server)
+    with ParameterServerClient(server.location, server.token, timeout_s=5) as c:  # still healthy
+        assert c.pull()[0] == 0
+
+
+# ---------------------------------------------------------------------------- signature
+@pytest.mark.parametrize(
+    "update, names, match",
+    [
+        ([np.zeros((2, 2), np.float32), np.zeros(2, np.float32)], NAMES,
+         r"array 'dense/kernel' of shape \(3, 2\) float32. Received: array 'dense/kernel' of shape \(2, 2\) float32"),
+        ([np.zeros((3, 2), np.float64), np.zeros(2, np.float32)], NAMES, r"float32. Received: .* float64"),
+        ([np.zeros((3, 2), np.float32), np.zeros(2, np.float32)], ["other", "dense/bias"], "Received: array 'other'"),
+        ([np.zeros((3, 2), np.float32)], ["dense/kernel"], "must hold 2 weight arrays"),
+    ],
+)
+def test_updates_that_do_not_fit_the_model_are_rejected(server, client, update, names, match):
+    with pytest.raises(ServerError, match=match) as info:
+        _push(client, update, names=names)
+    assert server.location in str(info.value) and isinstance(info.value, SparkDLError)
+    _assert_unchanged(server)
+    assert server.stats()["rejected"] == 1
+    assert _push(client)["applied"]  # same seq: the rejected push was not recorded
+
+
+def test_raising_rule_leaves_state_unchanged_and_seq_unused():
+    calls = []
+
+    def rule(master, update, meta):
+        calls.append(1)
+        if len(calls) == 1:
+            master.weights[0] + np.ones(7)  # raises: shapes do not broadcast
+        if len(calls) == 2:
+            return ModelState([np.zeros(1)], None)  # wrong signature
+        return DownpourRule()(master, update, meta)
+
+    with ParameterServer(_initial(), rule, names=NAMES) as srv, ParameterServerClient(srv.location, srv.token) as c:
+        with pytest.raises(ServerError, match="master state is unchanged.*ValueError"):
+            _push(c)
+        with pytest.raises(ServerError, match="rule returned 1 arrays"):
+            _push(c)
+        _assert_unchanged(srv)
+        assert _push(c) == {"applied": True, "dropped": None, "version": 1, "staleness": 0}
+        assert srv.stats()["rejected"] == 2
+
+
+def test_base_version_ahead_of_server_is_rejected(server, client):
+    with pytest.raises(ServerError, match="base_version must be <= the server version 0. Received: 3"):
+        _push(client, base_version=3)
+    _assert_unchanged(server)
+
+
+# ---------------------------------------------------------------------------- size limit
+def test_body_over_the_size_limit_is_rejected_before_or_while_reading():
+    initial = ModelState([np.zeros(4000, np.float32)])  # 16000 bytes
+    with ParameterServer(initial, DownpourRule(), max_message_bytes=4096, names=["w"]) as srv:
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10, chunk_bytes=1024) as c:
+            with pytest.raises(ServerError, match=r"at most max_message_bytes=4096 bytes. Received: a declared body of \d+ bytes; nothing was read"):
+                _push(c, [np.ones(4000, np.float32)])
+            assert srv.stats()["bytes_pushed"] == 0
+            # A client that understates its size: the server stops at the batch that passes the limit.
+            schema = wire_schema([ArraySpec("w", (4000,), np.dtype(np.float32))])
+            command = json.dumps({"worker": "liar", "attempt": 0, "seq": 0, "base_version": 0, "rows": 1, "nbytes": 100})
+            raw = flight.FlightClient(srv.location, generic_options=[("grpc.enable_http_proxy", 0)])
+            options = flight.FlightCallOptions(timeout=10, headers=auth_headers(srv.token))
+            with pytest.raises(flight.FlightError, match="stopped reading"):
+                writer, _ = raw.do_put(flight.FlightDescriptor.for_command(command.encode()), schema, options)
+                for batch in iter_batches(schema, [np.ones(4000, np.float32)], chunk_bytes=1024):
+                    writer.write_batch(batch)
+                writer.done_writing()
+                writer.close()
+            raw.close()
+            stats = srv.stats()
+            assert 4096 < stats["bytes_pushed"] <= 4096 + 1024 + 64  # read at most one batch past the limit
+            assert stats["rejected"] == 2 and stats["version"] == 0
+            assert c.pull()[0] == 0  # healthy
+            assert np.all(srv.state()[1].weights[0] == 0)
+    with ParameterServer(initial, DownpourRule()) as srv:
+        assert srv.max_message_bytes == 4 * 16000 + (1 << 20)
+
+
+# ---------------------------------------------------------------------------- binding and lifecycle
+def test_taken_fixed_port_gives_a_clear_error_and_port_zero_works():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ServerError, match=rf"127.0.0.1:{port} could not be bound.*serverPort, or 0"):
+            ParameterServer(_initial(), DownpourRule(), port=port).start()
+    with ParameterServer(_initial(), DownpourRule(), port=0) as first:
+        assert first.port > 0 and first.location == f"grpc+tcp://127.0.0.1:{first.port}"
+        with pytest.raises(ServerError, match=str(first.port)):
+            ParameterServer(_initial(), DownpourRule(), port=first.port).start()
+    with pytest.raises(ConfigError, match="port must be an integer"):
+        ParameterServer(_initial(), DownpourRule(), port=70000)
+
+
+def _python_threads():
+    return {t for t in threading.enumerate() if not isinstance(t, threading._DummyThread)}
+
+
+@pytest.mark.parametrize("raised", [None, RuntimeError, KeyboardInterrupt])
+def test_context_exit_frees_the_port_and_leaves_no_thread(raised):
+    before = _python_threads()
+    srv = ParameterServer(_initial(), DownpourRule())
+    with contextlib.suppress(RuntimeError, KeyboardInterrupt):
+        with srv:
+            port = srv.port
+            with ParameterServerClient(srv.location, srv.token) as c:
+                _push(c)
+            if raised:
+                raise raised("inside the with block")
+    assert _python_threads() == before
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+    with ParameterServer(_initial(), DownpourRule(), port=port) as again:
+        assert again.port == port
+
+
+# ---------------------------------------------------------------------------- exactly once
+def test_duplicate_push_is_applied_once(server, client):
+    assert _push(client, seq=0)["applied"]
+    assert _push(client, seq=0) == {"applied": False, "dropped": "duplicate", "version": 1, "staleness": None}
+    assert _push(client, seq=1)["applied"]
+    assert _push(client, seq=0)["dropped"] == "duplicate"  # older seq
+    assert _push(client, seq=1, worker="w1")["applied"]  # seqs are per worker
+    stats = server.stats()
+    assert stats["updates_applied"] == 3 and stats["duplicates_dropped"] == 2 and stats["version"] == 3
+    np.testing.assert_array_equal(server.state()[1].weights[1], [2.5, -1.0])
+
+
+def test_push_from_superseded_attempt_is_dropped(server, client):
+    assert _push(client, attempt=0, seq=5)["applied"]
+    assert _push(client, attempt=1, seq=0)["applied"]  # a retry of the task starts over at seq 0
+    assert _push(client, attempt=0, seq=6) == {"applied": False, "dropped": "superseded_attempt", "version": 2, "staleness": None}
+    assert server.stats()["duplicates_dropped"] == 1 and server.version == 2
+
+
+# ---------------------------------------------------------------------------- staleness
+def test_staleness_is_recorded_per_update():
+    with ParameterServer(_initial(), StalenessAwareRule(), names=NAMES) as srv:
+        with ParameterServerClient(srv.location, srv.token) as a, ParameterServerClient(srv.location, srv.token) as b:
+            va, _ = a.pull()
+            vb, _ = b.pull()
+            assert a.push([np.zeros((3, 2), np.float32), np.array([0.5, -1.0], np.float32)], worker="a", attempt=0, seq=0,
+                          base_version=va, rows=1)["staleness"] == 0
+            assert b.push([np.zeros((3, 2), np.float32), np.array([0.5, -1.0], np.float32)], worker="b", attempt=0, seq=0,
+                          base_version=vb, rows=1)["staleness"] == 1
+        stats = srv.stats()
+    assert stats["staleness_mean"] == 0.5 and stats["staleness_max"] == 1 and stats["staleness_counts"] == {"0": 1, "1": 1}
+    # [1, 2] + [0.5, -1] / 1 + [0.5, -1] / max(1, 1) = [2, 0]
+    np.testing.assert_allclose(srv.state()[1].weights[1], [2.0, 0.0])
+
+
+def test_hogwild_server_applies_without_lock():
+    with ParameterServer(_initial(), HogwildRule(), names=NAMES) as srv:
+        assert srv.lock is False
+
+        def work(w):
+            with ParameterServerClient(srv.location, srv.token) as c:
+                for seq in range(5):
+                    _push(c, worker=w, seq=seq)
+
+        threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert srv.version == 10
+        np.testing.assert_allclose(srv.state()[1].weights[1], [6.0, -8.0])
+
+
+# ---------------------------------------------------------------------------- transport
+def test_proxy_environment_does_not_reach_the_client(server, monkeypatch):
+    for var in ("http_proxy", "https_proxy", "grpc_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # a dead proxy
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    with ParameterServerClient(server.location, server.token, timeout_s=5, retries=0) as c:
+        version, _ = c.pull()
+        assert _push(c, base_version=version)["applied"]
+    assert server.version == 1
+
+
+class _HtmlHandler(http.server.BaseHTTPRequestHandler):
+    def _answer(self):
+        body = b"<html><body><h1>Welcome to nginx!</h1></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PRI = do_PUT = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+def test_plain_http_server_gives_a_clear_error_within_the_timeout():
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlHandler)
+    thread = threading.Thread(target=stub.serve_forever, name="html-stub", daemon=True)
+    thread.start()
+    location = f"grpc+tcp://127.0.0.1:{stub.server_address[1]}"
+    try:
+        with ParameterServerClient(location, "t", timeout_s=3, retries=1) as c:
+            for call in (c.pull, lambda: c.push([np.zeros(2, np.float32)], worker=0, attempt=0, seq=0, base_version=0,
+                                                rows=1, names=["a"])):
+                t0 = time.monotonic()
+                with pytest.raises(ServerError, match=re.escape(f"parameter server at {location}")):
+                    call()
+                assert time.monotonic() - t0 < 10
+    finally:
+        stub.shutdown()
+        stub.server_close()
+        thread.join()
+
+
+def test_tls(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not found; cannot make a self-signed certificate without new dependencies")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    result = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, timeout=60,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"openssl could not make a certificate: {result.stderr[-300:]!r}")
+    with ParameterServer(_initial(), DownpourRule(), tls_cert_path=str(cert), tls_key_path=str(key)) as srv:
+        assert srv.location.startswith("grpc+tls://127.0.0.1:")
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10, tls_root_cert=cert.read_bytes()) as c:
+            assert _push(c)["applied"] and c.pull()[0] == 1
+        with ParameterServerClient(srv.location, srv.token, timeout_s=3, retries=0) as untrusted:  # no root cert
+            with pytest.raises(ServerError):
+                untrusted.pull()
+    with pytest.raises(ConfigError, match="together"):
+        ParameterServer(_initial(), DownpourRule(), tls_cert_path=str(cert))
+
+
+def test_wire_batches_respect_chunk_size_and_bools_round_trip():
+    arrays = [np.arange(1000, dtype=np.float32), np.array([True, False, True]), np.zeros((0, 3))]
+    specs = [ArraySpec(str(i), a.shape, a.dtype) for i, a in enumerate(arrays)]
+    schema = wire_schema(specs)
+    batches = list(iter_batches(schema, arrays, chunk_bytes=1024))
+    assert len(batches) == 4 and all(b.num_rows == 1 for b in batches)
+    from sparkdl.server.flight import Assembler
+
+    asm = Assembler(specs)
+    for b in batches:
+        asm.add(b)
+    out = asm.finish()
+    for a, b in zip(arrays, out, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+    assert isinstance(pa.Table.from_batches(batches), pa.Table)
