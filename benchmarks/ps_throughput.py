@@ -3,8 +3,9 @@
 For each model size (float32 parameters split over ``--arrays`` arrays) the script starts a
 :class:`sparkdl.server.ParameterServer` with the additive Downpour rule, runs ``--clients``
 client threads that each repeat ``push(Δ)`` then ``pull()`` for ``--seconds`` seconds, and
-compares the mean round-trip time with the codec's own ``encode_arrays`` + ``decode_arrays``
-time for the same arrays (``sparkdl.serialization.arrow_codec``), measured in this process.
+compares the median round-trip time with the codec's own ``encode_arrays`` + ``decode_arrays``
+time for the same arrays (``sparkdl.serialization.arrow_codec``), measured in this process with as
+many threads coding at once as there are clients (the same contention for the cores).
 
 Output: a table, then one JSON line per measurement, e.g.::
 
@@ -56,21 +57,34 @@ def make_arrays(params: int, n_arrays: int, seed: int = 0) -> list[np.ndarray]:
     return [rng.standard_normal(n, dtype=np.float32) for n in sizes]
 
 
-def codec_seconds(arrays: list[np.ndarray], repeats: int = 5) -> float:
-    """Best-of-``repeats`` wall time (seconds) of encode_arrays + decode_arrays."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        decode_arrays(encode_arrays(arrays))
-        best = min(best, time.perf_counter() - t0)
-    return best
+def codec_seconds(arrays: list[np.ndarray], repeats: int = 5, threads: int = 1) -> float:
+    """Median wall time (seconds) of one encode_arrays + decode_arrays, with ``threads`` threads
+    coding at once: the same contention for the cores as ``threads`` clients (the codec releases
+    the GIL in its copies, as Flight does)."""
+    times: list[float] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            decode_arrays(encode_arrays(arrays))
+            with lock:
+                times.append(time.perf_counter() - t0)
+
+    decode_arrays(encode_arrays(arrays))  # warm-up
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return float(np.median(times))
 
 
 def roundtrip(params: int, clients: int, seconds: float, n_arrays: int = 4, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
     """Runs the push+pull loop and returns one measurement (see the module docstring)."""
     arrays = make_arrays(params, n_arrays)
     delta = [np.full_like(a, 1e-6) for a in arrays]
-    codec_s = codec_seconds(arrays)
+    codec_s = codec_seconds(arrays, threads=clients)
     nbytes = sum(a.nbytes for a in arrays)
     times: list[float] = []
     errors: list[BaseException] = []

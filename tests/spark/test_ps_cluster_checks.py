@@ -3,6 +3,8 @@ backend ``rounds`` works with it), C39 (an HTTP proxy on a dead address in the e
 environment does not reach the parameter server's gRPC channels) and a silent worker failing the
 fit within ``workerTimeout`` seconds, naming its partition."""
 
+import socket
+import threading
 import time
 
 import numpy as np
@@ -118,12 +120,21 @@ def test_a_silent_worker_fails_the_fit_within_worker_timeout_naming_its_partitio
     df = partitioned_df(spark, [rows, stalled], XY)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), StallOnMarker(), keras.layers.Dense(2, activation="softmax")])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     est = KerasEstimator(model=model, optimizer="adam", loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y",
                          numWorkers=2, epochs=1, batchSize=8, shuffle=False, keepPartitioning=True, verbose=0,
-                         backend="ps", workerTimeout=10.0, jitCompile=False)
+                         backend="ps", workerTimeout=10.0, jitCompile=False, serverPort=port)
+    threads_before = {t.ident for t in threading.enumerate()}
     started = time.perf_counter()
     with pytest.raises(WorkerError, match="partition 1 silent for") as raised:
         est.fit(df)
     seconds = time.perf_counter() - started
     assert seconds < 40, seconds  # the stall is 45 s: the timeout, not the stall's end, failed the fit
     assert "workerTimeout=10" in str(raised.value)
+    # C19 after a failed fit: the server is stopped, its port free, no thread of the fit left behind
+    left = [t.name for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    assert left == [], left
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))
