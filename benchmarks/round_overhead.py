@@ -16,16 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+import setup_env  # noqa: E402, F401  (sys.path and the environment, before pyspark/keras)
 
 import numpy as np  # noqa: E402
 

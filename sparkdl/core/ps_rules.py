@@ -75,8 +75,13 @@ class SyncRoundRule:
 
     def _reset(self) -> None:
         self._weights, self._optimizer, self._pushes, self._has_optimizer = WeightedMean(), WeightedMean(), 0, False
+        self._seen: set = set()
 
     def __call__(self, master: ModelState, update: ModelState, meta: Mapping) -> ModelState:
+        worker = meta.get("worker")
+        if worker is not None and worker in self._seen:  # raising leaves this round's sums untouched (checked before any change)
+            raise ValueError(f"each worker pushes once per sync round. Received: a second push from worker {worker!r}")
+        self._seen.add(worker)
         rows = int(meta.get("rows", 0))
         if rows > 0:
             self._weights.add(update.weights, rows)
@@ -143,23 +148,28 @@ class EpochRecorder:
         self._mutex = threading.Lock()
 
     def __call__(self, master: ModelState, update: ModelState, meta: Mapping) -> ModelState:
-        new = self.inner(master, update, meta)
+        # Read and check everything the bookkeeping needs before ``inner`` changes any state: a
+        # push refused here leaves ``inner`` (e.g. a sync round's sums) untouched.
         extra = meta.get("extra") or {}
         epoch = int(extra.get("epoch", 0))
+        pulled = int(extra.get("pulled", 0))
+        worker_rows = max(1, int(extra.get("worker_rows", 1)))
         metrics = extra.get("metrics")
+        sums = decode_metric_sums(metrics) if metrics is not None else None
+        new = self.inner(master, update, meta)
         with self._mutex:
             stats = self.epochs[min(max(epoch, 0), len(self.epochs) - 1)]
             stats.rows += int(meta.get("rows", 0))
             stats.updates += 1
             stats.staleness.append(int(meta.get("staleness", 0)))
             stats.bytes_pushed += int(meta.get("nbytes", 0))
-            stats.bytes_pulled += int(extra.get("pulled", 0))
-            if metrics is not None:
-                stats.sums.add(decode_metric_sums(metrics))
+            stats.bytes_pulled += pulled
+            if sums is not None:
+                stats.sums.add(sums)
             if extra.get("final"):
                 self.final_workers.add(str(meta.get("worker")))
                 if update.optimizer is not None:
-                    self.final_optimizer.add(update.optimizer, max(1, int(extra.get("worker_rows", 1))))
+                    self.final_optimizer.add(update.optimizer, worker_rows)
         return new
 
     def rows(self, epoch: int) -> int:

@@ -38,10 +38,11 @@ reading as soon as a size limit is passed. Values travel as raw Arrow buffers (z
 the sending side); nothing is pickled, and any body that is not Arrow IPC is rejected by
 the IPC reader before a handler sees it.
 
-Exactly once: each push carries ``(worker, attempt, seq)``. Per worker the server keeps the
-highest attempt seen and the last applied seq in it; a push from a lower attempt, or with
-``seq <=`` the last applied seq of the same attempt, is dropped (counted, not applied) and
-answered normally, so clients may retry pushes freely.
+Exactly once: each push carries ``(worker, attempt, seq)``, ``seq`` being the worker's
+deterministic slot index. Per worker the server keeps the highest attempt seen and the last
+applied seq; a push from a lower attempt, or with ``seq <=`` the last applied seq (of any
+attempt: a zombie of an older attempt and its retry cannot both apply a slot), is dropped
+(counted, not applied) and answered normally, so clients may retry pushes freely.
 
 Staleness of a push = server version when it is applied − ``base_version`` (the version the
 worker pulled); the rule receives it in ``meta["staleness"]``.
@@ -71,6 +72,7 @@ WEIGHTS_TICKET = b"weights"  # the weights alone (asynchronous workers keep thei
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_DESCRIPTOR_BYTES = 64 << 10
 MAX_WAIT_S = 3600.0
+SHUTDOWN_TIMEOUT_S = 30.0  # seconds shutdown waits for calls in progress
 _KIND = "arrays"
 _ROLES = ("weight", "optimizer")
 
@@ -486,8 +488,11 @@ class ParameterServer:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        server.shutdown()
-        server.wait()
+        # gRPC's shutdown waits for calls in progress, and a client stalled mid-stream (a dead host,
+        # no FIN) would hold it forever: wait at most SHUTDOWN_TIMEOUT_S, then leave it to finish alone.
+        stopper = threading.Thread(target=lambda: (server.shutdown(), server.wait()), name="sparkdl-ps-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(SHUTDOWN_TIMEOUT_S)
 
     def __enter__(self) -> ParameterServer:
         return self.start()
@@ -662,7 +667,9 @@ class ParameterServer:
                 if mark is not None and attempt < mark[0]:
                     self._counts["duplicates_dropped"] += 1
                     return {"applied": False, "dropped": "superseded_attempt", "version": self._version, "staleness": None}
-                if mark is not None and attempt == mark[0] and seq <= mark[1]:
+                if mark is not None and seq <= mark[1]:
+                    # seq is the worker's deterministic slot index: whatever the attempt, a slot is
+                    # applied once (a zombie of an older attempt and its retry cannot both apply it).
                     self._counts["duplicates_dropped"] += 1
                     return {"applied": False, "dropped": "duplicate", "version": self._version, "staleness": None}
                 if base > self._version:

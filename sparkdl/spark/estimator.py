@@ -388,6 +388,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "epoch_seconds": result.epoch_seconds,
             "partition_rows": list(data.partition_rows),
             "rows": data.total_rows,
+            "backend": backend.name,
+            "mode": config.mode,
             **result.info,
         }
         # Where the fit's time went (seconds): checks and the compile dry run on the driver, the data

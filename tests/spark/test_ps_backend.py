@@ -10,28 +10,12 @@ import numpy as np
 import pytest
 from pyspark.sql import types as T
 
-import keras
 from sparkdl import KerasEstimator, KerasModel
 from sparkdl.errors import ConfigError, ServerError
 from tests.conftest import partitioned_df
+from tests.spark.test_fit import _mlp, _rows, _toy
 
 XY = T.StructType([T.StructField("x", T.ArrayType(T.FloatType())), T.StructField("y", T.DoubleType())])
-
-
-def _mlp(seed=3):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(3, activation="softmax")])
-
-
-def _toy(n=48, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 1).astype(np.int64)
-    return x, y
-
-
-def _rows(x, y):
-    return [([float(v) for v in xi], float(yi)) for xi, yi in zip(x, y)]
 
 
 def _estimator(**kwargs):

@@ -136,5 +136,7 @@ def test_a_silent_worker_fails_the_fit_within_worker_timeout_naming_its_partitio
     # C19 after a failed fit: the server is stopped, its port free, no thread of the fit left behind
     left = [t.name for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
     assert left == [], left
-    with socket.socket() as again:
-        again.bind(("127.0.0.1", port))
+    with socket.socket() as again:  # a listener can take the port again (as gRPC's own, SO_REUSEADDR:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the server closed connections
+        again.bind(("127.0.0.1", port))  # first, so they may sit in TIME_WAIT)
+        again.listen()

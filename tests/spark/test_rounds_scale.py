@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 from pyspark import SparkFiles
+from pyspark.sql import functions as F
 
 import sparkdl.spark.backends.rounds as rounds
 from sparkdl import KerasEstimator
@@ -50,13 +51,13 @@ def test_updates_combined_on_the_executors_in_small_pieces_equal_the_driver_comb
 def test_rounds_after_the_first_read_no_data_and_the_fit_leaves_nothing_behind(spark):
     fitted = _fit(spark)
     assert fitted.fitInfo["rounds"] == 4
-    assert fitted.fitInfo["rounds_reading_data"] == 1  # the first round; the other three ran on partition ids
+    assert fitted.fitInfo["rounds_reading_data"] == 1  # the first round; the other three read no rows
     spill = os.path.join(SparkFiles.getRootDirectory(), f"sparkdl-{fitted.fitInfo['fit_id']}")
     assert not os.path.exists(spill)  # local mode: the executors' disk is this one
 
 
 def test_a_round_whose_partitions_are_in_no_cache_reads_the_data_again_with_the_same_result(spark):
-    """A fresh fit id is in no Python worker's cache and on no executor's disk: the partition-id job
+    """A fresh fit id is in no Python worker's cache and on no executor's disk: the job without rows
     reports every partition missing, and the round runs again over the cached data."""
     from sparkdl.core.modes import SyncAveraging
     from sparkdl.spark.backends.base import FitResult
@@ -67,17 +68,18 @@ def test_a_round_whose_partitions_are_in_no_cache_reads_the_data_again_with_the_
     job, state = _train_job(spark, est)
     backend = rounds.RoundsBackend()
     task = _task(job)
-    result = FitResult(state=state, rounds=1)  # as if mid-fit: the round starts with the partition-id job
+    result = FitResult(state=state, rounds=1)  # as if mid-fit: the round starts with the job without rows
     result.info["rounds_reading_data"] = 0
     try:
-        outcome = backend._round(spark, spark.range(0, 3, 1, 3), job, task, result, rounds.RoundTask(0, 0, False, None), False, "test round")
+        ids = job.data.df.select(F.lit(0).cast("byte").alias("_"))
+        outcome = backend._round(spark, ids, job, task, result, rounds.RoundTask(0, 0, False, None), False, "test round")
         assert result.info["rounds_reading_data"] == 1 and not outcome.missing
         assert [w[1] for w in outcome.workers] == [8 * 2] * 3
         second = rounds.RoundTask(0, 1, True, None)
         result.state = SyncAveraging().apply_mean(result.state, outcome.mean, outcome.rows)
         result.rounds = 1
-        outcome = backend._round(spark, spark.range(0, 3, 1, 3), job, task, result, second, False, "test round 2")
-        assert result.info["rounds_reading_data"] == 1  # now cached: the partition-id job found them
+        outcome = backend._round(spark, ids, job, task, result, second, False, "test round 2")
+        assert result.info["rounds_reading_data"] == 1  # now cached: the job without rows found them
         final = SyncAveraging().apply_mean(result.state, outcome.mean, outcome.rows)
     finally:
         job.data.df.unpersist()
@@ -146,3 +148,25 @@ def test_c27_a_model_above_the_result_limit_fails_before_any_job_and_one_below_i
     assert "spark.driver.maxResultSize" in out["error"] and "1440" in out["error"], out["error"]
     assert "--conf spark.driver.maxResultSize=66m" in out["error"], out["error"]
     assert out["reduced_on_executors"] is True and out["rows"] == 24
+
+
+def test_rounds_where_one_worker_trains_alone_combine_on_the_executors_as_on_the_driver(spark, monkeypatch):
+    """Partitions of 40, 8 and 8 rows, batch 8, τ = 2: rounds 2 and 3 of each epoch have one worker."""
+    from tests.conftest import partitioned_df
+
+    rng = np.random.default_rng(5)
+    rows = [([float(v) for v in rng.normal(size=4)], float(rng.normal())) for _ in range(56)]
+    df = partitioned_df(spark, [rows[:40], rows[40:48], rows[48:]], "x array<float>, y double")
+
+    def fit():
+        est = KerasEstimator(model=_mlp(), optimizer=keras.optimizers.Adam(0.01), loss="mse", featuresCol="x", labelCol="y",
+                             numWorkers=3, epochs=2, batchSize=8, localSteps=2, keepPartitioning=True, verbose=0)
+        return est.fit(df)
+
+    on_driver = fit()
+    monkeypatch.setattr(rounds, "EXECUTOR_REDUCE_MIN_BYTES", 0)
+    monkeypatch.setattr(rounds, "PIECE_BYTES", 40)
+    on_executors = fit()
+    assert on_executors.fitInfo["reduced_on_executors"] and on_executors.fitInfo["rounds"] == 2 * 3
+    for a, b in zip(on_driver.getKerasModel().get_weights(), on_executors.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -327,9 +327,19 @@ def test_duplicate_push_is_applied_once(server, client):
 
 def test_push_from_superseded_attempt_is_dropped(server, client):
     assert _push(client, attempt=0, seq=5)["applied"]
-    assert _push(client, attempt=1, seq=0)["applied"]  # a retry of the task starts over at seq 0
-    assert _push(client, attempt=0, seq=6) == {"applied": False, "dropped": "superseded_attempt", "version": 2, "staleness": None}
-    assert server.stats()["duplicates_dropped"] == 1 and server.version == 2
+    assert _push(client, attempt=1, seq=6)["applied"]  # a retry continues after the last applied slot
+    assert _push(client, attempt=0, seq=7) == {"applied": False, "dropped": "superseded_attempt", "version": 2, "staleness": None}
+    assert _push(client, attempt=1, seq=5)["dropped"] == "duplicate"  # a slot replayed by the retry
+    assert server.stats()["duplicates_dropped"] == 2 and server.version == 2
+
+
+def test_a_zombie_attempt_and_its_retry_apply_a_slot_once(server, client):
+    """A retry (attempt 1) reads the progress (slot 3 applied); the older attempt, still running,
+    then pushes slot 4 before the retry does: slot 4 is applied once, not twice."""
+    assert _push(client, attempt=0, seq=3)["applied"]
+    assert _push(client, attempt=0, seq=4)["applied"]  # the zombie, before the retry's first push
+    assert _push(client, attempt=1, seq=4)["dropped"] == "duplicate"
+    assert server.version == 2
 
 
 # ---------------------------------------------------------------------------- staleness

@@ -16,8 +16,8 @@ no value nears Arrow's or the JVM's 2 GiB limit whatever the model's size.
   policy receives the row-weighted mean and the rows behind it.
 - **Data read once**: the first round runs over the cached training data; each task converts its
   partition once, keeps it in its Python worker's cache and on its executor's disk (Spark's
-  per-application directory). Later rounds run over a partition-id DataFrame of one row per
-  worker; a task whose partition is in neither copy (a new Python worker on another executor, a
+  per-application directory). Later rounds run over one literal byte column of the cached data
+  (the cache's locality places each task where its copies are); a task whose partition is in neither copy (a new Python worker on another executor, a
   lost executor) reports it missing and the driver runs that round again over the cached data,
   with the same result. The last round releases the partitions.
 - **Invariants**, checked on the driver: one update per partition, each partition still holding
@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark import SparkFiles, TaskContext
 from pyspark.broadcast import Broadcast
+from pyspark.sql import functions as F
 
 from sparkdl.core.cache import WorkerCache
 from sparkdl.core.metrics import MetricSums, append_epoch
@@ -144,16 +145,20 @@ def _replica(task: TaskSpec):
     architecture and compile arguments is reused (building, compiling and tracing the train step
     costs 1-3 s per Python worker per fit): every round overwrites its weights, optimizer state and
     seed-generator states, and each step resets its metrics, so it trains exactly as a new one.
-    At most two are kept, least recently used dropped first."""
+    At most two are kept, least recently used dropped first. Not with registered custom objects:
+    a class redefined in a notebook keeps its name, and the old compiled step would train."""
     from sparkdl.keras.replica import Replica
 
     replica = WORKER_CACHE.get(task.fit_id, "replica")
     if replica is None:
-        key = (task.spec.digest, json.dumps(dataclasses.asdict(task.compile_spec), sort_keys=True, default=repr))
-        replica = _REPLICAS.pop(key, None) or Replica(task.spec, task.compile_spec, task.seed)
-        _REPLICAS[key] = replica
-        while len(_REPLICAS) > _MAX_REPLICAS:
-            _REPLICAS.popitem(last=False)
+        if task.custom_objects:  # a redefined custom layer or loss keeps its name: never reuse then
+            replica = Replica(task.spec, task.compile_spec, task.seed)
+        else:
+            key = (task.spec.digest, json.dumps(dataclasses.asdict(task.compile_spec), sort_keys=True, default=repr))
+            replica = _REPLICAS.pop(key, None) or Replica(task.spec, task.compile_spec, task.seed)
+            _REPLICAS[key] = replica
+            while len(_REPLICAS) > _MAX_REPLICAS:
+                _REPLICAS.popitem(last=False)
         WORKER_CACHE.put(task.fit_id, "replica", replica)
     return replica
 
@@ -254,8 +259,8 @@ def train_partition(
         task: the fit's plain-value settings.
         round_task: schedule position and the broadcast master state.
         batches: the partition's rows (feature column ``array<T>``, label column) when
-            ``from_data``; otherwise the one row of a partition-id DataFrame, ignored: the rows come
-            from this worker's cache or this executor's disk copy.
+            ``from_data``; otherwise a one-byte column of the same cached partition, drained unread:
+            the rows come from this worker's cache or this executor's disk copy.
         from_data: whether ``batches`` is the cached training data.
 
     Yields:
@@ -279,9 +284,11 @@ def train_partition(
     plan = task.plan
     expected = plan.partition_rows[partition] if partition < len(plan.partition_rows) else 0
     if not from_data:
-        for _ in batches:  # the partition id's one row; an unread input stops Spark reusing this Python worker
+        for _ in batches:  # the placeholder column; an unread input stops Spark reusing this Python worker
             pass
     arrays = _partition_arrays(task, partition, batches if from_data else None)
+    if arrays is None and expected == 0:  # nothing to find: an empty partition needs no data
+        arrays = tuple(np.zeros((0, *c.shape), c.dtype) for c in (task.features, task.label))
     if arrays is None:
         yield pa.RecordBatch.from_pylist([_meta_row(partition, 0, expected, 0, missing=True)], schema=RESULT_SCHEMA)
         return
@@ -345,7 +352,8 @@ def reduce_pieces(table: pa.Table) -> pa.Table:
     for piece, rows in mean.results():
         row = {
             "partition": -1, "piece": int(table.column("piece")[0].as_py()), "rows": int(rows), "grp": piece.group,
-            "arr": piece.array, "offset": piece.offset, "shape": piece.shape_json, "dtype": piece.dtype, "payload": piece.values,
+            "arr": piece.array, "offset": piece.offset, "shape": piece.shape_json, "dtype": piece.dtype,
+            "payload": bytes(piece.values),  # a lone worker's piece comes back as it came: an Arrow buffer
         }
         out.append(pa.Table.from_pylist([row], schema=RESULT_SCHEMA))
     return pa.concat_tables(out) if out else RESULT_SCHEMA.empty_table()
@@ -396,14 +404,26 @@ def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) 
     if missing:
         return RoundOutcome(workers, None, rows, metrics, missing)
     if reduced:
-        pieces = (piece for piece, _ in _pieces_of(table))
+        pieces = _pieces_of(table)
     else:
         combined = PieceMean()
         for piece, piece_rows in _pieces_of(table):
             combined.add(piece, piece_rows)
         del table  # the combined sums hold what is needed
-        pieces = (piece for piece, _ in combined.results())  # each sum freed as it is assembled
-    mean = assemble(pieces)
+        pieces = combined.results()  # each sum freed as it is assembled
+
+    def checked(pairs):
+        # Every piece must be the mean over every worker that trained: a piece a worker's update
+        # lacks (lost, or recomputed differently after a fetch failure) breaks the total.
+        for piece, piece_rows in pairs:
+            if piece_rows != rows:
+                raise InvariantError(
+                    f"{description} must combine every piece over the {rows} rows trained. Received: piece "
+                    f"{piece.key} combined over {piece_rows:g} rows"
+                )
+            yield piece
+
+    mean = assemble(checked(pieces))
     return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing)
 def _check_finite(state: ModelState, names: list[str], description: str) -> None:
     for name, array in zip(names, state.weights, strict=True):
@@ -499,7 +519,10 @@ class RoundsBackend:
         spark = job.data.df.sparkSession
         workers = len(job.plan.partition_rows)
         reduced = plan_reduction(spark.sparkContext.getConf().get, state_nbytes(reader.model), workers)
-        ids = spark.range(0, workers, 1, workers)
+        # Rounds after the first: one tiny column of the cached data, so each task is scheduled where
+        # the cached block, and the partition's copies in memory and on disk, are (cache locality),
+        # and receives a byte per row instead of the rows.
+        ids = job.data.df.select(F.lit(0).cast("byte").alias("_"))
         result = FitResult(state=state)
         result.info.update(reduced_on_executors=reduced, rounds_reading_data=0)
         rounds_per_epoch = job.plan.rounds_per_epoch
@@ -515,6 +538,11 @@ class RoundsBackend:
                     outcome = self._round(spark, ids, job, task, result, RoundTask(epoch, r, last, None), reduced, description)
                     if result.rounds == 0:
                         result.info["first_round_s"] = time.perf_counter() - round_started
+                    if outcome.rows and (outcome.mean is None or len(outcome.mean.weights) != len(names)):
+                        raise InvariantError(
+                            f"{description} must return all {len(names)} weight arrays of the model. Received: "
+                            f"{0 if outcome.mean is None else len(outcome.mean.weights)}"
+                        )
                     result.state = policy.apply_mean(result.state, outcome.mean, outcome.rows)
                     _check_finite(result.state, names, description)
                     result.rounds += 1
