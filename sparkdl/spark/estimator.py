@@ -16,7 +16,7 @@ from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
-from sparkdl.spark.backends.rounds import plan_reduction
+from sparkdl.spark.backends.rounds import plan_reduction, result_limit_bytes
 from sparkdl.spark.data import check_feature_column, check_label_column, expected_label, prepare_training_data
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
@@ -351,7 +351,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         reader = MetricReader(spec, compile_spec, spec.input_shape, spec.input_dtype, label_shape, label_dtype)
         # A model whose updates cannot reach the driver fails now, not after the data jobs.
         if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
-            plan_reduction(spark.sparkContext.getConf().get, state_nbytes(reader.model), config.num_workers)
+            plan_reduction(result_limit_bytes(spark), state_nbytes(reader.model), config.num_workers)
         checked = time.perf_counter()
         data = prepare_training_data(
             dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,

@@ -7,7 +7,7 @@ import pytest
 from sparkdl.core.pieces import PieceMean, assemble, split_state
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
-from sparkdl.spark.backends.rounds import _size_bytes, plan_reduction
+from sparkdl.spark.backends.rounds import plan_reduction
 
 
 def test_c27_a_state_over_2_gib_travels_in_pieces_without_touching_its_memory():
@@ -41,10 +41,9 @@ def test_assemble_refuses_a_gap_or_an_overlap():
 
 
 def test_plan_reduction_names_the_size_and_the_value_to_set():
-    conf = {"spark.driver.maxResultSize": "10m"}.get
-    assert plan_reduction(conf, 4 * 2**20, 2) is False  # 8 MiB fit on the driver
-    assert plan_reduction(conf, 4 * 2**20, 3) is True  # 12 MiB do not; one combined update does
-    assert plan_reduction({"spark.driver.maxResultSize": "0"}.get, 2**30, 2) is False  # 0: no limit
+    limit = 10 * 2**20  # spark.driver.maxResultSize=10m
+    assert plan_reduction(limit, 4 * 2**20, 2) is False  # 8 MiB fit on the driver
+    assert plan_reduction(limit, 4 * 2**20, 3) is True  # 12 MiB do not; one combined update does
+    assert plan_reduction(0, 2**30, 2) is False  # 0: no limit
     with pytest.raises(ConfigError, match=r"\(11534336 bytes of weights.*spark.driver.maxResultSize \(10485760 bytes\).*=75m"):
-        plan_reduction(conf, 11 * 2**20, 3)
-    assert _size_bytes("2g") == 2 * 2**30 and _size_bytes("512m") == 2**29
+        plan_reduction(limit, 11 * 2**20, 3)

@@ -333,9 +333,9 @@ def _pieces_of(table: pa.Table) -> Iterator[tuple[Piece, int]]:
         yield piece, columns["rows"][i]
 
 
-def _meta_of(table: pa.Table) -> dict:
-    """The meta rows of ``table`` as ``{column: [values]}``."""
-    return table.take(np.flatnonzero(table.column("piece").to_numpy() == META)).to_pydict()
+def _meta_rows(table: pa.Table) -> pa.Table:
+    """The meta rows of ``table`` (``piece == META``)."""
+    return table.take(np.flatnonzero(table.column("piece").to_numpy() == META))
 
 
 def reduce_pieces(table: pa.Table) -> pa.Table:
@@ -344,7 +344,7 @@ def reduce_pieces(table: pa.Table) -> pa.Table:
     Meta rows pass through unchanged; the pieces of one key from every worker become one row
     holding their row-weighted mean, with ``rows`` = their total rows and ``partition`` = -1.
     """
-    meta = table.take(np.flatnonzero(table.column("piece").to_numpy() == META))
+    meta = _meta_rows(table)
     mean = PieceMean()
     for piece, rows in _pieces_of(table):
         mean.add(piece, rows)
@@ -384,7 +384,7 @@ class RoundOutcome:
 def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) -> RoundOutcome:
     """Check the round's rows (one meta row per partition, each with its counted rows) and combine
     its pieces (already means when ``reduced`` on the executors)."""
-    meta = _meta_of(table)
+    meta = _meta_rows(table).to_pydict()
     partitions = sorted(meta["partition"])
     if partitions != list(range(len(plan.partition_rows))):
         raise InvariantError(f"{description} must return one update per partition 0..{len(plan.partition_rows) - 1}. Received partitions {partitions}")
@@ -438,18 +438,12 @@ def _mib(n: int) -> int:
     return -(-n // 2**20)
 
 
-def _size_bytes(text: str) -> int:
-    """Spark's size syntax (``"1g"``, ``"512m"``, ``"1048576"`` bytes) in bytes."""
-    text = str(text).strip().lower()
-    if text.endswith(("kb", "mb", "gb", "tb", "pb")):
-        text = text[:-1]
-    units = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+def result_limit_bytes(spark) -> int:
+    """``spark.driver.maxResultSize`` in bytes, read by Spark's own size parser (0: no limit)."""
+    return int(spark.sparkContext._jsc.sc().conf().getSizeAsBytes("spark.driver.maxResultSize", "1g"))
 
 
-def plan_reduction(conf_get, state_bytes: int, workers: int) -> bool:
+def plan_reduction(limit: int, state_bytes: int, workers: int) -> bool:
     """Decide where a round's updates are combined, and refuse, before any job, a fit whose
     updates cannot reach the driver.
 
@@ -460,7 +454,7 @@ def plan_reduction(conf_get, state_bytes: int, workers: int) -> bool:
     ``spark.driver.maxResultSize`` would not hold them all.
 
     Args:
-        conf_get: ``(key, default) -> str``, the SparkContext's configuration.
+        limit: ``spark.driver.maxResultSize`` in bytes (:func:`result_limit_bytes`; 0: no limit).
         state_bytes: one worker's update (bytes).
         workers: partitions that train.
 
@@ -471,7 +465,6 @@ def plan_reduction(conf_get, state_bytes: int, workers: int) -> bool:
         ConfigError: when even one combined update exceeds ``spark.driver.maxResultSize``, naming
             the size and the value to set.
     """
-    limit = _size_bytes(conf_get("spark.driver.maxResultSize", "1g"))
     total = workers * state_bytes
     on_executors = workers > 2 and total > EXECUTOR_REDUCE_MIN_BYTES
     if limit > 0 and not on_executors and total > limit:
@@ -518,7 +511,7 @@ class RoundsBackend:
         names = decode_arrays(job.spec.weights).names
         spark = job.data.df.sparkSession
         workers = len(job.plan.partition_rows)
-        reduced = plan_reduction(spark.sparkContext.getConf().get, state_nbytes(reader.model), workers)
+        reduced = plan_reduction(result_limit_bytes(spark), state_nbytes(reader.model), workers)
         # Rounds after the first: one tiny column of the cached data, so each task is scheduled where
         # the cached block, and the partition's copies in memory and on disk, are (cache locality),
         # and receives a byte per row instead of the rows.
