@@ -13,7 +13,11 @@ Writes under ``runs/<config name>/`` (or ``--output``):
 Config sections: ``data`` (train/test Parquet paths, column names), ``model`` (``factory:
 module:function`` with optional ``kwargs``, or ``json: path`` to a Keras model JSON) and ``fit``
 (``KerasEstimator`` Params in snake_case: optimizer, loss, metrics, num_workers, epochs,
-batch_size, local_steps, mode, seed, backend, staleness, server_port, worker_timeout). Relative paths are read from the working directory.
+batch_size, local_steps, mode, seed, backend, staleness, server_port, worker_timeout,
+sample_weight_col, class_weight, validation_col, validation_split, handle_invalid,
+max_task_memory_mb, block_momentum, block_learning_rate, nesterov). ``data`` may also give ``validation`` (a Parquet path validated on after
+each epoch), ``features_cols``, ``label_cols`` and ``decoders``. Relative paths are read from
+the working directory.
 """
 
 from __future__ import annotations
@@ -43,7 +47,17 @@ FIT_KEYS = {
     "staleness": "staleness",
     "server_port": "serverPort",
     "worker_timeout": "workerTimeout",
+    "sample_weight_col": "sampleWeightCol",
+    "class_weight": "classWeight",
+    "validation_col": "validationCol",
+    "validation_split": "validationSplit",
+    "handle_invalid": "handleInvalid",
+    "max_task_memory_mb": "maxTaskMemoryMB",
+    "block_momentum": "blockMomentum",
+    "block_learning_rate": "blockLearningRate",
+    "nesterov": "nesterov",
 }
+DATA_KEYS = {"features_cols": "featuresCols", "label_cols": "labelCols", "decoders": "decoders"}
 
 
 def load_config(path: str) -> dict:
@@ -98,10 +112,12 @@ def main(argv: list[str] | None = None) -> dict:
     test = spark.read.parquet(data["test"])
 
     params = {FIT_KEYS[k]: v for k, v in config["fit"].items()}
+    params.update({param: data[key] for key, param in DATA_KEYS.items() if data.get(key) is not None})
     estimator = KerasEstimator(model=build_model(config["model"]), featuresCol=features_col, labelCol=label_col, **params)
+    validation = spark.read.parquet(data["validation"]) if data.get("validation") else None
     print(f"sparkdl: fitting {config['name']} on {spark.sparkContext.master} with {estimator.getNumWorkers()} workers", flush=True)
     started = time.perf_counter()
-    model = estimator.fit(train)
+    model = estimator.fit(train, validationData=validation)
     fit_s = time.perf_counter() - started
 
     scored = model.transform(test)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from sparkdl.errors import ConfigError
 
-MODES = ("sync", "async", "hogwild", "staleness_aware", "ssp")
+MODES = ("sync", "bmuf", "async", "hogwild", "staleness_aware", "ssp")
+ROUNDS_ONLY_MODES = ("bmuf",)
 ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")
 BACKENDS = ("rounds", "ps", "auto")
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
@@ -83,10 +84,12 @@ class FitConfig:
             raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
+        if self.mode in ROUNDS_ONLY_MODES and self.backend == "ps":
+            raise ConfigError(f"mode {self.mode!r} runs on backend 'rounds' for now. Received: mode={self.mode!r}, backend='ps' (use 'rounds' or 'auto')")
         if self.mode in ASYNC_MODES and self.backend == "rounds":
             raise ConfigError(
                 f"mode {self.mode!r} is asynchronous and runs on backend 'ps' (a parameter server); backend 'rounds' "
-                f"runs mode 'sync' only. Received: mode={self.mode!r}, backend='rounds' (use backend='ps' or 'auto')"
+                f"runs modes 'sync' and 'bmuf'. Received: mode={self.mode!r}, backend='rounds' (use backend='ps' or 'auto')"
             )
         if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
             raise ConfigError(f"staleness must be an integer >= 0 (clocks). Received: staleness={self.staleness!r}")

@@ -136,15 +136,22 @@ class EpochRecorder:
 
     ``lock`` is ``inner``'s, so a Hogwild rule still runs outside the server's lock; the
     bookkeeping takes its own short lock.
+
+    With ``snapshot_rows`` (the rows of one epoch), a copy of the master weights is kept in
+    ``snapshots[epoch]`` when the push that completes the epoch's rows has been applied: the
+    weights a validation of that epoch evaluates (in the asynchronous modes a faster worker's
+    pushes of the next epoch may already be in them).
     """
 
-    def __init__(self, inner, epochs: int) -> None:
+    def __init__(self, inner, epochs: int, snapshot_rows: int | None = None) -> None:
         self.inner = inner
         self.name = getattr(inner, "name", type(inner).__name__)
         self.lock = getattr(inner, "lock", True)
         self.epochs = [EpochStats() for _ in range(epochs)]
         self.final_optimizer = WeightedMean()
         self.final_workers: set[str] = set()
+        self.snapshot_rows = snapshot_rows
+        self.snapshots: dict[int, list] = {}
         self._mutex = threading.Lock()
 
     def __call__(self, master: ModelState, update: ModelState, meta: Mapping) -> ModelState:
@@ -170,6 +177,9 @@ class EpochRecorder:
                 self.final_workers.add(str(meta.get("worker")))
                 if update.optimizer is not None:
                     self.final_optimizer.add(update.optimizer, worker_rows)
+            index = min(max(epoch, 0), len(self.epochs) - 1)
+            if self.snapshot_rows is not None and index not in self.snapshots and stats.rows >= self.snapshot_rows:
+                self.snapshots[index] = [np.array(w, copy=True) for w in new.weights]
         return new
 
     def rows(self, epoch: int) -> int:

@@ -83,25 +83,71 @@ def _fingerprints(array: np.ndarray, rng: np.random.Generator, chunk_rows: int) 
     return out
 
 
-def canonical_order(x: np.ndarray, y: np.ndarray, chunk_rows: int = 4096) -> np.ndarray:
+class RowFingerprints:
+    """Per-row 64-bit fingerprints of several arrays, fed a chunk of rows at a time, and the row
+    order they give (see :func:`canonical_order`).
+
+    Each array's rows are hashed by a random linear hash over their 64-bit words (coefficients
+    drawn from a fixed seed, array by array), so the same rows give the same fingerprints however
+    they are chunked: a partition can be ordered while its batches are converted, without a
+    second pass.
+
+    Args:
+        rows_like: per array ``(per-row shape, dtype)``, e.g. ``[((784,), "float32"), ((), "int64")]``.
+        exact: how many leading arrays are hashed in their own dtype; the others as float64.
+    """
+
+    def __init__(self, rows_like, exact: int = 1) -> None:
+        rng = np.random.default_rng(_FINGERPRINT_SEED)
+        self._arrays = []
+        for i, (shape, dtype) in enumerate(rows_like):
+            cast = None if i < exact else np.dtype(np.float64)
+            row_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(cast or dtype).itemsize
+            width = -(-row_bytes // 8) * 8
+            coefficients = rng.integers(1, 2**63, size=width // 8, dtype=np.uint64) | np.uint64(1)
+            self._arrays.append((cast, row_bytes, width, coefficients))
+        self._parts: list[list[np.ndarray]] = [[] for _ in self._arrays]
+
+    def add(self, arrays, chunk_rows: int = 4096) -> None:
+        """Hash the next rows of every array (``arrays[i]`` of shape ``(n, *shape_i)``)."""
+        for (cast, row_bytes, width, coefficients), array, parts in zip(self._arrays, arrays, self._parts, strict=True):
+            for start in range(0, len(array), chunk_rows):
+                part = np.asarray(array[start : start + chunk_rows])
+                raw = np.ascontiguousarray(part if cast is None else part.astype(cast)).reshape(len(part), -1).view(np.uint8)
+                block = np.zeros((len(part), width), np.uint8)
+                block[:, :row_bytes] = raw.reshape(len(part), -1)
+                parts.append((block.view(np.uint64) * coefficients).sum(axis=1, dtype=np.uint64))
+
+    def order(self) -> np.ndarray:
+        """The permutation sorting the rows by fingerprint, the first array first (int64, ``(rows,)``)."""
+        keys = [np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in self._parts]
+        if not keys or len(keys[0]) == 0:
+            return np.zeros(0, np.int64)
+        return np.lexsort(keys[::-1]).astype(np.int64)
+
+
+def canonical_order(*arrays: np.ndarray, exact: int = 1, chunk_rows: int = 4096) -> np.ndarray:
     """A row order that depends only on the rows' values, not on the order they arrived in.
 
     Rows that reach a partition through a shuffle come in fetch order, which varies from run to
-    run; sorting them by a 64-bit fingerprint of their features (a random linear hash over 64-bit
-    words, ``chunk_rows`` rows at a time), then of their labels as float64 (so an int, a float or
-    a double label orders alike), makes the seeded epoch order, and so training, repeatable.
-    Equal rows are interchangeable, so their relative order does not matter.
+    run; sorting them by a 64-bit fingerprint of each array's rows (:class:`RowFingerprints`),
+    the first array first, makes the seeded epoch order, and so training, repeatable. The first
+    ``exact`` arrays (the features) are hashed as they are; the others (labels, weights) as
+    float64, so an int, a float or a double label orders alike. Equal rows are interchangeable,
+    so their relative order does not matter.
 
     Args:
-        x: features, shape ``(rows, ...)``.
-        y: labels, shape ``(rows, ...)``.
+        arrays: arrays of equal length, shape ``(rows, ...)``: model inputs, then labels and weights.
+        exact: how many leading arrays are hashed in their own dtype.
 
     Returns:
         int64 array of shape ``(rows,)``: a permutation.
     """
-    if len(x) == 0:
+    if not arrays:
         return np.zeros(0, np.int64)
-    rng = np.random.default_rng(_FINGERPRINT_SEED)
-    features = _fingerprints(x, rng, chunk_rows)
-    labels = _fingerprints(np.asarray(y, dtype=np.float64), rng, chunk_rows)
-    return np.lexsort((labels, features)).astype(np.int64)
+    fingerprints = RowFingerprints([(a.shape[1:], a.dtype) for a in arrays], exact)
+    fingerprints.add(arrays, chunk_rows)
+    return fingerprints.order()
+
+
+_FINGERPRINT_SEED = 0x5EED5D1

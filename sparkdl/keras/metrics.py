@@ -25,10 +25,13 @@ class MetricReader:
     Args:
         spec: the model's architecture (weights are not needed).
         compile_spec: optimizer, loss and metrics, as the replicas compile them.
-        x_shape: per-row feature shape without the batch axis, e.g. ``(784,)``.
+        x_shape: per-row feature shape without the batch axis, e.g. ``(784,)`` (a list of them, one
+            per model input, with ``x_dtype`` a list too; a ``None`` axis counts as 1).
         x_dtype: the features' numpy dtype name, e.g. ``"float32"``.
-        y_shape: per-row label shape, ``()`` for a class index or value, ``(k,)`` for one-hot.
+        y_shape: per-row label shape, ``()`` for a class index or value, ``(k,)`` for one-hot (a
+            list, one per model output, with ``y_dtype`` a list too).
         y_dtype: the labels' numpy dtype name, e.g. ``"int64"``.
+        weighted: rows carry sample weights (the dry run passes one).
 
     The compiled metrics build their variables on one eager ``compute_metrics`` (the train
     step's own metric update) over a one-row batch of zeros, shapes ``(1, *x_shape)`` and
@@ -41,23 +44,38 @@ class MetricReader:
         ConfigError: when the loss or a metric fails on a one-row batch of these shapes.
     """
 
-    def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, x_shape: tuple, x_dtype: str, y_shape: tuple, y_dtype: str) -> None:
+    def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, x_shape, x_dtype, y_shape, y_dtype, weighted: bool = False) -> None:
         keras_module()
         self.model = compile_spec.compile(spec.architecture_only().build())
-        x = np.zeros((1, *x_shape), dtype=x_dtype)
-        y = np.zeros((1, *y_shape), dtype=y_dtype)
+        # One shape and dtype per model input (output), or a single one for a one-input (one-output) model.
+        many_x, many_y = isinstance(x_dtype, (list, tuple)), isinstance(y_dtype, (list, tuple))
+        xs = [np.zeros((1, *[1 if d is None else d for d in s]), dtype=t) for s, t in (zip(x_shape, x_dtype, strict=True) if many_x else [(x_shape, x_dtype)])]
+        ys = [np.zeros((1, *s), dtype=t) for s, t in (zip(y_shape, y_dtype, strict=True) if many_y else [(y_shape, y_dtype)])]
+        x = xs[0] if len(xs) == 1 else xs
+        y = ys[0] if len(ys) == 1 else ys
+        y_shape = tuple(ys[0].shape[1:]) if len(ys) == 1 else [tuple(a.shape[1:]) for a in ys]
+        y_dtype = str(ys[0].dtype) if len(ys) == 1 else [str(a.dtype) for a in ys]
+        sample_weight = np.ones(1, np.float32) if weighted else None
         y_pred = self.model(x, training=False)
+        pred_shape = tuple(y_pred.shape[1:]) if not isinstance(y_pred, (list, tuple, dict)) else [tuple(p.shape[1:]) for p in (y_pred.values() if isinstance(y_pred, dict) else y_pred)]
         try:  # the loss and metrics on one row, as a replica's first step computes them
-            self.model.compute_loss(x, y, y_pred)
-            self.model.compute_metrics(x, y, y_pred, sample_weight=None)
+            self.model.compute_loss(x, y, y_pred, sample_weight=sample_weight)
+            self.model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
         except Exception as exc:
             raise ConfigError(
-                f"the loss, metrics and compile arguments must fit the model's outputs of per-row shape {tuple(y_pred.shape[1:])} "
-                f"and labels of per-row shape {tuple(y_shape)} ({y_dtype}). Received: {type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
+                f"the loss, metrics and compile arguments must fit the model's outputs of per-row shape {pred_shape} "
+                f"and labels of per-row shape {y_shape} ({y_dtype}). Received: {type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
             ) from exc
         self.model.reset_metrics()
         self._variables = list(self.model.metrics_variables)
         self.names = [v.path for v in self._variables]
+
+    @classmethod
+    def for_columns(cls, spec: ModelSpec, compile_spec: CompileSpec, columns) -> MetricReader:
+        """The reader for the tensors a fit's tasks read (:class:`~sparkdl.serialization.columns.ModelColumns`)."""
+        return cls(spec, compile_spec, [t.shape for t in columns.inputs], [t.dtype for t in columns.inputs],
+                   [t.shape for t in columns.outputs], [t.dtype for t in columns.outputs],
+                   weighted=columns.weight is not None or bool(columns.class_weight))
 
     def results(self, variables: Sequence[np.ndarray]) -> dict[str, float]:
         """Metric values for summed metric variables, with the keys and values of ``fit``'s History.

@@ -37,18 +37,28 @@ def cached_model(spec: ModelSpec, weights: bytes | None = None, key: str | None 
     return model
 
 
-def predict_array(model, x: np.ndarray, batch_size: int) -> np.ndarray:
+def predict_array(model, x, batch_size: int):
     """Model outputs for ``x`` in batches of ``batch_size`` rows (the last one partial).
 
     Args:
         model: a ``keras.Model``.
-        x: inputs, shape ``(rows, *input_shape)``.
+        x: inputs, shape ``(rows, *input_shape)``, or a list of such arrays, one per model input.
         batch_size: rows per ``predict_on_batch`` call.
 
     Returns:
-        float32 array of shape ``(rows, *output_shape)``; rows in input order.
+        float32 array of shape ``(rows, *output_shape)``, rows in input order; for a model with
+        several outputs, a list of such arrays, one per output.
     """
-    if len(x) == 0:
-        return np.zeros((0, *model.outputs[0].shape[1:]), np.float32)
-    parts = [np.asarray(model.predict_on_batch(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
-    return np.concatenate(parts).astype(np.float32, copy=False)
+    xs = list(x) if isinstance(x, (list, tuple)) else [x]
+    outputs = len(model.outputs)
+    rows = len(xs[0])
+    if rows == 0:
+        empty = [np.zeros((0, *t.shape[1:]), np.float32) for t in model.outputs]
+        return empty if outputs > 1 else empty[0]
+    parts = []
+    for i in range(0, rows, batch_size):
+        batch = [a[i : i + batch_size] for a in xs]
+        out = model.predict_on_batch(batch[0] if len(batch) == 1 else batch)
+        parts.append([np.asarray(o) for o in out] if outputs > 1 else [np.asarray(out)])
+    joined = [np.concatenate([p[k] for p in parts]).astype(np.float32, copy=False) for k in range(outputs)]
+    return joined if outputs > 1 else joined[0]

@@ -32,6 +32,9 @@ class Replica:
 
     def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, seed: int) -> None:
         keras = keras_module()
+        # Sequence inputs (None, k): their rows come padded to the longest row of the data; each
+        # batch is cut to its own longest row (see trim_padding).
+        self.sequence_inputs = {i for i, (_, shape, _) in enumerate(spec.input_specs) if shape and shape[0] is None}
         keras.utils.set_random_seed(seed & 0xFFFFFFFF)
         self.model = compile_spec.compile(spec.build())
         self.model.optimizer.build(self.model.trainable_variables)
@@ -92,8 +95,8 @@ class Replica:
         for variable, value in zip(self.seed_states, words, strict=True):
             variable.assign(value.astype(variable.dtype))
 
-    def train(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> list[np.ndarray]:
-        """Run ceil(len(x) / batch_size) local steps over ``x`` in order, as ``fit(shuffle=False)`` does,
+    def train(self, x, y, batch_size: int, sample_weight: np.ndarray | None = None, rows: np.ndarray | None = None) -> list[np.ndarray]:
+        """Run ceil(n / batch_size) local steps over the rows in order, as ``fit(shuffle=False)`` does,
         and return the metric state these steps alone produce.
 
         Steps go through ``train_on_batch`` (the same compiled train step as ``fit``): measured on
@@ -111,9 +114,14 @@ class Replica:
         stored mean is combined wrongly.
 
         Args:
-            x: features, shape ``(rows, *input_shape)``, ``rows >= 1``.
-            y: labels, shape ``(rows,)`` or ``(rows, k)``.
+            x: features, shape ``(rows, *input_shape)``, or a list of such arrays, one per model
+                input in input order.
+            y: labels, shape ``(rows,)`` or ``(rows, k)``, or a list, one per model output.
             batch_size: rows per step; the last batch may be partial.
+            sample_weight: per-row loss weights ``(rows,)`` float32 (Keras' ``sample_weight``), or None.
+            rows: the row indices to train on, in order (n = ``len(rows)``); None: every row in
+                order. Each batch is gathered on its own, so memory-mapped arrays are read a batch
+                at a time.
 
         Returns:
             The values of ``model.metrics_variables`` in model order summed over the steps, as
@@ -123,19 +131,54 @@ class Replica:
             :class:`sparkdl.keras.metrics.MetricReader`.
 
         Raises:
-            SchemaError: when ``x`` has no rows.
+            SchemaError: when there is no row to train on.
         """
-        if len(x) == 0:
-            raise SchemaError(f"Replica.train needs at least one row. Received: x of shape {np.shape(x)}")
+        return self._steps(self.model.train_on_batch, x, y, batch_size, sample_weight, rows)
+
+    def evaluate(self, x, y, batch_size: int, sample_weight: np.ndarray | None = None, rows: np.ndarray | None = None) -> list[np.ndarray]:
+        """The metric state of ``test_on_batch`` over the rows in batches (weights unchanged): the
+        loss and metrics ``keras.Model.evaluate`` computes, as summed metric variables (see :meth:`train`).
+        ``rows``: the row indices in order (None: every row in order), as in :meth:`train`.
+
+        Raises:
+            SchemaError: when there is no row.
+        """
+        return self._steps(self.model.test_on_batch, x, y, batch_size, sample_weight, rows)
+
+    def _steps(self, step, x, y, batch_size, sample_weight, rows) -> list[np.ndarray]:
+        xs, ys = (list(x) if isinstance(x, (list, tuple)) else [x]), (list(y) if isinstance(y, (list, tuple)) else [y])
+        n = len(rows) if rows is not None else len(xs[0])
+        if n == 0:
+            raise SchemaError(f"Replica needs at least one row. Received: x of shape {np.shape(xs[0])}")
+
+        def pick(arrays, start):
+            part = [a[rows[start : start + batch_size]] if rows is not None else a[start : start + batch_size] for a in arrays]
+            return part
+
         sums: list[np.ndarray] | None = None
-        for start in range(0, len(x), batch_size):
-            xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+        for start in range(0, n, batch_size):
+            xb, yb = pick(xs, start), pick(ys, start)
+            xb = [trim_padding(a) if i in self.sequence_inputs else a for i, a in enumerate(xb)]
+            wb = pick([sample_weight], start)[0] if sample_weight is not None else None
             self.model.reset_metrics()
-            self.model.train_on_batch(xb, yb)
+            step(xb[0] if len(xb) == 1 else xb, yb[0] if len(yb) == 1 else yb, sample_weight=wb)
             # Read after the step: compiled metrics build their variables on the first one.
-            step = [np.asarray(v.numpy(), dtype=np.float64) for v in self.model.metrics_variables]
-            sums = step if sums is None else [a + b for a, b in zip(sums, step, strict=True)]
+            values = [np.asarray(v.numpy(), dtype=np.float64) for v in self.model.metrics_variables]
+            sums = values if sums is None else [a + b for a, b in zip(sums, values, strict=True)]
         return sums
+
+
+def trim_padding(batch: np.ndarray) -> np.ndarray:
+    """A batch of padded sequences ``(rows, steps, k)`` cut to its longest row: trailing steps that
+    are padding (all :data:`~sparkdl.serialization.columns.PAD_VALUE`) in every row are dropped, so
+    each batch is padded to its own longest row, as ``keras.utils.pad_sequences`` per batch would
+    (at least one step is kept). Steps of real zeros at the end of every row are dropped too, which
+    ``Masking`` would have masked anyway."""
+    from sparkdl.serialization.columns import PAD_VALUE
+
+    used = np.flatnonzero((np.asarray(batch) != PAD_VALUE).any(axis=(0, 2)))
+    steps = int(used[-1]) + 1 if used.size else 1
+    return batch[:, :steps]
 
 
 def state_nbytes(model) -> int:

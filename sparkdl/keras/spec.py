@@ -10,6 +10,7 @@ TensorFlow before :func:`sparkdl.keras.runtime.configure` has sized its thread p
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -30,6 +31,18 @@ def _root_cause(exc: BaseException) -> str:
     """The most specific line of a Keras deserialization error ("Could not locate function 'f'")."""
     found = re.search(r"Could not (?:locate|interpret)[^\n.]*", str(exc))
     return found.group(0) if found else str(exc).splitlines()[0][:300]
+
+
+def _tensor_name(tensor) -> str:
+    """A symbolic tensor's layer name ("user" for ``keras.Input(name="user")``)."""
+    history = getattr(tensor, "_keras_history", None)
+    return history[0].name if history is not None else tensor.name
+
+
+def _output_names(model, outputs) -> list[str]:
+    """The model's output names (a Functional model's ``output_names``, else each tensor's layer name)."""
+    names = getattr(model, "output_names", None)
+    return list(names) if names and len(names) == len(outputs) else [_tensor_name(t) for t in outputs]
 
 
 def _module(kind: str):
@@ -331,13 +344,30 @@ class ModelSpec:
     input_shape: tuple
     input_dtype: str
     output_shape: tuple
+    inputs: tuple = ()
+    outputs: tuple = ()
+
+    @property
+    def input_specs(self) -> tuple:
+        """``((name, per-row shape, dtype), ...)`` of every model input, in input order."""
+        return self.inputs or (("input", self.input_shape, self.input_dtype),)
+
+    @property
+    def output_specs(self) -> tuple:
+        """``((name, per-row shape), ...)`` of every model output, in output order."""
+        return self.outputs or (("output", self.output_shape),)
 
     @classmethod
     def from_model(cls, model) -> ModelSpec:
-        """Capture a built Keras model with one input and one output.
+        """Capture a built Functional or Sequential Keras model (one or several inputs and outputs).
+
+        Input shapes must be fully defined beyond the batch axis, except a sequence input ``(None, k)``
+        (its rows are padded per fit, see :data:`sparkdl.serialization.columns.PAD_VALUE`).
 
         Raises:
-            ConfigError: when the model is not a built ``keras.Model`` with a single input and output.
+            ConfigError: when the model is not a built Functional or Sequential ``keras.Model``, an
+                input shape has an undefined axis other than a sequence's steps, or it cannot be
+                rebuilt from its JSON.
         """
         keras = keras_module()
         if not isinstance(model, keras.Model):
@@ -350,11 +380,6 @@ class ModelSpec:
                 "model must be a Functional or Sequential keras.Model with a known Input (subclassed models "
                 f"are not supported yet). Received: {type(model).__name__} without symbolic inputs"
             )
-        if len(inputs) != 1 or len(outputs) != 1:
-            raise ConfigError(
-                "model must have exactly one input and one output (multi-input models are not supported yet). "
-                f"Received: {0 if inputs is None else len(inputs)} inputs, {0 if outputs is None else len(outputs)} outputs"
-            )
         architecture = model.to_json()
         try:  # executors rebuild the model from this JSON: unregistered custom objects must fail here
             keras.models.model_from_json(architecture)
@@ -364,23 +389,31 @@ class ModelSpec:
                 "functions with @keras.saving.register_keras_serializable in a module the executors can import. "
                 f"Received: {_root_cause(exc)}"
             ) from exc
-        input_shape = tuple(inputs[0].shape[1:])
-        if any(d is None for d in input_shape):
-            raise ConfigError(
-                f"model input shape must be fully defined (no None beyond the batch axis). Received: {input_shape}"
-            )
+        input_specs = []
+        for tensor in inputs:
+            shape = tuple(tensor.shape[1:])
+            # One variable axis is allowed: the steps of a sequence input (None, k), padded per fit.
+            if any(d is None for d in shape) and not (len(shape) == 2 and shape[0] is None and shape[1] is not None):
+                raise ConfigError(
+                    f"model input {_tensor_name(tensor)!r} must have a fully defined shape beyond the batch axis, or be a "
+                    f"sequence (None, k). Received: {shape}"
+                )
+            input_specs.append((_tensor_name(tensor), shape, str(np.dtype(tensor.dtype))))
+        output_specs = tuple((name, tuple(tensor.shape[1:])) for name, tensor in zip(_output_names(model, outputs), outputs, strict=True))
         return cls(
             architecture=architecture,
             weights=encode_arrays([np.asarray(v.numpy()) for v in model.weights], [v.path for v in model.weights]),
-            input_shape=input_shape,
-            input_dtype=str(np.dtype(inputs[0].dtype)),
-            output_shape=tuple(outputs[0].shape[1:]),
+            input_shape=input_specs[0][1],
+            input_dtype=input_specs[0][2],
+            output_shape=output_specs[0][1],
+            inputs=tuple(input_specs),
+            outputs=output_specs,
         )
 
     def with_weights(self, arrays: Sequence[np.ndarray]) -> ModelSpec:
         """The same architecture with other weights (same count, shapes and order)."""
         names = decode_arrays(self.weights).names
-        return ModelSpec(self.architecture, encode_arrays(list(arrays), names), self.input_shape, self.input_dtype, self.output_shape)
+        return dataclasses.replace(self, weights=encode_arrays(list(arrays), names))
 
     def weight_arrays(self) -> list[np.ndarray]:
         return decode_arrays(self.weights).arrays
@@ -388,7 +421,7 @@ class ModelSpec:
     def architecture_only(self) -> ModelSpec:
         """This spec without weights (``build()`` keeps Keras' initial values): for replicas whose
         weights arrive with every round, so tasks are not sent a second copy."""
-        return ModelSpec(self.architecture, b"", self.input_shape, self.input_dtype, self.output_shape)
+        return dataclasses.replace(self, weights=b"")
 
     @functools.cached_property
     def digest(self) -> str:

@@ -1,28 +1,243 @@
 """Arrow columns to numpy tensors, as read by training and inference tasks.
 
-The Spark layer first casts every model column to a plain Arrow type: a scalar numeric
-column, or ``array<T>`` of fixed length (ml vectors are turned into arrays beforehand).
+The Spark layer first casts every model column to a plain Arrow type: a scalar numeric column,
+``array<T>`` (ml vectors are turned into arrays beforehand), ``array<array<T>>`` for a
+variable-length sequence input, or ``binary`` for a column a user decoder turns into arrays.
+
+A model input (or output) is a :class:`TensorSpec`: one or more :class:`ColumnSpec` whose values
+are concatenated per row, in the given order, then reshaped to the tensor's per-row shape.
+:class:`ModelColumns` is the whole mapping a task reads: the model's inputs and outputs, the
+sample-weight column, Keras ``class_weight`` and the rule for invalid rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from sparkdl.errors import SchemaError
+from sparkdl.errors import ConfigError, SchemaError
+
+PAD_VALUE = 0.0  # what pads a shorter sequence row: Keras' Masking default ``mask_value``
 
 
-def column_to_numpy(column: pa.Array | pa.ChunkedArray, name: str, shape: Sequence[int], dtype) -> np.ndarray:
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How a task reads one column.
+
+    Attributes:
+        name: the column's name in the task's DataFrame.
+        shape: per-row shape of this column's values, e.g. ``(784,)``, ``()`` for a scalar; a
+            sequence column ``(steps, k)`` holds rows of up to ``steps`` inner arrays of ``k`` values.
+        dtype: numpy dtype name of the result, e.g. ``"float32"``, ``"int64"``.
+        source: the user's column name, for error messages.
+        decoder: ``"module:function"`` that turns one row's bytes into an array of exactly ``shape`` (binary columns).
+        ragged: a sequence column (``array<array<T>>``) padded with :data:`PAD_VALUE` to ``shape[0]``.
+    """
+
+    name: str
+    shape: tuple
+    dtype: str
+    source: str
+    decoder: str | None = None
+    ragged: bool = False
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output and the columns that fill it.
+
+    Attributes:
+        name: the model input's (output's) name.
+        shape: per-row shape, e.g. ``(28, 28, 1)``.
+        dtype: numpy dtype name, e.g. ``"float32"``; integer ids stay integers.
+        columns: the columns whose values, concatenated in order, fill ``prod(shape)`` per row.
+    """
+
+    name: str
+    shape: tuple
+    dtype: str
+    columns: tuple[ColumnSpec, ...]
+
+    @property
+    def source(self) -> str:
+        """The user's column name(s), for messages."""
+        return ", ".join(c.source for c in self.columns)
+
+
+@dataclass(frozen=True)
+class ModelColumns:
+    """Every column a training task reads, and how.
+
+    Attributes:
+        inputs: one :class:`TensorSpec` per model input, in the model's input order.
+        outputs: one :class:`TensorSpec` per model output (the labels), in output order.
+        weight: the sample-weight column (float32, shape ``()``), or None.
+        class_weight: Keras ``class_weight`` ({class index: weight}) as ``((index, weight), ...)``, or None.
+        skip_invalid: drop rows with a null, NaN or ±inf value in any model column
+            (``handleInvalid="skip"``); else such rows are an error found by the check job.
+    """
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weight: ColumnSpec | None = None
+    class_weight: tuple | None = None
+    skip_invalid: bool = False
+
+    @property
+    def all_columns(self) -> list[ColumnSpec]:
+        cols = [c for t in (*self.inputs, *self.outputs) for c in t.columns]
+        return cols + ([self.weight] if self.weight is not None else [])
+
+
+@dataclass
+class PartitionArrays:
+    """A partition as numpy: ``x`` one array per model input ``(rows, *shape)``, ``y`` one per output,
+    ``w`` the sample weights ``(rows,)`` float32 or None. Arrays may be memory-mapped files."""
+
+    x: list
+    y: list
+    w: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.x[0]) if self.x else 0
+
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        return [*self.x, *self.y] + ([self.w] if self.w is not None else [])
+
+    @classmethod
+    def of(cls, arrays: Sequence[np.ndarray], inputs: int, outputs: int) -> PartitionArrays:
+        """Split the flat list of :attr:`arrays` back into x, y and w."""
+        arrays = list(arrays)
+        return cls(arrays[:inputs], arrays[inputs : inputs + outputs], arrays[inputs + outputs] if len(arrays) > inputs + outputs else None)
+
+    @staticmethod
+    def empty(columns: ModelColumns) -> PartitionArrays:
+        return PartitionArrays(
+            [np.zeros((0, *t.shape), t.dtype) for t in columns.inputs],
+            [np.zeros((0, *t.shape), t.dtype) for t in columns.outputs],
+            np.zeros(0, np.float32) if columns.weight is not None else None,
+        )
+
+
+def _list_like(data_type) -> bool:
+    return pa.types.is_list(data_type) or pa.types.is_large_list(data_type) or pa.types.is_fixed_size_list(data_type)
+
+
+def invalid_rows(column: pa.Array) -> np.ndarray:
+    """Per row: True where the row is null, holds a null element, or a NaN or ±inf value.
+
+    Args:
+        column: a scalar, list or list-of-lists column (binary columns: only nulls count).
+
+    Returns:
+        bool array of shape ``(rows,)``.
+    """
+    n = len(column)
+    bad = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool) if column.null_count else np.zeros(n, bool)
+    values, parents = column, np.arange(n)
+    while _list_like(values.type):
+        if values is not column and values.null_count:  # a null inner array (a sequence's null step)
+            null_entries = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            bad[np.unique(parents[null_entries])] = True
+        lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
+        parents = np.repeat(parents, lengths)
+        values = values.flatten()
+    if len(values) == 0 or not (pa.types.is_floating(values.type) or values.null_count):
+        return bad
+    element_bad = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool) if values.null_count else np.zeros(len(values), bool)
+    if pa.types.is_floating(values.type):
+        finite = pc.is_finite(values).to_numpy(zero_copy_only=False)
+        element_bad |= ~np.asarray(finite, dtype=bool) if values.null_count == 0 else ~np.nan_to_num(np.asarray(finite, dtype=float), nan=0).astype(bool)
+    if element_bad.any():
+        bad[np.unique(parents[element_bad])] = True
+    return bad
+
+
+_decoders: dict[str, Callable] = {}
+
+
+def resolve_decoder(name: str) -> Callable:
+    """The function named ``"package.module:function"`` (imported once per process).
+
+    Raises:
+        ConfigError: when the name is not ``module:function``, the module cannot be imported or
+            has no such callable.
+    """
+    if name in _decoders:
+        return _decoders[name]
+    module_name, _, attribute = name.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"a decoder must be named 'module:function'. Received: {name!r}")
+    try:
+        function = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            function = getattr(function, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"decoder {name!r} must be an importable callable (on the driver and the executors). Received: {exc}") from exc
+    if not callable(function):
+        raise ConfigError(f"decoder {name!r} must be callable. Received: {type(function).__name__}")
+    _decoders[name] = function
+    return function
+
+
+def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    decode = resolve_decoder(spec.decoder)
+    shape = tuple(spec.shape)
+    out = np.empty((len(column), *shape), dtype=spec.dtype)
+    for i, value in enumerate(column.to_pylist()):
+        if value is None:
+            raise SchemaError(f"column {spec.source!r} must have no null values. Received a null row")
+        try:
+            array = np.asarray(decode(value))
+        except Exception as exc:
+            raise SchemaError(f"decoder {spec.decoder!r} failed on a row of column {spec.source!r}: {type(exc).__name__}: {exc}") from exc
+        # The exact shape, not just as many values: a channels-first (3, 4, 4) image reshaped to
+        # (4, 4, 3) would train on scrambled pixels without a word.
+        if array.shape != shape:
+            raise SchemaError(
+                f"decoder {spec.decoder!r} must turn each row of column {spec.source!r} into an array of the model "
+                f"input's shape {shape}. Received: an array of shape {array.shape}"
+            )
+        if array.dtype.kind not in "biuf":
+            raise SchemaError(f"decoder {spec.decoder!r} must return numbers. Received: dtype {array.dtype} for column {spec.source!r}")
+        out[i] = array
+    return out
+
+
+def _ragged(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    """``array<array<T>>`` rows of up to ``shape[0]`` steps of ``shape[1]`` values, padded with :data:`PAD_VALUE`."""
+    steps, width = spec.shape
+    out = np.full((len(column), steps, width), PAD_VALUE, dtype=spec.dtype)
+    lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
+    if len(lengths) and lengths.max() > steps:
+        raise SchemaError(f"column {spec.source!r} must hold at most {steps} steps per row. Received a row of {int(lengths.max())}")
+    inner = column.flatten()
+    inner_lengths = pc.list_value_length(inner).to_numpy(zero_copy_only=False) if len(inner) else np.zeros(0, np.int64)
+    if len(inner_lengths) and (inner_lengths != width).any():
+        raise SchemaError(f"column {spec.source!r} must hold {width} values per step. Received a step of {int(inner_lengths[inner_lengths != width][0])}")
+    values = inner.flatten().to_numpy(zero_copy_only=False).reshape(-1, width) if len(inner) else np.zeros((0, width))
+    rows = np.repeat(np.arange(len(column)), lengths)
+    positions = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[rows, positions] = values
+    return out
+
+
+def column_to_numpy(column: pa.Array | pa.ChunkedArray, name: str, shape: Sequence[int], dtype, spec: ColumnSpec | None = None) -> np.ndarray:
     """Convert one Arrow column of n rows into an array of shape ``(n, *shape)``.
 
     Args:
-        column: a numeric column (then ``shape`` is ``()`` or ``(1,)``) or a list column whose
-            rows all hold ``prod(shape)`` values.
+        column: a numeric column (then ``shape`` is ``()`` or ``(1,)``), a list column whose
+            rows all hold ``prod(shape)`` values, or (per ``spec``) a sequence or binary column.
         name: the DataFrame column's name, for error messages.
         shape: per-row shape, e.g. ``(28, 28, 1)``; ``()`` for a scalar per row.
         dtype: numpy dtype of the result, e.g. ``np.float32``.
+        spec: the column's :class:`ColumnSpec` when it is decoded or a padded sequence.
 
     Returns:
         A C-contiguous array of shape ``(n, *shape)`` and dtype ``dtype``.
@@ -41,7 +256,12 @@ def column_to_numpy(column: pa.Array | pa.ChunkedArray, name: str, shape: Sequen
     row = 0
     for chunk in chunks:
         rows = len(chunk)
-        out[row : row + rows] = _chunk_to_numpy(chunk, name, shape).reshape((rows, *shape))
+        if spec is not None and spec.decoder:
+            out[row : row + rows] = _decode(chunk, spec)
+        elif spec is not None and spec.ragged:
+            out[row : row + rows] = _ragged(chunk, spec)
+        else:
+            out[row : row + rows] = _chunk_to_numpy(chunk, name, shape).reshape((rows, *shape))
         row += rows
     return out
 
@@ -49,7 +269,7 @@ def column_to_numpy(column: pa.Array | pa.ChunkedArray, name: str, shape: Sequen
 def _chunk_to_numpy(column: pa.Array, name: str, shape: Sequence[int]) -> np.ndarray:
     size = int(np.prod(shape, dtype=np.int64))
     n = len(column)
-    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type):
+    if _list_like(column.type):
         lengths = column.value_lengths().to_numpy(zero_copy_only=False) if n else np.zeros(0, np.int64)
         bad = np.flatnonzero(lengths != size)
         if bad.size:
@@ -67,3 +287,71 @@ def _chunk_to_numpy(column: pa.Array, name: str, shape: Sequence[int]) -> np.nda
             f"{tuple(shape)}. Received a scalar column of type {column.type}"
         )
     return column.to_numpy(zero_copy_only=False)
+
+
+def tensor_to_numpy(table: pa.Table | pa.RecordBatch, tensor: TensorSpec) -> np.ndarray:
+    """One model input (output) of ``table``'s rows: its columns' values concatenated per row, in
+    order, and reshaped to ``(rows, *tensor.shape)`` of ``tensor.dtype``.
+
+    Raises:
+        SchemaError: a null, a wrongly sized row, or a decoder's wrong output (the column is named).
+    """
+    if len(tensor.columns) == 1:
+        c = tensor.columns[0]
+        return column_to_numpy(table.column(c.name), c.source, tensor.shape, tensor.dtype, c)
+    parts = [column_to_numpy(table.column(c.name), c.source, c.shape, tensor.dtype, c).reshape(table.num_rows, -1) for c in tensor.columns]
+    return np.concatenate(parts, axis=1).reshape((table.num_rows, *tensor.shape))
+
+
+def valid_mask(table: pa.Table | pa.RecordBatch, columns: ModelColumns) -> np.ndarray | None:
+    """Rows with no null, NaN or ±inf in any model column, or None when ``columns.skip_invalid`` is off."""
+    if not columns.skip_invalid:
+        return None
+    bad = np.zeros(table.num_rows, bool)
+    for c in columns.all_columns:
+        column = table.column(c.name)
+        for offset, chunk in _chunks_with_offsets(column):
+            bad[offset : offset + len(chunk)] |= invalid_rows(chunk)
+    return ~bad
+
+
+def _chunks_with_offsets(column):
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    offset = 0
+    for chunk in chunks:
+        yield offset, chunk
+        offset += len(chunk)
+
+
+def table_to_arrays(table: pa.Table | pa.RecordBatch, columns: ModelColumns) -> PartitionArrays:
+    """Every model column of ``table`` as numpy (invalid rows dropped first with ``skip_invalid``)."""
+    mask = valid_mask(table, columns)
+    if mask is not None and not mask.all():
+        table = table.filter(pa.array(mask))
+    return PartitionArrays(
+        [tensor_to_numpy(table, t) for t in columns.inputs],
+        [tensor_to_numpy(table, t) for t in columns.outputs],
+        column_to_numpy(table.column(columns.weight.name), columns.weight.source, (), np.float32) if columns.weight is not None else None,
+    )
+
+
+def class_weights_to_sample_weights(y: np.ndarray, class_weight: Sequence[tuple[int, float]]) -> np.ndarray:
+    """Per-row weights from Keras ``class_weight``, as ``keras.Model.fit`` derives them: the class of
+    a row is ``argmax(y)`` for one-hot labels (last axis > 1), else ``round(y)``; classes not in
+    ``class_weight`` weigh 1.0.
+
+    Args:
+        y: labels ``(rows,)``, ``(rows, 1)`` or ``(rows, classes)``.
+        class_weight: ``(class index, weight)`` pairs.
+
+    Returns:
+        float32 array of shape ``(rows,)``.
+    """
+    y = np.asarray(y)
+    classes = np.argmax(y, axis=-1) if y.ndim > 1 and y.shape[-1] > 1 else np.round(y.reshape(len(y))).astype(np.int64)
+    table = dict(class_weight)
+    top = max([int(k) for k in table] + [int(classes.max()) if len(classes) else 0]) + 1
+    lookup = np.ones(top, np.float32)
+    for k, v in table.items():
+        lookup[int(k)] = v
+    return lookup[classes]

@@ -1,12 +1,20 @@
 """DataFrame checks and column preparation on the driver, before any training job.
 
-Feature columns may be a numeric scalar, ``array<numeric>`` or an ml/mllib vector (dense
-or sparse); they are cast to ``array<T>`` of the model input's dtype, so tasks read plain
-Arrow lists. Label columns may be a numeric scalar or an array/vector of numbers.
+A model input is filled from one column or several (``featuresCols``), each a numeric scalar,
+``array<numeric>`` or an ml/mllib vector (dense or sparse), cast to ``array<T>`` of the input's
+dtype (integer ids stay integers) so tasks read plain Arrow lists; or from one ``binary`` column
+and a decoder; or, for a sequence input ``(None, k)``, from one ``array<array<numeric>>`` column
+whose rows are padded with :data:`~sparkdl.serialization.columns.PAD_VALUE` to the longest row.
+Label columns (one per model output) may be a numeric scalar or an array/vector of numbers.
+
+Everything the schema can tell is checked without a job (:func:`request_columns`); what only the
+data can tell (nulls, NaN, lengths, label ranges, decoded shapes) is counted by one job over the
+cached data (:func:`prepare_training_data`), before any training job.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +29,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkdl.errors import InvariantError, SchemaError
+from sparkdl.errors import ConfigError, InvariantError, SchemaError
+from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows
 
 _SPARK_TYPES = {
     "float16": T.FloatType(),
@@ -36,39 +45,28 @@ _SPARK_TYPES = {
 
 
 @dataclass(frozen=True)
-class ColumnSpec:
-    """How a task reads one column: its name in the task's DataFrame, the per-row shape, the
-    numpy dtype, and the user's column name (``source``) for error messages."""
-
-    name: str
-    shape: tuple
-    dtype: str
-    source: str
-
-
-@dataclass(frozen=True)
 class PreparedData:
-    """The training DataFrame as tasks see it: two columns, one partition per worker, cached.
+    """A DataFrame as tasks see it: the model columns only, one partition per worker, cached.
 
     Attributes:
-        df: persisted DataFrame with the feature column as ``array<T>`` and the label column.
-        partition_rows: rows of each partition, by partition id, counted by a job over ``df``
-            itself: ``len(partition_rows)`` is the number of partitions (workers) that train.
-        features: how tasks read the feature column.
-        label: how tasks read the label column.
+        df: persisted DataFrame of the model columns (features cast to ``array<T>``).
+        partition_rows: rows of each partition, by partition id (valid rows, with ``skip``), counted
+            by a job over ``df`` itself: ``len(partition_rows)`` is the number of partitions (workers).
+        columns: how tasks read the columns (model inputs, outputs, weights).
+        skipped: rows dropped as invalid (``handleInvalid="skip"``).
     """
 
     df: DataFrame
     partition_rows: tuple[int, ...]
-    features: ColumnSpec
-    label: ColumnSpec
+    columns: ModelColumns
+    skipped: int = 0
 
     @property
     def total_rows(self) -> int:
         return sum(self.partition_rows)
 
 
-FEATURES, LABEL = "features", "label"  # column names inside the prepared training DataFrame
+FEATURES, LABEL, WEIGHT = "features", "label", "__sparkdl_weight"  # column names inside the prepared DataFrame
 
 
 def col(name: str) -> Column:
@@ -128,45 +126,255 @@ def as_array(df: DataFrame, name: str, dtype: str) -> Column:
         return vector_to_array(col(name), "float64" if dtype == "float64" else "float32").cast(T.ArrayType(element))
     if isinstance(data_type, T.ArrayType):
         return col(name).cast(T.ArrayType(element))
-    return F.array(col(name).cast(element))
+    # A null scalar stays a null row (``F.array`` alone would make it ``[null]``, a row with a null element).
+    return F.when(col(name).isNull(), F.lit(None).cast(T.ArrayType(element))).otherwise(F.array(col(name).cast(element)))
 
 
-def expected_label(df: DataFrame, name: str, output_shape: tuple, loss) -> tuple[tuple, str]:
-    """The per-row shape and numpy dtype tasks will read from label column ``name`` when it passes
-    the check job, from the schema alone: for a dry run of the loss and metrics before any job.
+
+
+_INTEGER_TYPES = (T.IntegerType, T.LongType, T.ShortType, T.ByteType)
+
+
+def _is_nested_array(data_type) -> bool:
+    return isinstance(data_type, T.ArrayType) and _is_numeric_array(data_type.elementType)
+
+
+@dataclass(frozen=True)
+class ColumnRequest:
+    """The fit's columns as far as the schema tells, checked without a job.
+
+    Attributes:
+        inputs: per model input ``(input name, per-row shape, dtype, source columns)``.
+        outputs: per model output ``(output name, per-row shape, label column)``.
+        weight: the sample-weight column, or None.
+        class_weight: Keras ``class_weight`` as ``((index, weight), ...)``, or None.
+        decoders: binary column -> ``"module:function"``.
+        skip_invalid: ``handleInvalid="skip"``.
+    """
+
+    inputs: tuple
+    outputs: tuple
+    weight: str | None = None
+    class_weight: tuple | None = None
+    decoders: tuple = ()
+    skip_invalid: bool = False
+
+    @property
+    def source_columns(self) -> list[str]:
+        names = [c for _, _, _, cols in self.inputs for c in cols] + [c for _, _, c in self.outputs]
+        return names + ([self.weight] if self.weight else [])
+
+    def label_specs(self, df: DataFrame, loss) -> list[tuple[tuple, str]]:
+        """Per output, the label's per-row shape and dtype as tasks will read them, from the schema:
+        for the driver's dry run of the loss and metrics before any job. ``int64`` for an integer
+        column, else ``float32``; ``()`` for a scalar column, ``(1,)`` for an array under a sparse
+        loss, the output's shape for another array or vector."""
+        specs = []
+        for _, shape, name in self.outputs:
+            data_type = df.schema[name].dataType
+            dtype = "int64" if isinstance(data_type, _INTEGER_TYPES) else "float32"
+            if isinstance(data_type, (T.NumericType, T.BooleanType)):
+                specs.append(((), dtype))
+            else:
+                specs.append((((1,) if loss.expects_class_index else tuple(shape)), dtype))
+        return specs
+
+
+def _vector_width(df: DataFrame, name: str) -> int | None:
+    """The width of an ML vector column as Spark ML's attribute metadata records it
+    (``ml_attr.num_attrs``, written by ``OneHotEncoder`` and ``VectorAssembler``), or None."""
+    if not _is_vector(df.schema[name].dataType):
+        return None
+    attributes = (df.schema[name].metadata or {}).get("ml_attr") or {}
+    width = attributes.get("num_attrs")
+    return int(width) if isinstance(width, int) and width > 0 else None
+
+
+def map_inputs(df: DataFrame, spec, features_col: str, features_cols, decoders: dict) -> list[tuple]:
+    """The model's inputs mapped to ``df``'s columns, each column's type checked, without a job.
 
     Returns:
-        dtype ``"int64"`` for an integer column, else ``"float32"``; shape ``()`` for a scalar column,
-        ``(1,)`` for an array under a sparse loss, ``output_shape`` for another array or vector.
+        per model input ``(input name, per-row shape, dtype, source columns)``, in input order.
+
+    Raises:
+        SchemaError: see :func:`request_columns`.
+        ConfigError: a decoder that cannot be imported.
     """
-    data_type = df.schema[name].dataType
-    scalar = isinstance(data_type, (T.NumericType, T.BooleanType))
-    dtype = "int64" if isinstance(data_type, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)) else "float32"
-    if scalar:
-        return (), dtype
-    return ((1,) if loss.expects_class_index else tuple(output_shape)), dtype
+    from sparkdl.serialization.columns import resolve_decoder
+
+    model_inputs = spec.input_specs
+    if features_cols is None:
+        features_cols = [features_col]
+    if isinstance(features_cols, dict):
+        names = [name for name, _, _ in model_inputs]
+        unknown = sorted(set(features_cols) - set(names))
+        missing = [n for n in names if n not in features_cols]
+        if unknown or missing:
+            raise SchemaError(
+                f"featuresCols must map every model input by name: the model's inputs are {names}. Received: "
+                + (f"no column for {missing}" if missing else "") + ("; " if missing and unknown else "")
+                + (f"unknown inputs {unknown}" if unknown else "")
+            )
+        mapping = [(name, shape, dtype, (features_cols[name],) if isinstance(features_cols[name], str) else tuple(features_cols[name]))
+                   for name, shape, dtype in model_inputs]
+    else:
+        if len(model_inputs) != 1:
+            raise SchemaError(
+                f"a model with {len(model_inputs)} inputs {[n for n, _, _ in model_inputs]} needs featuresCols as a dict "
+                f"input name -> column(s). Received: {features_cols!r}"
+            )
+        name, shape, dtype = model_inputs[0]
+        mapping = [(name, shape, dtype, tuple(features_cols))]
+    for name, shape, dtype, cols in mapping:
+        for c in cols:
+            data_type = _field(df, c, "features").dataType
+            if isinstance(data_type, T.BinaryType):
+                if c not in decoders:
+                    raise SchemaError(
+                        f"features column {c!r} is binary: give a decoder that turns each row's bytes into an array of the "
+                        f"input's shape {tuple(shape)}, decoders={{{c!r}: 'module:function'}}. Received: binary without a decoder"
+                    )
+                resolve_decoder(decoders[c])
+                if len(cols) != 1 or any(d is None for d in shape):
+                    raise SchemaError(f"a decoded column must fill its input alone, of a fixed shape. Received: {list(cols)} for input {name!r} {shape}")
+            elif shape and shape[0] is None:
+                if len(cols) != 1 or not _is_nested_array(data_type):
+                    raise SchemaError(
+                        f"model input {name!r} of shape {shape} (a sequence) must be filled by one array<array<numeric>> column, "
+                        f"one inner array of {shape[1]} values per step. Received: {[df.schema[x].dataType.simpleString() for x in cols]}"
+                    )
+            elif _is_nested_array(data_type):
+                raise SchemaError(
+                    f"features column {c!r} is an array of arrays, which fills a sequence input of shape (None, k); model input "
+                    f"{name!r} has shape {tuple(shape)}. Received: {data_type.simpleString()}"
+                )
+            else:
+                check_feature_column(df, c)
+    return mapping
 
 
-def _label_expr(df: DataFrame, name: str) -> Column:
-    data_type = df.schema[name].dataType
-    if isinstance(data_type, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)):
-        return col(name).cast(T.LongType())
-    if isinstance(data_type, (T.NumericType, T.BooleanType)):
-        return col(name).cast(T.FloatType())
-    return as_array(df, name, "float32")
+def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols, label_col: str, label_cols=None,
+                    weight_col: str | None = None, class_weight: dict | None = None, decoders: dict | None = None,
+                    handle_invalid: str = "error") -> ColumnRequest:
+    """Map the model's inputs and outputs to ``df``'s columns and check their types, without a job.
+
+    Args:
+        df: the user's DataFrame.
+        spec: the model (:class:`~sparkdl.keras.spec.ModelSpec`): its inputs' names, shapes and dtypes.
+        loss: the loss descriptor (:class:`~sparkdl.keras.losses.LossInfo`).
+        features_col: the one input's column when ``features_cols`` is None.
+        features_cols: None; a list of columns concatenated per row, in order, into the one input;
+            or a dict model input name -> column or list of columns.
+        label_col: the one output's label column when ``label_cols`` is None.
+        label_cols: None; a list of label columns in output order, or a dict output name -> column.
+        weight_col: the sample-weight column, or None.
+        class_weight: Keras ``class_weight``, or None.
+        decoders: binary column -> ``"module:function"``.
+        handle_invalid: ``"error"`` or ``"skip"``.
+
+    Raises:
+        SchemaError: a missing column, a column of the wrong type (string labels, a binary column
+            without a decoder, a nested array for a non-sequence input), an input or output left
+            without a column, or one column used twice.
+        ConfigError: ``class_weight`` with a sample-weight column or a multi-output model; a decoder
+            that cannot be imported on the driver.
+    """
+
+    decoders = dict(decoders or {})
+    mapping = map_inputs(df, spec, features_col, features_cols, decoders)
+    decoded = {c for _, _, _, cols in mapping for c in cols if isinstance(df.schema[c].dataType, T.BinaryType)}
+    unused = sorted(set(decoders) - decoded)
+    if unused:  # a decoder that would never run (a misspelt column, or not a binary feature column); fit only:
+        # a fitted model keeps the Param, and transform may read already decoded arrays from another column
+        found = ", ".join(f"{c!r} ({df.schema[c].dataType.simpleString() if c in df.columns else 'no such column'})" for c in unused)
+        raise SchemaError(
+            f"decoders must name binary feature columns (of featuresCol/featuresCols), the columns they decode: "
+            f"here {sorted(decoded)}. Received decoders for {found}"
+        )
+    model_outputs = spec.output_specs
+    if label_cols is None:
+        label_cols = [label_col]
+    if isinstance(label_cols, dict):
+        names = [name for name, _ in model_outputs]
+        if sorted(label_cols) != sorted(names):
+            raise SchemaError(f"labelCols must map every model output by name: the outputs are {names}. Received: {sorted(label_cols)}")
+        outputs = tuple((name, shape, label_cols[name]) for name, shape in model_outputs)
+    else:
+        if len(label_cols) != len(model_outputs):
+            raise SchemaError(
+                f"the model has {len(model_outputs)} outputs {[n for n, _ in model_outputs]}: give one label column each "
+                f"(labelCols, a list in output order or a dict by name). Received: {list(label_cols)}"
+            )
+        outputs = tuple((name, shape, c) for (name, shape), c in zip(model_outputs, label_cols, strict=True))
+    for _, output_shape, c in outputs:
+        check_label_column(df, c)
+        width = _vector_width(df, c)
+        if width is not None:  # an ML vector's width in its metadata (OneHotEncoder writes it): checked with no job
+            loss.check_label_shape(c, (width,), tuple(output_shape))
+    if weight_col is not None:
+        data_type = _field(df, weight_col, "sampleWeightCol").dataType
+        if not isinstance(data_type, T.NumericType):
+            raise SchemaError(f"sampleWeightCol {weight_col!r} must be a numeric column. Received: {data_type.simpleString()}")
+    if class_weight is not None:
+        if weight_col is not None:
+            raise ConfigError(f"give classWeight or sampleWeightCol, not both (as keras.Model.fit). Received: classWeight and {weight_col!r}")
+        if len(outputs) != 1:
+            raise ConfigError(f"classWeight needs a single-output model, as in Keras. Received: {len(outputs)} outputs")
+    request = ColumnRequest(
+        inputs=tuple(mapping), outputs=outputs, weight=weight_col,
+        class_weight=tuple(sorted((int(k), float(v)) for k, v in class_weight.items())) if class_weight else None,
+        decoders=tuple(sorted(decoders.items())), skip_invalid=handle_invalid == "skip",
+    )
+    used = request.source_columns
+    twice = sorted({c for c in used if used.count(c) > 1})
+    if twice:
+        raise SchemaError(f"each column must have one role (feature, label or weight). Received: {twice} used more than once")
+    return request
 
 
-STATS_DDL = (
-    "partition int, rows bigint, feature_nulls bigint, feature_element_nulls bigint, feature_nans bigint, "
-    "feature_min_len bigint, feature_max_len bigint, label_nulls bigint, label_element_nulls bigint, label_nans bigint, "
-    "label_min_len bigint, label_max_len bigint, label_min double, label_max double, label_fractional bigint"
-)
-_STATS_SCHEMA = pa.schema(
-    [("partition", pa.int32())]
-    + [(name, pa.int64()) for name in ("rows", "feature_nulls", "feature_element_nulls", "feature_nans", "feature_min_len", "feature_max_len")]
-    + [(name, pa.int64()) for name in ("label_nulls", "label_element_nulls", "label_nans", "label_min_len", "label_max_len")]
-    + [("label_min", pa.float64()), ("label_max", pa.float64()), ("label_fractional", pa.int64())]
-)
+def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str, decoders: dict) -> tuple[Column, ColumnSpec]:
+    """The expression that reads feature column ``source`` as column ``name`` (binary as it is, for
+    its decoder; a sequence as ``array<array<T>>``; anything else as ``array<T>``) and its draft
+    :class:`ColumnSpec` (shape ``()`` for a plain column: its width is counted by the check job)."""
+    data_type = df.schema[source].dataType
+    if isinstance(data_type, T.BinaryType):
+        return col(source).alias(name), ColumnSpec(name, shape, dtype, source, decoder=decoders[source])
+    if shape and shape[0] is None:
+        element = _SPARK_TYPES.get(dtype, T.FloatType())
+        return col(source).cast(T.ArrayType(T.ArrayType(element))).alias(name), ColumnSpec(name, shape, dtype, source, ragged=True)
+    return as_array(df, source, dtype).alias(name), ColumnSpec(name, (), dtype, source)
+
+
+def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[ColumnSpec], list[ColumnSpec], ColumnSpec | None]:
+    """The prepared DataFrame's columns (``x{i}_{j}``, ``y{k}``, the weight) and their draft specs
+    (widths and padded lengths are filled in from the check job)."""
+    decoders = dict(request.decoders)
+    exprs, xs, ys = [], [], []
+    for i, (_, shape, dtype, cols) in enumerate(request.inputs):
+        for j, c in enumerate(cols):
+            expr, spec = input_column(df, c, f"x{i}_{j}", tuple(shape), dtype, decoders)
+            exprs.append(expr)
+            xs.append(spec)
+    for k, (_, _, c) in enumerate(request.outputs):
+        name = f"y{k}"
+        data_type = df.schema[c].dataType
+        if isinstance(data_type, _INTEGER_TYPES):
+            exprs.append(col(c).cast(T.LongType()).alias(name))
+            ys.append(ColumnSpec(name, (), "int64", c))
+        elif isinstance(data_type, (T.NumericType, T.BooleanType)):
+            exprs.append(col(c).cast(T.FloatType()).alias(name))
+            ys.append(ColumnSpec(name, (), "float32", c))
+        else:
+            exprs.append(as_array(df, c, "float32").alias(name))
+            ys.append(ColumnSpec(name, (1,), "float32", c))  # (1,): an array; its length comes from the check job
+    weight = None
+    if request.weight:
+        exprs.append(col(request.weight).cast(T.FloatType()).alias(WEIGHT))
+        weight = ColumnSpec(WEIGHT, (), "float32", request.weight)
+    return exprs, xs, ys, weight
+
+
+STATS_DDL = "partition int, rows bigint, skipped bigint, stats string"
 
 
 class _ColumnStats:
@@ -175,123 +383,155 @@ class _ColumnStats:
 
     def __init__(self, exclude: float | None = None) -> None:
         self.exclude = exclude  # a value left out of min, max and fractional (a loss's ignore_class)
-        self.nulls = self.element_nulls = self.nans = self.fractional = 0
-        self.min_len = self.max_len = None
+        self.nulls = self.element_nulls = self.nans = self.fractional = self.invalid = 0
+        self.min_len = self.max_len = self.inner_min = self.inner_max = None
         self.min = self.max = None
+        self.decode_error = None
+
+    @staticmethod
+    def _merge(current, value, pick):
+        return value if current is None else (current if value is None else pick(current, value))
 
     def add(self, column: pa.Array) -> None:
         self.nulls += column.null_count
         if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             lengths = pc.min_max(pc.list_value_length(column))
             values = pc.list_flatten(column)
-            self.element_nulls += values.null_count
             low, high = lengths["min"].as_py(), lengths["max"].as_py()
+            if pa.types.is_list(values.type):  # a sequence column: outer lengths are steps, inner ones widths
+                self.element_nulls += values.null_count
+                inner = pc.min_max(pc.list_value_length(values))
+                self.inner_min = self._merge(self.inner_min, inner["min"].as_py(), min)
+                self.inner_max = self._merge(self.inner_max, inner["max"].as_py(), max)
+                values = pc.list_flatten(values)
+            self.element_nulls += values.null_count
         else:
             values = column.drop_null()
             low = high = 1 if len(values) else None
-        if low is not None:
-            self.min_len = low if self.min_len is None else min(self.min_len, low)
-            self.max_len = high if self.max_len is None else max(self.max_len, high)
+        self.min_len = self._merge(self.min_len, low, min)
+        self.max_len = self._merge(self.max_len, high, max)
+        self._values(values)
+
+    def _values(self, values) -> None:
         if pa.types.is_floating(values.type):
-            bad = pc.or_(pc.is_nan(values), pc.is_inf(values))
-            self.nans += pc.sum(bad).as_py() or 0
+            bad = pc.invert(pc.is_finite(values))
+            self.nans += pc.sum(pc.fill_null(bad, False)).as_py() or 0
             values = pc.drop_null(pc.if_else(bad, None, values))
         if self.exclude is not None:
             values = values.filter(pc.not_equal(values, pa.scalar(self.exclude).cast(values.type)))
         if pa.types.is_floating(values.type):
             self.fractional += pc.sum(pc.not_equal(pc.floor(values), values)).as_py() or 0
+        if len(values) == 0 or not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+            return
         bounds = pc.min_max(values)
-        for name, pick in (("min", min), ("max", max)):
-            value = bounds[name].as_py()
-            if value is not None:
-                current = getattr(self, name)
-                setattr(self, name, float(value) if current is None else pick(current, float(value)))
+        self.min = self._merge(self.min, bounds["min"].as_py(), min)
+        self.max = self._merge(self.max, bounds["max"].as_py(), max)
+
+    def add_decoded(self, column: pa.Array, spec: ColumnSpec) -> None:
+        """A binary column: decode every row (as the tasks will) and check the arrays."""
+        self.nulls += column.null_count
+        if self.decode_error is not None or len(column) == column.null_count:
+            return
+        try:
+            values = column_to_numpy(column.drop_null(), spec.source, spec.shape, spec.dtype, spec)
+        except Exception as exc:
+            self.decode_error = str(exc)[:500]
+            return
+        size = int(np.prod(spec.shape, dtype=np.int64))
+        self.min_len = self._merge(self.min_len, size, min)
+        self.max_len = self._merge(self.max_len, size, max)
+        if values.dtype.kind == "f":
+            self.nans += int((~np.isfinite(values)).sum())
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
-def _partition_stats(batches, ignore_label: float | None = None) -> Iterator[pa.RecordBatch]:
-    """One row of statistics of the task's partition (one row even when it is empty);
-    ``ignore_label`` is left out of the label's min, max and fractional count."""
+def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label: float | None, skip: bool) -> Iterator[pa.RecordBatch]:
+    """One row of statistics of the task's partition (one row even when it is empty): rows kept,
+    rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are counted
+    per column and left out of the rest."""
+    import json
+
     from pyspark import TaskContext
 
-    rows = 0
-    features, label = _ColumnStats(), _ColumnStats(ignore_label)
+    rows = skipped = 0
+    stats = {s.name: _ColumnStats(ignore_label if s.name in labels else None) for s in specs}
     for batch in batches:
+        if skip and batch.num_rows:
+            bad = np.zeros(batch.num_rows, bool)
+            for s in specs:
+                column_bad = invalid_rows(batch.column(s.name))
+                stats[s.name].invalid += int(column_bad.sum())
+                bad |= column_bad
+            if bad.any():
+                skipped += int(bad.sum())
+                batch = batch.filter(pa.array(~bad))
         rows += batch.num_rows
-        features.add(batch.column(0))
-        label.add(batch.column(1))
-    row = {
-        "partition": TaskContext.get().partitionId(),
-        "rows": rows,
-        "feature_nulls": features.nulls,
-        "feature_element_nulls": features.element_nulls,
-        "feature_nans": features.nans,
-        "feature_min_len": features.min_len,
-        "feature_max_len": features.max_len,
-        "label_nulls": label.nulls,
-        "label_element_nulls": label.element_nulls,
-        "label_nans": label.nans,
-        "label_min_len": label.min_len,
-        "label_max_len": label.max_len,
-        "label_min": label.min,
-        "label_max": label.max,
-        "label_fractional": label.fractional,
-    }
-    yield pa.RecordBatch.from_pylist([row], schema=_STATS_SCHEMA)
+        for s in specs:
+            if s.decoder:
+                stats[s.name].add_decoded(batch.column(s.name), s)
+            else:
+                stats[s.name].add(batch.column(s.name))
+    row = {"partition": TaskContext.get().partitionId(), "rows": rows, "skipped": skipped,
+           "stats": json.dumps({name: st.as_dict() for name, st in stats.items()})}
+    yield pa.RecordBatch.from_pylist([row], schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()),
+                                                              ("skipped", pa.int64()), ("stats", pa.string())]))
+
+
+def validation_split(df: DataFrame, request: ColumnRequest, fraction: float, seed: int) -> Column:
+    """A boolean expression: True for the ``fraction`` of rows held out for validation, chosen by a
+    seeded 64-bit hash of the row's model columns (xxhash64), so the same rows are chosen in every
+    run whatever the input's partitioning or row order."""
+    hashed = F.xxhash64(*[col(c) for c in request.source_columns], F.lit(int(seed)))
+    return (F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)) < F.lit(float(fraction))
 
 
 def prepare_training_data(
     df: DataFrame,
-    features_col: str,
-    label_col: str,
-    input_shape: tuple,
-    input_dtype: str,
-    output_shape: tuple,
+    request: ColumnRequest,
     loss,
     num_workers: int,
     keep_partitioning: bool = False,
     run_job: Callable | None = None,
+    role: str = "training",
 ) -> PreparedData:
-    """Check, cast, partition and cache the training data; count the rows of every partition.
+    """Check, cast, partition and cache the training (or validation) data; count the rows of every partition.
 
-    Schema checks run first, without a Spark job. The two model columns are then cast and, by
-    default, spread round-robin over ``num_workers`` partitions (``repartition(n)``, which adaptive
-    query execution never coalesces), so that workers are balanced and every worker gets rows from
-    every input partition (label-sorted files do not make label-sorted shards). With ``keep_partitioning``
-    the input's partitions are trained as they are, one worker each, however many there turn
-    out to be at run time. The result is cached, and one job over the cached data itself counts
-    rows per partition and checks nulls, NaNs, lengths and label values: the partition count and
-    the rows per partition of the data that is trained are facts measured on it, never assumed.
-    Errors are raised before any training job; the cache is released on every error path.
+    The model columns are cast (:func:`_select`) and, by default, spread round-robin over
+    ``num_workers`` partitions (``repartition(n)``, which adaptive query execution never
+    coalesces), so that workers are balanced and every worker gets rows from every input partition
+    (label-sorted files do not make label-sorted shards). With ``keep_partitioning`` the input's
+    partitions are trained as they are, one worker each, however many there turn out to be at run
+    time. The result is cached, and one job over the cached data itself counts rows per partition
+    and checks nulls, NaNs, lengths, decoded shapes, label values and weights: the partition count
+    and the rows per partition of the data that is trained are facts measured on it, never
+    assumed. Errors are raised before any training job; the cache is released on every error path.
 
     Args:
         df: the user's DataFrame.
-        features_col: feature column name.
-        label_col: label column name.
-        input_shape: the model input's per-row shape, e.g. ``(28, 28, 1)``.
-        input_dtype: the model input's numpy dtype name, e.g. ``"float32"``.
-        output_shape: the model output's per-row shape, e.g. ``(10,)``.
+        request: the model's columns (:func:`request_columns`).
         loss: the loss descriptor (:class:`sparkdl.keras.losses.LossInfo`): its label rule.
-        num_workers: partitions (workers) to train on, unless ``keep_partitioning``.
+        num_workers: partitions (workers), unless ``keep_partitioning``.
         keep_partitioning: train on the input's own partitions instead of repartitioning.
         run_job: ``run_job(action, description)`` runs the check job (see :mod:`sparkdl.spark.jobs`);
             ``None`` calls the action directly.
+        role: ``"training"`` or ``"validation"``, for messages; validation data may be empty.
 
     Returns:
         :class:`PreparedData` (the caller unpersists ``df`` when the fit ends).
 
     Raises:
-        SchemaError: a missing or mistyped column, nulls or NaNs (rows or elements), a feature length
-            that does not match ``prod(input_shape)``, labels of unequal length, not fitting the model
-            output, or outside the loss's range (class indices not integers in [0, classes)), or an
-            empty DataFrame.
+        SchemaError: nulls or NaNs (rows or elements, with ``handleInvalid="error"``), a feature length
+            that does not match the model input, labels of unequal length, not fitting the model
+            output, or outside the loss's range (class indices not integers in [0, classes)),
+            negative sample weights, a decoder's wrong output, or an empty training DataFrame.
         InvariantError: the counted partitions are not the ``num_workers`` asked for.
     """
-    check_feature_column(df, features_col)
-    check_label_column(df, label_col)
-    if features_col == label_col:
-        raise SchemaError(f"featuresCol and labelCol must differ. Received: both {features_col!r}")
-    size = int(np.prod(input_shape, dtype=np.int64))
-    selected = df.select(as_array(df, features_col, input_dtype).alias(FEATURES), _label_expr(df, label_col).alias(LABEL))
+    import json
+
+    exprs, xs, ys, weight = _select(df, request)
+    selected = df.select(*exprs)
     if not keep_partitioning:
         # Round-robin: balanced workers, each with rows from every input partition. (A hash of the
         # features would make the split independent of the input's partitioning, but puts equal
@@ -304,63 +544,125 @@ def prepare_training_data(
     selected = selected.persist()
     try:
         ignore = getattr(loss, "ignore_class", None)
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, ignore), STATS_DDL)
-        stats = sorted((run_job(counting.collect, "sparkdl: check and count training rows") if run_job else counting.collect()), key=lambda s: s["partition"])
-        if [s["partition"] for s in stats] != list(range(len(stats))):
-            raise InvariantError(f"the check job must report each partition once. Received partitions {[s['partition'] for s in stats]}")
-        if not keep_partitioning and len(stats) != num_workers:
-            raise InvariantError(f"the training data must have numWorkers={num_workers} partitions. Received: {len(stats)}")
-        label_is_array = isinstance(selected.schema[LABEL].dataType, T.ArrayType)
-        label_shape = _check_stats(stats, features_col, label_col, size, input_shape, output_shape, loss, label_is_array)
+        specs = xs + ys + ([weight] if weight else [])
+        labels, skip = {y.name for y in ys}, request.skip_invalid
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, labels, ignore, skip), STATS_DDL)
+        description = f"sparkdl: check and count {role} rows"
+        rows = run_job(counting.collect, description) if run_job else counting.collect()
+        rows = sorted(rows, key=lambda s: s["partition"])
+        if [s["partition"] for s in rows] != list(range(len(rows))):
+            raise InvariantError(f"the check job must report each partition once. Received partitions {[s['partition'] for s in rows]}")
+        if not keep_partitioning and len(rows) != num_workers:
+            raise InvariantError(f"the {role} data must have numWorkers={num_workers} partitions. Received: {len(rows)}")
+        stats = [json.loads(s["stats"]) for s in rows]
+        total, skipped = sum(s["rows"] for s in rows), sum(s["skipped"] for s in rows)
+        columns = _check_stats(stats, total, skipped, request, xs, ys, weight, loss, role)
     except BaseException:
         selected.unpersist()
         raise
-    label_dtype = "int64" if isinstance(selected.schema[LABEL].dataType, T.LongType) else "float32"
-    return PreparedData(
-        df=selected,
-        partition_rows=tuple(int(s["rows"]) for s in stats),
-        features=ColumnSpec(FEATURES, tuple(input_shape), input_dtype, features_col),
-        label=ColumnSpec(LABEL, label_shape, label_dtype, label_col),
-    )
+    return PreparedData(df=selected, partition_rows=tuple(int(s["rows"]) for s in rows), columns=columns, skipped=skipped)
 
 
-def _total(stats, key: str) -> int:
-    return sum(s[key] or 0 for s in stats)
+def _total(stats, name: str, key: str) -> int:
+    return sum(s[name][key] or 0 for s in stats)
 
 
-def _check_stats(stats, features_col, label_col, size, input_shape, output_shape, loss, label_is_array: bool) -> tuple:
-    """Raise on what the check job found wrong; return the label's per-row shape."""
-    total = _total(stats, "rows")
-    if total == 0:
-        raise SchemaError(f"the DataFrame must have at least one row to fit on. Received: 0 rows in column {features_col!r}")
-    for column, prefix in ((features_col, "feature"), (label_col, "label")):
-        nulls = _total(stats, f"{prefix}_nulls")
-        if nulls:
-            raise SchemaError(f"column {column!r} must have no null values. Received: {nulls} null rows of {total}")
-        element_nulls = _total(stats, f"{prefix}_element_nulls")
-        if element_nulls:
-            raise SchemaError(f"column {column!r} must have no null elements. Received: {element_nulls} null elements in {total} rows")
-        nans = _total(stats, f"{prefix}_nans")
-        if nans:
-            raise SchemaError(f"column {column!r} must hold finite values. Received: {nans} NaN or infinite values in {total} rows")
-    sizes = {s[k] for s in stats for k in ("feature_min_len", "feature_max_len") if s[k] is not None}
-    if sizes != {size}:
-        bad = sorted(sizes - {size})
+def _values(stats, name: str, key: str) -> set:
+    return {s[name][key] for s in stats if s[name][key] is not None}
+
+
+def _check_stats(stats, total: int, skipped: int, request: ColumnRequest, xs, ys, weight, loss, role: str) -> ModelColumns:
+    """Raise on what the check job found wrong; return the columns as tasks read them."""
+    if total == 0 and role == "training":
+        reason = f" ({skipped} rows skipped as invalid)" if skipped else ""
         raise SchemaError(
-            f"features column {features_col!r} must hold {size} values per row (the model input shape "
-            f"{tuple(input_shape)} has {size}). Received rows of {bad[0] if bad else sorted(sizes)} values"
+            f"the DataFrame must have at least one row to fit on. Received: 0 rows in column {xs[0].source!r}{reason}"
         )
-    label_sizes = {s[k] for s in stats for k in ("label_min_len", "label_max_len") if s[k] is not None}
-    if len(label_sizes) != 1:
-        raise SchemaError(f"label column {label_col!r} must hold the same number of values in every row. Received lengths {sorted(label_sizes)}")
-    label_shape = (label_sizes.pop(),) if label_is_array else ()
-    loss.check_label_shape(label_col, label_shape, tuple(output_shape))
-    lows = [s["label_min"] for s in stats if s["label_min"] is not None]
-    highs = [s["label_max"] for s in stats if s["label_max"] is not None]
-    if not lows:  # every label is the loss's ignore_class
-        return label_shape
+    invalid = []  # every column's nulls, null elements and NaN/inf at once, not only the first column's
+    for spec in [*xs, *ys] + ([weight] if weight else []):
+        nulls = _total(stats, spec.name, "nulls")
+        if nulls:
+            invalid.append(f"column {spec.source!r} must have no null values. Received: {nulls} null rows of {total}")
+        element_nulls = _total(stats, spec.name, "element_nulls")
+        if element_nulls:
+            invalid.append(f"column {spec.source!r} must have no null elements. Received: {element_nulls} null elements in {total} rows")
+        nans = _total(stats, spec.name, "nans")
+        if nans:
+            invalid.append(f"column {spec.source!r} must hold finite values. Received: {nans} NaN or infinite values in {total} rows")
+    if invalid:
+        # With "skip" only a decoder's output can be left: rows are dropped on their columns' values, before decoding.
+        hint = " (a decoder's output must be finite: handleInvalid='skip' drops rows before decoding)" if request.skip_invalid \
+            else " (handleInvalid='skip' drops such rows)"
+        raise SchemaError("; ".join(invalid) + hint)
+    for spec in xs:
+        errors = [s[spec.name]["decode_error"] for s in stats if s[spec.name]["decode_error"]]
+        if errors:
+            raise SchemaError(errors[0])
+    inputs, position = [], 0
+    for name, shape, dtype, cols in request.inputs:
+        parts = xs[position : position + len(cols)]
+        position += len(cols)
+        inputs.append(_input_tensor(stats, name, tuple(shape), dtype, parts, total))
+    outputs = []
+    for (name, output_shape, _), y in zip(request.outputs, ys, strict=True):
+        outputs.append(_output_tensor(stats, name, tuple(output_shape), y, loss))
+    if weight is not None:
+        lows = _values(stats, weight.name, "min")
+        if lows and min(lows) < 0:
+            raise SchemaError(f"sampleWeightCol {weight.source!r} must hold weights >= 0. Received: values from {min(lows):g}")
+    return ModelColumns(tuple(inputs), tuple(outputs), weight, request.class_weight, request.skip_invalid)
+
+
+def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[ColumnSpec], total: int) -> TensorSpec:
+    if parts[0].decoder:
+        return TensorSpec(name, shape, dtype, tuple(parts))
+    if parts[0].ragged:
+        c = parts[0]
+        widths = _values(stats, c.name, "inner_min") | _values(stats, c.name, "inner_max")
+        if widths - {shape[1]}:
+            raise SchemaError(
+                f"column {c.source!r} must hold {shape[1]} values per step for model input {name!r} of shape {shape}. "
+                f"Received steps of {sorted(widths)} values"
+            )
+        steps = max(_values(stats, c.name, "max_len") or {1})
+        padded = (max(1, steps), shape[1])
+        return TensorSpec(name, padded, dtype, (dataclasses.replace(c, shape=padded),))
+    size = int(np.prod(shape, dtype=np.int64))
+    widths = []
+    for c in parts:
+        lengths = _values(stats, c.name, "min_len") | _values(stats, c.name, "max_len")
+        if len(parts) == 1 and total and lengths != {size}:
+            bad = sorted(lengths - {size})
+            raise SchemaError(
+                f"features column {c.source!r} must hold {size} values per row (the model input shape "
+                f"{shape} has {size}). Received rows of {bad[0] if bad else sorted(lengths)} values"
+            )
+        if len(lengths) > 1:
+            raise SchemaError(f"features column {c.source!r} must hold the same number of values in every row. Received lengths {sorted(lengths)}")
+        widths.append(lengths.pop() if lengths else 0)
+    if len(parts) > 1 and total and sum(widths) != size:
+        found = ", ".join(f"{c.source!r}: {w}" for c, w in zip(parts, widths, strict=True))
+        raise SchemaError(
+            f"featuresCols for model input {name!r} must hold {size} values per row in all (the input shape {shape}). "
+            f"Received {sum(widths)}: {found}"
+        )
+    specs = tuple(dataclasses.replace(c, shape=(w,)) for c, w in zip(parts, widths, strict=True)) if len(parts) > 1 else (dataclasses.replace(parts[0], shape=shape),)
+    return TensorSpec(name, shape, dtype, specs)
+
+
+def _output_tensor(stats, name: str, output_shape: tuple, y: ColumnSpec, loss) -> TensorSpec:
+    label_col = y.source
+    lengths = _values(stats, y.name, "min_len") | _values(stats, y.name, "max_len")
+    if len(lengths) > 1:
+        raise SchemaError(f"label column {label_col!r} must hold the same number of values in every row. Received lengths {sorted(lengths)}")
+    label_shape = (lengths.pop(),) if y.shape == (1,) and lengths else (() if y.shape == () else (1,))
+    loss.check_label_shape(label_col, label_shape, output_shape)
+    lows, highs = _values(stats, y.name, "min"), _values(stats, y.name, "max")
+    spec = TensorSpec(name, label_shape, y.dtype, (dataclasses.replace(y, shape=label_shape),))
+    if not lows:  # no rows, or every label is the loss's ignore_class
+        return spec
     low, high = min(lows), max(highs)
-    fractional = _total(stats, "label_fractional")
+    fractional = _total(stats, y.name, "fractional")
     if loss.expects_class_index:
         classes = int(output_shape[-1]) if output_shape else 1
         if fractional or low < 0 or high > classes - 1:
@@ -380,4 +682,4 @@ def _check_stats(stats, features_col, label_col, size, input_shape, output_shape
             f"label column {label_col!r} must hold values in [0, 1] under loss {loss.name!r} (one-hot or 0/1 labels; "
             f"for class indices use sparse_categorical_crossentropy). Received: values from {low:g} to {high:g}"
         )
-    return label_shape
+    return spec

@@ -9,6 +9,7 @@ import warnings
 from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, FitConfig
 from sparkdl.core.modes import get_policy
@@ -17,10 +18,11 @@ from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
 from sparkdl.spark.backends.rounds import plan_reduction, result_limit_bytes
-from sparkdl.spark.data import check_feature_column, check_label_column, expected_label, prepare_training_data
+from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.spark.params import KerasEstimatorParams
+from sparkdl.spark.partitions import row_bytes, task_budget
 from sparkdl.spark.persistence import KerasStageIO
 
 
@@ -55,7 +57,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     ``numWorkers=1`` with ``keepPartitioning=True`` is exactly ``keras.Model.fit`` on the same batches.
 
     Args:
-        model: a built ``keras.Model`` with one input and one output. It is kept as
+        model: a built Functional or Sequential ``keras.Model`` (one or several inputs and outputs). It is kept as
             architecture JSON plus weights (Arrow IPC), never pickled. If it is compiled and
             ``optimizer``/``loss``/``metrics`` are not given, its compile arguments are used.
         optimizer: Keras optimizer as a name (``"adam"``), an object (``Adam(1e-3)``) or a config dict.
@@ -70,6 +72,29 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             ``prod(input_shape)`` values per row, e.g. 784 for an input of shape ``(28, 28, 1)``;
             cast to the model input's dtype (float32 by default).
         labelCol: label column: numeric (class index or value) or ``array<numeric>``/vector (one-hot).
+        featuresCols: instead of ``featuresCol``: a list of columns (scalars, arrays, vectors) whose
+            values are concatenated per row, in order, into the one model input; or a dict model input
+            name -> column (or list of columns) for multi-input models. Each input is cast to its
+            Keras input's dtype (int32/int64 ids stay integers). A sequence input ``(None, k)`` takes
+            one ``array<array<numeric>>`` column, padded with 0.0 to the longest row (``Masking``).
+        decoders: dict binary column -> ``"module:function"`` run on the executors on each row's bytes,
+            returning an array of the input's shape (a binary column without one is refused).
+        labelCols: labels of a multi-output model: a list in output order or a dict output name -> column.
+        sampleWeightCol: per-row loss weights (numeric, finite, >= 0), Keras ``sample_weight``, in
+            training and validation (loss Σ w·l / rows per batch, as Keras).
+        classWeight: Keras ``class_weight``, dict class index -> weight (not with ``sampleWeightCol``).
+        validationCol, validationSplit: validate after each epoch on the rows where the boolean
+            ``validationCol`` is true, or on a seeded ``validationSplit`` fraction of the rows (a hash
+            of each row: the same rows every run); or pass ``fit(df, validationData=val_df)``. The
+            history gets ``val_*`` keys, exact over all validation rows. On backend ``ps`` each
+            epoch's master weights are kept when its last update is applied and validated after
+            the barrier stage (it holds every slot).
+        handleInvalid: ``"error"`` (default: rows with a null, NaN or ±inf in any model column fail
+            before training, naming the column and the count) or ``"skip"`` (dropped, counted in a
+            warning and ``fitInfo["rows_skipped"]``).
+        maxTaskMemoryMB: a task's budget for its partition (MB; None: the executor's memory divided
+            by its task slots); a larger partition is written once to local ``.npy`` files and
+            memory-mapped, and read a batch at a time.
         predictionCol: output column of the fitted model (double).
         probabilityCol: class probabilities (a ``pyspark.ml.linalg`` DenseVector; ``array<double>`` with
             ``scoreColumnType="array"``).
@@ -84,7 +109,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             its next pull (asynchronous modes). Default None: one pass per round in ``sync``; in the
             asynchronous modes None means the mode's default τ (4 steps, see
             ``sparkdl.config.ASYNC_DEFAULT_LOCAL_STEPS``).
-        mode: ``"sync"`` (model averaging, SparkNet), or an asynchronous mode on backend ``ps``:
+        mode: ``"sync"`` (model averaging, SparkNet), ``"bmuf"`` (blockwise model-update filtering:
+            model averaging with block momentum, Chen & Huo ICASSP 2016; Params ``blockMomentum`` η,
+            default 1 − 1/numWorkers, ``blockLearningRate`` ζ, default 1, ``nesterov``, default True;
+            backend ``rounds``), or an asynchronous mode on backend ``ps``:
             ``"async"`` (Downpour SGD: each worker pushes Δ every τ steps, then pulls; Dean et al.
             NIPS 2012), ``"hogwild"`` (the server adds updates without a lock; Recht et al. NIPS
             2011), ``"staleness_aware"`` (each Δ scaled by 1/staleness; Zhang, Gupta, Lian, Liu
@@ -110,9 +138,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             from every input partition, so label-sorted files do not give workers label-sorted shards).
 
     Raises (from ``fit``, before any training job):
-        ConfigError: a missing model or loss, or a Param out of range.
-        SchemaError: a missing or mistyped column, nulls, a feature length that does not match
-            the model input, or an empty DataFrame.
+        ConfigError: a missing model or loss, a Param out of range, ``classWeight`` with
+            ``sampleWeightCol``, two validation sources.
+        SchemaError: a missing or mistyped column, an input or output without a column, nulls or
+            NaN (``handleInvalid="error"``), a feature length that does not match the model input,
+            labels that do not fit the output or the loss, negative weights, a decoder's wrong
+            output, or an empty DataFrame.
 
     Example:
         >>> est = KerasEstimator(model=model, optimizer="adam", loss="sparse_categorical_crossentropy",
@@ -156,9 +187,22 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         staleness=2,
         serverPort=0,
         workerTimeout=600.0,
+        featuresCols=None,
+        labelCols=None,
+        sampleWeightCol=None,
+        classWeight=None,
+        validationCol=None,
+        validationSplit=0.0,
+        handleInvalid="error",
+        maxTaskMemoryMB=None,
+        decoders=None,
+        blockMomentum=None,
+        blockLearningRate=1.0,
+        nesterov=True,
     ) -> None:
         super().__init__()
         self._spec = None
+        self._validation_data = None
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -195,6 +239,18 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         staleness=2,
         serverPort=0,
         workerTimeout=600.0,
+        featuresCols=None,
+        labelCols=None,
+        sampleWeightCol=None,
+        classWeight=None,
+        validationCol=None,
+        validationSplit=0.0,
+        handleInvalid="error",
+        maxTaskMemoryMB=None,
+        decoders=None,
+        blockMomentum=None,
+        blockLearningRate=1.0,
+        nesterov=True,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
         :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are
@@ -217,7 +273,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         ``jitCompile`` is the value Keras resolved at compile time.
 
         Raises:
-            ConfigError: when ``model`` is not a built single-input, single-output ``keras.Model``.
+            ConfigError: when ``model`` is not a built Functional or Sequential ``keras.Model``.
         """
         from sparkdl.keras.spec import ModelSpec, compile_args_of
 
@@ -310,6 +366,76 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             worker_timeout_s=self.getWorkerTimeout(),
         )
 
+    def setValidationData(self, df: DataFrame | None) -> KerasEstimator:
+        """Validate on ``df`` (the model's columns, as the training DataFrame) after each epoch; None
+        to stop. Not a Param: a DataFrame is not saved with the estimator. Also ``fit(df, validationData=...)``."""
+        self._validation_data = df
+        return self
+
+    def fit(self, dataset: DataFrame, params=None, validationData: DataFrame | None = None):
+        """``Estimator.fit``; ``validationData`` is a DataFrame validated on after each epoch (see
+        :meth:`setValidationData`): the history gets ``val_*`` keys."""
+        if validationData is None:
+            return super().fit(dataset, params)
+        # A copy (same uid, Params, model and optimizer state) holds it, so this estimator is never
+        # changed, not even for a moment: a concurrent fit of it (CrossValidator) never sees it.
+        estimator = self.copy()
+        estimator._validation_data = validationData
+        return Estimator.fit(estimator, dataset, params)
+
+    def _split_validation(self, dataset: DataFrame, request, seed: int) -> tuple[DataFrame, DataFrame | None]:
+        """The training and validation DataFrames: ``validationData``, else the rows where
+        ``validationCol`` is true, else a seeded ``validationSplit`` of the rows, else no validation.
+
+        Raises:
+            ConfigError: more than one of them given.
+            SchemaError: ``validationCol`` missing or not boolean.
+        """
+        from pyspark.sql import types as T
+
+        from sparkdl.errors import SchemaError
+
+        given = getattr(self, "_validation_data", None)
+        column, fraction = self.getValidationCol(), self.getValidationSplit()
+        chosen = [name for name, on in (("validationData", given is not None), ("validationCol", column is not None),
+                                        ("validationSplit", fraction > 0)) if on]
+        if len(chosen) > 1:
+            raise ConfigError(f"give one of validationData, validationCol and validationSplit. Received: {chosen}")
+        if given is not None:
+            return dataset, given
+        if column is not None:
+            if column not in dataset.columns:
+                raise SchemaError(f"validationCol {column!r} must exist in the DataFrame. Received columns: {dataset.columns}")
+            data_type = dataset.schema[column].dataType
+            if not isinstance(data_type, T.BooleanType):
+                raise SchemaError(f"validationCol {column!r} must be boolean (true: a validation row). Received: {data_type.simpleString()}")
+            flag = F.coalesce(col(column), F.lit(False))
+            return dataset.filter(~flag), dataset.filter(flag)
+        if fraction > 0:
+            flag = validation_split(dataset, request, fraction, seed)
+            return dataset.filter(~flag), dataset.filter(flag)
+        return dataset, None
+
+    def _check_validation_data(self, df: DataFrame, spec, loss) -> None:
+        """Check, without a job, that a validation DataFrame has the training data's columns (inputs,
+        labels, sample weights) with usable types, as :func:`request_columns` checks the training data.
+
+        Raises:
+            SchemaError: naming ``validationData`` and the column.
+        """
+        from sparkdl.errors import SchemaError
+
+        try:
+            request = request_columns(
+                df, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
+                self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
+            )
+            for (_, output_shape, label_col), (label_shape, _) in zip(request.outputs, request.label_specs(df, loss), strict=True):
+                if label_shape == ():
+                    loss.check_label_shape(label_col, (), output_shape)
+        except SchemaError as exc:
+            raise SchemaError(f"validationData: {exc}") from exc
+
     def _fit(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.replica import state_nbytes
@@ -323,7 +449,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             raise ConfigError("KerasEstimator needs a loss (a name, a keras.losses.Loss or a config). Received: no loss")
         compile_spec = self._compile_spec()
         start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
-        policy = get_policy(config.mode)
+        policy = None if config.mode == "bmuf" else get_policy(config.mode)  # bmuf: built with the model's trainable mask below
         backend = get_backend(config.resolved_backend)
         spark = dataset.sparkSession
         if config.resolved_backend == "ps":  # before any job: Spark's own barrier checks fail late or after a long wait
@@ -341,24 +467,49 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             )
         fit_id = uuid.uuid4().hex
         loss = compile_spec.loss_info
-        check_feature_column(dataset, self.getFeaturesCol())
-        check_label_column(dataset, self.getLabelCol())
-        label_shape, label_dtype = expected_label(dataset, self.getLabelCol(), spec.output_shape, loss)
-        if label_shape == ():  # a scalar column's per-row shape is known from the schema: check it now
-            loss.check_label_shape(self.getLabelCol(), (), spec.output_shape)
+        request = request_columns(
+            dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
+            self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
+        )
+        label_specs = request.label_specs(dataset, loss)
+        for (_, output_shape, label_col), (label_shape, _) in zip(request.outputs, label_specs, strict=True):
+            if label_shape == ():  # a scalar column's per-row shape is known from the schema: check it now
+                loss.check_label_shape(label_col, (), output_shape)
+        train_df, validation_df = self._split_validation(dataset, request, config.seed)
+        if validation_df is not None and getattr(self, "_validation_data", None) is not None:
+            self._check_validation_data(validation_df, spec, loss)
         # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
         # read these labels) fail here on one dummy row, before any Spark job; the backend reuses it.
-        reader = MetricReader(spec, compile_spec, spec.input_shape, spec.input_dtype, label_shape, label_dtype)
+        reader = MetricReader(
+            spec, compile_spec, [s for _, s, _, _ in request.inputs], [d for _, _, d, _ in request.inputs],
+            [s for s, _ in label_specs], [d for _, d in label_specs], weighted=bool(request.weight or request.class_weight),
+        )
         # A model whose updates cannot reach the driver fails now, not after the data jobs.
         if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
             plan_reduction(result_limit_bytes(spark), state_nbytes(reader.model), config.num_workers)
+        if policy is None:
+            trainable = {id(v) for v in reader.model.trainable_weights}
+            policy = get_policy(
+                "bmuf", block_momentum=self.getBlockMomentum() if self.getBlockMomentum() is not None else 1.0 - 1.0 / config.num_workers,
+                block_learning_rate=self.getBlockLearningRate(), nesterov=self.getNesterov(),
+                trainable=[id(v) in trainable for v in reader.model.weights],
+            )
+        budget = task_budget(spark, self.getMaxTaskMemoryMB())
         checked = time.perf_counter()
-        data = prepare_training_data(
-            dataset, self.getFeaturesCol(), self.getLabelCol(), spec.input_shape, spec.input_dtype, spec.output_shape,
-            loss, config.num_workers, keep_partitioning=config.keep_partitioning,
-            run_job=lambda action, description: run_job(spark, action, description, f"sparkdl-{fit_id}-check", config.round_timeout_s),
-        )
+
+        def check_job(action, description):
+            return run_job(spark, action, description, f"sparkdl-{fit_id}-check", config.round_timeout_s)
+
+        data = prepare_training_data(train_df, request, loss, config.num_workers, keep_partitioning=config.keep_partitioning, run_job=check_job)
+        validation = None
         try:
+            if data.skipped:
+                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value were dropped, "
+                              f"{data.total_rows} rows are trained on", stacklevel=2)
+            if validation_df is not None:
+                validation = prepare_training_data(validation_df, request, loss, config.num_workers, run_job=check_job, role="validation")
+                if validation.total_rows == 0:
+                    warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=2)
             workers = len(data.partition_rows)
             if config.keep_partitioning and workers != config.num_workers:
                 warnings.warn(
@@ -374,12 +525,15 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                     stacklevel=2,
                 )
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-            job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader)
+            job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader, validation=validation, budget_bytes=budget)
             prepared = time.perf_counter()
             report = _print_epoch(config.epochs) if config.verbose else None
             result = backend.run(job, policy, start, on_epoch_end=report)
         finally:
             data.df.unpersist()
+            if validation is not None:
+                validation.df.unpersist()
+        per_row = row_bytes(data.columns)
         fit_info = {
             "fit_id": fit_id,
             "rounds": result.rounds,
@@ -390,6 +544,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "rows": data.total_rows,
             "backend": backend.name,
             "mode": config.mode,
+            "rows_skipped": data.skipped,
+            "validation_rows": validation.total_rows if validation is not None else 0,
+            "task_budget_bytes": budget,
+            "memory_mapped_partitions": sum(1 for n in data.partition_rows if n * per_row > budget),
             **result.info,
         }
         # Where the fit's time went (seconds): checks and the compile dry run on the driver, the data

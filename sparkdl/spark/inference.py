@@ -23,12 +23,14 @@ its tasks raise ``SchemaError`` for the first bad batch, naming the partition.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.broadcast import Broadcast
 from pyspark.ml.linalg import VectorUDT
@@ -39,8 +41,8 @@ from pyspark.sql import types as T
 from sparkdl.errors import SchemaError
 from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.spec import ModelSpec
-from sparkdl.serialization.columns import column_to_numpy
-from sparkdl.spark.data import ColumnSpec, as_array, check_feature_column, col
+from sparkdl.serialization.columns import TensorSpec, tensor_to_numpy
+from sparkdl.spark.data import as_array, col, input_column, map_inputs
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -77,7 +79,7 @@ class PredictSpec:
     weights: Broadcast
     model_key: str
     custom_objects: dict
-    features: ColumnSpec
+    inputs: tuple  # one TensorSpec per model input; its columns come last in each batch
     batch_size: int
     task: str
     loss: LossInfo
@@ -85,6 +87,7 @@ class PredictSpec:
     write_probability: bool
     vectors: bool
     output_names: tuple[str, ...]
+    multi_output: bool = False
 
 
 def _list_column(values: np.ndarray) -> pa.Array:
@@ -128,20 +131,60 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
     register(job.custom_objects)
     model = cached_model(job.spec, weights=job.weights.value, key=job.model_key)
     scores = _vector_column if job.vectors else _list_column
+    temporary = sum(len(t.columns) for t in job.inputs)
     for batch in batches:
-        inputs = batch.num_columns - 1  # the temporary features column comes last
+        inputs = batch.num_columns - temporary  # the temporary input columns come last
         try:
-            x = column_to_numpy(batch.column(inputs), job.features.source, job.features.shape, job.features.dtype)
+            x = [tensor_to_numpy(batch, _batch_shapes(batch, t)) for t in job.inputs]
         except SchemaError as exc:
             raise SchemaError(f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows: {exc}") from None
-        out = job.loss.spark_outputs(predict_array(model, x, job.batch_size), job.task)
+        predicted = predict_array(model, x if len(x) > 1 else x[0], job.batch_size)
         columns = [batch.column(i) for i in range(inputs)]
+        if job.multi_output:  # one column per output: its values (double, or array<double> for a wider output)
+            for values in predicted:
+                flat = values.reshape(len(values), -1).astype(np.float64)
+                columns.append(pa.array(flat[:, 0], pa.float64()) if flat.shape[1] == 1 else _list_column(flat))
+            yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
+            continue
+        out = job.loss.spark_outputs(predicted, job.task)
         columns.append(_list_column(out.prediction) if out.prediction.ndim == 2 else pa.array(out.prediction, pa.float64()))
         if job.write_raw:
             columns.append(scores(out.raw))
         if job.write_probability:
             columns.append(scores(out.probability))
         yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
+
+
+def _batch_shapes(batch: pa.RecordBatch, tensor: TensorSpec) -> TensorSpec:
+    """``tensor`` with the shapes only a batch tells: a sequence padded to the batch's longest row,
+    the widths of assembled columns (each constant in the batch, summing to the input's size).
+
+    Raises:
+        SchemaError: assembled columns of uneven or wrong widths, naming them.
+    """
+    first = tensor.columns[0]
+    if first.ragged:
+        lengths = pc.list_value_length(batch.column(first.name)).to_numpy(zero_copy_only=False) if batch.num_rows else np.zeros(0)
+        steps = max(1, int(np.nanmax(lengths)) if len(lengths) else 1)
+        shape = (steps, tensor.shape[1])
+        return dataclasses.replace(tensor, shape=shape, columns=(dataclasses.replace(first, shape=shape),))
+    if len(tensor.columns) == 1:
+        return tensor
+    parts, size = [], int(np.prod(tensor.shape, dtype=np.int64))
+    for c in tensor.columns:
+        column = batch.column(c.name)
+        if pa.types.is_list(column.type) and batch.num_rows:
+            lengths = set(pc.list_value_length(column).drop_null().to_pylist())
+            if len(lengths) > 1:
+                raise SchemaError(f"features column {c.source!r} must hold the same number of values in every row. Received lengths {sorted(lengths)}")
+            width = lengths.pop() if lengths else 0
+        else:
+            width = 1 if not pa.types.is_list(column.type) else 0
+        parts.append(dataclasses.replace(c, shape=(width,)))
+    if batch.num_rows and sum(p.shape[0] for p in parts) != size:
+        found = ", ".join(f"{p.source!r}: {p.shape[0]}" for p in parts)
+        raise SchemaError(f"featuresCols for model input {tensor.name!r} must hold {size} values per row in all. Received {found}")
+    return dataclasses.replace(tensor, columns=tuple(parts))
 
 
 _broadcasts: OrderedDict[tuple[int, str], tuple[object, Broadcast]] = OrderedDict()
@@ -169,21 +212,22 @@ def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
     return _broadcasts[key][1]
 
 
-def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple, input_dtype: str, source: str | None = None) -> None:
+def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple | None, input_dtype: str, source: str | None = None) -> None:
     """Count null, null-element and wrongly sized feature rows of the whole input in one job.
 
     The job runs Spark SQL expressions only (no Python workers) and is skipped where the schema
     already rules the errors out (a non-nullable numeric column for a one-value input) and for
-    streaming DataFrames. ``source`` is the user's name of the column, for messages.
+    streaming DataFrames. ``source`` is the user's name of the column, for messages;
+    ``input_shape`` None (a column assembled with others) skips the length rule.
 
     Raises:
         SchemaError: naming the column, the rule and the counts over all rows.
     """
     source = source or features_col
-    size = int(np.prod(input_shape, dtype=np.int64))
+    size = None if input_shape is None else int(np.prod(input_shape, dtype=np.int64))
     field = df.schema[features_col]
     scalar = isinstance(field.dataType, (T.NumericType, T.BooleanType))
-    if scalar and size != 1:
+    if scalar and size not in (None, 1):
         raise SchemaError(
             f"features column {source!r} must hold {size} values per row (the model input shape "
             f"{tuple(input_shape)}); a numeric column holds one. Received: {field.dataType.simpleString()}"
@@ -192,7 +236,7 @@ def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple, inp
         return
     values = as_array(df, features_col, input_dtype)
     present = col(features_col).isNotNull()
-    wrong = present & (F.size(values) != F.lit(size))
+    wrong = present & (F.size(values) != F.lit(size)) if size is not None else F.lit(False)
     counts = df.agg(
         F.count(F.lit(1)).alias("rows"),
         F.count(F.when(~present, 1)).alias("nulls"),
@@ -210,10 +254,8 @@ def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple, inp
         lengths = sorted({counts["shortest"], counts["longest"]})
         problems.append(f"{counts['wrong']} rows of {' to '.join(map(str, lengths))} values")
     if problems:
-        raise SchemaError(
-            f"features column {source!r} must hold {size} non-null values per row (the model input shape "
-            f"{tuple(input_shape)}) to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}"
-        )
+        rule = f"{size} non-null values per row (the model input shape {tuple(input_shape)})" if size is not None else "non-null values"
+        raise SchemaError(f"features column {source!r} must hold {rule} to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}")
 
 
 def transform(
@@ -225,6 +267,8 @@ def transform(
     task: str,
     loss: LossInfo,
     check_features: bool = True,
+    features_cols=None,
+    decoders: dict | None = None,
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
@@ -232,6 +276,8 @@ def transform(
     regressor with several outputs or a multi-label classifier's 0/1 decisions) and, for
     classifiers, ``columns.raw_prediction`` and ``columns.probability`` (DenseVector, or
     ``array<double>`` when ``columns.vectors`` is False) where :meth:`LossInfo.layout` has them.
+    A model with several outputs gets one column per output instead, named after the output:
+    its values, double (one value) or ``array<double>``.
 
     Args:
         df: the DataFrame to score.
@@ -243,31 +289,61 @@ def transform(
         loss: the loss family that turns outputs into columns.
         check_features: count bad feature rows over the whole input now (one Spark-SQL pass), or leave
             them to the tasks (lazy; the first bad batch raises ``SchemaError``).
+        features_cols: the model inputs' columns as in ``fit`` (a list assembled into the one input,
+            or a dict input name -> column(s)); None: ``features_col``. A sequence input's rows are
+            padded to the longest row of each Arrow batch.
+        decoders: binary column -> ``"module:function"``, as in ``fit``.
 
     Raises:
         SchemaError: a missing or mistyped features column, an output column that already exists
             (or two with one name), or null or wrongly sized feature rows (counted over the input,
             one aggregate job).
     """
-    check_feature_column(df, features_col)
-    outputs = int(np.prod(spec.output_shape, dtype=np.int64))
-    layout: OutputLayout = loss.layout(task, outputs)
-    write_raw = bool(layout.raw_width and columns.raw_prediction)
-    write_probability = bool(layout.probability_width and columns.probability)
-    added = [columns.prediction] + [columns.raw_prediction] * write_raw + [columns.probability] * write_probability
+    decoders = dict(decoders or {})
+    mapping = map_inputs(df, spec, features_col, features_cols, decoders)
+    multi_output = len(spec.output_specs) > 1
+    if multi_output:
+        layout, write_raw, write_probability = None, False, False
+        added = [name for name, _ in spec.output_specs]
+    else:
+        outputs = int(np.prod(spec.output_shape, dtype=np.int64))
+        layout: OutputLayout = loss.layout(task, outputs)
+        write_raw = bool(layout.raw_width and columns.raw_prediction)
+        write_probability = bool(layout.probability_width and columns.probability)
+        added = [columns.prediction] + [columns.raw_prediction] * write_raw + [columns.probability] * write_probability
     for name in added:
         if name in df.columns or added.count(name) > 1:
             raise SchemaError(
                 f"output column {name!r} must not exist in the input DataFrame nor be given twice. "
                 f"Received columns: {df.columns}, output columns: {added}"
             )
-    prediction_type = T.DoubleType() if layout.prediction_width == 0 else T.ArrayType(T.DoubleType(), containsNull=False)
-    fields = list(df.schema.fields) + [T.StructField(columns.prediction, prediction_type, nullable=False)]
-    fields += [T.StructField(name, _score_type(columns.vectors), nullable=False) for name in added[1:]]
+    fields = list(df.schema.fields)
+    if multi_output:
+        for name, shape in spec.output_specs:
+            wide = int(np.prod(shape, dtype=np.int64)) != 1
+            fields.append(T.StructField(name, T.ArrayType(T.DoubleType(), containsNull=False) if wide else T.DoubleType(), nullable=False))
+    else:
+        prediction_type = T.DoubleType() if layout.prediction_width == 0 else T.ArrayType(T.DoubleType(), containsNull=False)
+        fields.append(T.StructField(columns.prediction, prediction_type, nullable=False))
+        fields += [T.StructField(name, _score_type(columns.vectors), nullable=False) for name in added[1:]]
     # Columns travel under positional names and get their own names back afterwards: mapInArrow
     # resolves input names as expressions (dots break) and matches output names (duplicates break).
     names = [f"_{i}" for i in range(len(fields))]
     positional = df.toDF(*names[: len(df.columns)])
+    positional_decoders = {names[df.columns.index(c)]: d for c, d in decoders.items() if c in df.columns}
+    exprs, tensors = [], []
+    for i, (name, shape, dtype, cols) in enumerate(mapping):
+        parts = []
+        for j, c in enumerate(cols):
+            where = names[df.columns.index(c)]
+            expr, part = input_column(positional, where, f"{_TMP_FEATURES}_{i}_{j}", tuple(shape), dtype, positional_decoders)
+            plain = not (part.decoder or part.ragged)
+            part = dataclasses.replace(part, source=c, shape=(tuple(shape) if len(cols) == 1 else (-1,)) if plain else part.shape)
+            if check_features and plain:
+                check_feature_rows(positional, where, tuple(shape) if len(cols) == 1 else None, dtype, source=c)
+            exprs.append(expr)
+            parts.append(part)
+        tensors.append(TensorSpec(name, tuple(shape), dtype, tuple(parts)))
     from sparkdl.keras.custom_objects import registered
 
     job = PredictSpec(
@@ -275,7 +351,7 @@ def transform(
         weights=weights_broadcast(df.sparkSession.sparkContext, spec),
         model_key=spec.digest,
         custom_objects=registered(),
-        features=ColumnSpec(_TMP_FEATURES, tuple(spec.input_shape), spec.input_dtype, features_col),
+        inputs=tuple(tensors),
         batch_size=batch_size,
         task=task,
         loss=loss,
@@ -283,11 +359,9 @@ def transform(
         write_probability=write_probability,
         vectors=columns.vectors,
         output_names=tuple(names),
+        multi_output=multi_output,
     )
-    features = names[df.columns.index(features_col)]
-    if check_features:
-        check_feature_rows(positional, features, tuple(spec.input_shape), spec.input_dtype, source=features_col)
-    with_features = positional.withColumn(_TMP_FEATURES, as_array(positional, features, spec.input_dtype))
+    with_features = positional.select("*", *exprs)
     schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
     scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)
     return scored.toDF(*[f.name for f in fields])

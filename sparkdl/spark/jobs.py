@@ -121,6 +121,9 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
         try:
             sc.addJobTag(tag)
             sc.setJobDescription(description)
+            # The call site names the stages in the UI (else every one reads "copy_local_properties").
+            sc.setLocalProperty("callSite.short", description)
+            sc.setLocalProperty("callSite.long", description)
             sc.setInterruptOnCancel(True)
             outcome["value"] = action()
         except BaseException as exc:  # handed to the calling thread below

@@ -115,7 +115,8 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         columns = OutputColumns(
             self.getPredictionCol(), self.getRawPredictionCol(), self.getProbabilityCol(), self.getScoreColumnType() == "vector"
         )
-        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info, check_features=self.getCheckFeatures())
+        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info,
+                         check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders())
 
     def _outputs(self) -> int:
         return int(np.prod(self._spec.output_shape, dtype=np.int64))
@@ -146,6 +147,11 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         self._require_model(action)
         from sparkdl.keras.predict import cached_model, predict_array
 
+        if len(self._spec.input_specs) > 1 or len(self._spec.output_specs) > 1 or None in self._spec.input_shape:
+            raise ConfigError(
+                f"{action} scores one row of a model with one fixed-shape input and one output; use transform for this "
+                f"model. Received: inputs {[(n, s) for n, s, _ in self._spec.input_specs]}, {len(self._spec.output_specs)} outputs"
+            )
         size = int(np.prod(self._spec.input_shape, dtype=np.int64))
         values = features.toArray() if isinstance(features, (Vector, MLlibVector)) else features
         try:

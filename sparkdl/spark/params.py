@@ -45,6 +45,115 @@ def _choice(name: str, choices):
     return convert
 
 
+def _features_cols(value):
+    """``featuresCols``: None, a list of column names (assembled into the one model input, in
+    order) or a dict model input name -> a column name or a list of them."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        out = {}
+        for name, cols in value.items():
+            cols = [cols] if isinstance(cols, str) else cols
+            if not isinstance(cols, (list, tuple)) or not cols or not all(isinstance(c, str) for c in cols):
+                raise ConfigError(f"featuresCols must map each model input name to a column name or a list of them. Received: {value!r}")
+            out[str(name)] = list(cols)
+        if not out:
+            raise ConfigError("featuresCols must name at least one column. Received: {}")
+        return out
+    if isinstance(value, (list, tuple)) and value and all(isinstance(c, str) for c in value):
+        return list(value)
+    raise ConfigError(f"featuresCols must be a list of column names or a dict input name -> column(s). Received: {value!r}")
+
+
+def _label_cols(value):
+    """``labelCols``: None, a list of columns (one per model output, in output order) or a dict
+    output name -> column."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and value and all(isinstance(k, str) and isinstance(c, str) for k, c in value.items()):
+        return dict(value)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(c, str) for c in value):
+        return list(value)
+    raise ConfigError(f"labelCols must be a list of column names or a dict output name -> column. Received: {value!r}")
+
+
+def _class_weight(value):
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"classWeight must be a dict class index -> weight, as Keras' class_weight. Received: {value!r}")
+    out = {}
+    for k, v in value.items():
+        try:
+            index, weight = int(k), float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"classWeight must map integer class indices to numbers. Received: {value!r}") from None
+        if index < 0 or not weight >= 0 or weight == float("inf"):
+            raise ConfigError(f"classWeight must map class indices >= 0 to finite weights >= 0. Received: {k!r}: {v!r}")
+        out[index] = weight
+    return out
+
+
+def _decoders(value):
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in value.items()):
+        raise ConfigError(f"decoders must map column names to 'module:function' names. Received: {value!r}")
+    return dict(value)
+
+
+def _optional_fraction(value):
+    value = TypeConverters.toFloat(value)
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"validationSplit must be a fraction in [0, 1). Received: {value!r}")
+    return value
+
+
+def _optional_string(value):
+    return None if value is None else TypeConverters.toString(value)
+
+
+def _optional_positive_float(value):
+    if value is None:
+        return None
+    value = TypeConverters.toFloat(value)
+    if not value > 0:
+        raise ConfigError(f"maxTaskMemoryMB must be > 0 (MB). Received: {value}")
+    return value
+
+
+class HasInputColumns(Params):
+    """Where a model's inputs come from, besides ``featuresCol``: several columns and binary decoders."""
+
+    featuresCols = Param(
+        Params._dummy(), "featuresCols",
+        "columns of the model input instead of featuresCol: a list of columns (scalars, arrays or vectors) "
+        "concatenated per row in the given order into the one input, or a dict model input name -> column "
+        "(or list of columns) for multi-input models; each cast to its input's dtype",
+        _features_cols,
+    )
+    decoders = Param(
+        Params._dummy(), "decoders",
+        "binary columns' decoders: dict column -> 'module:function', a function importable on the executors "
+        "that turns one row's bytes into a numeric array of the input's shape",
+        _decoders,
+    )
+
+    def getFeaturesCols(self):
+        return self.getOrDefault(self.featuresCols)
+
+    def setFeaturesCols(self, value):
+        return self._set(featuresCols=value)
+
+    def getDecoders(self):
+        return self.getOrDefault(self.decoders)
+
+    def setDecoders(self, value):
+        return self._set(decoders=value)
+
+
 class HasBatchSize(Params):
     batchSize = Param(Params._dummy(), "batchSize", "rows per training step and per inference batch (> 0)", TypeConverters.toInt)
 
@@ -191,7 +300,7 @@ class HasCheckFeatures(Params):
 
 
 class KerasSharedParams(
-    HasFeaturesCol, HasPredictionCol, HasRawPredictionCol, HasProbabilityCol, HasScoreColumnType, HasBatchSize, HasTask, HasCompileParams,
+    HasFeaturesCol, HasInputColumns, HasPredictionCol, HasRawPredictionCol, HasProbabilityCol, HasScoreColumnType, HasBatchSize, HasTask, HasCompileParams,
     HasCompileOptions, HasCheckFeatures,
 ):
     """Params that the estimator and its fitted model share (copied from one to the other on fit)."""
@@ -205,6 +314,8 @@ class KerasSharedParams(
             probabilityCol="probability",
             scoreColumnType="vector",
             checkFeatures=True,
+            featuresCols=None,
+            decoders=None,
             batchSize=32,
             task="auto",
             optimizer="adam",
@@ -237,9 +348,13 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     )
     mode = Param(
         Params._dummy(), "mode",
-        "training mode: 'sync' (model averaging), 'async' (Downpour), 'hogwild', 'staleness_aware', 'ssp'",
+        "training mode: 'sync' (model averaging), 'bmuf' (block momentum), 'async' (Downpour), 'hogwild', 'staleness_aware', 'ssp'",
         TypeConverters.toString,
     )
+    blockMomentum = Param(Params._dummy(), "blockMomentum", "bmuf: block momentum η in [0, 1); None = 1 - 1/numWorkers",
+                          lambda v: None if v is None else TypeConverters.toFloat(v))
+    blockLearningRate = Param(Params._dummy(), "blockLearningRate", "bmuf: block learning rate ζ (> 0)", TypeConverters.toFloat)
+    nesterov = Param(Params._dummy(), "nesterov", "bmuf: workers start each block from W + η·Δ", TypeConverters.toBoolean)
     backend = Param(
         Params._dummy(), "backend",
         "'rounds' (one Spark job per round, sync only), 'ps' (parameter server, one barrier stage) or "
@@ -263,9 +378,59 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
         TypeConverters.toBoolean,
     )
 
+    labelCols = Param(
+        Params._dummy(), "labelCols",
+        "labels of a multi-output model: a list of columns in output order or a dict output name -> column "
+        "(instead of labelCol)",
+        _label_cols,
+    )
+    sampleWeightCol = Param(
+        Params._dummy(), "sampleWeightCol",
+        "column of per-row loss weights (numeric, finite, >= 0), Keras' sample_weight, used in training and validation",
+        _optional_string,
+    )
+    classWeight = Param(
+        Params._dummy(), "classWeight",
+        "Keras class_weight: dict class index -> weight, each row's loss weighted by its class's weight",
+        _class_weight,
+    )
+    validationCol = Param(
+        Params._dummy(), "validationCol",
+        "boolean column: rows where it is true are the validation set, the others are trained on",
+        _optional_string,
+    )
+    validationSplit = Param(
+        Params._dummy(), "validationSplit",
+        "fraction of rows held out for validation, chosen by a seeded hash of each row (the same rows every run)",
+        _optional_fraction,
+    )
+    handleInvalid = Param(
+        Params._dummy(), "handleInvalid",
+        "rows with a null, NaN or infinite value in a model column: 'error' (fail before training, naming the "
+        "column and the count) or 'skip' (drop them, the count logged and in fitInfo)",
+        _choice("handleInvalid", ("error", "skip")),
+    )
+    maxTaskMemoryMB = Param(
+        Params._dummy(), "maxTaskMemoryMB",
+        "a task's budget for its partition (MB, a float > 0): a larger partition is written once to a local file and "
+        "memory-mapped; None derives it from spark.executor.pyspark.memory (else spark.executor.memory) "
+        "divided by the executor's task slots",
+        _optional_positive_float,
+    )
+
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(
+            labelCols=None,
+            blockMomentum=None,
+            blockLearningRate=1.0,
+            nesterov=True,
+            sampleWeightCol=None,
+            classWeight=None,
+            validationCol=None,
+            validationSplit=0.0,
+            handleInvalid="error",
+            maxTaskMemoryMB=None,
             labelCol="label",
             seed=0,
             numWorkers=2,
@@ -335,6 +500,66 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def setLabelCol(self, value: str):
         return self._set(labelCol=value)
+
+    def getBlockMomentum(self):
+        return self.getOrDefault(self.blockMomentum)
+
+    def setBlockMomentum(self, value):
+        return self._set(blockMomentum=value)
+
+    def getBlockLearningRate(self) -> float:
+        return self.getOrDefault(self.blockLearningRate)
+
+    def setBlockLearningRate(self, value: float):
+        return self._set(blockLearningRate=value)
+
+    def getNesterov(self) -> bool:
+        return self.getOrDefault(self.nesterov)
+
+    def setNesterov(self, value: bool):
+        return self._set(nesterov=value)
+
+    def getLabelCols(self):
+        return self.getOrDefault(self.labelCols)
+
+    def setLabelCols(self, value):
+        return self._set(labelCols=value)
+
+    def getSampleWeightCol(self):
+        return self.getOrDefault(self.sampleWeightCol)
+
+    def setSampleWeightCol(self, value):
+        return self._set(sampleWeightCol=value)
+
+    def getClassWeight(self):
+        return self.getOrDefault(self.classWeight)
+
+    def setClassWeight(self, value):
+        return self._set(classWeight=value)
+
+    def getValidationCol(self):
+        return self.getOrDefault(self.validationCol)
+
+    def setValidationCol(self, value):
+        return self._set(validationCol=value)
+
+    def getValidationSplit(self) -> float:
+        return self.getOrDefault(self.validationSplit)
+
+    def setValidationSplit(self, value: float):
+        return self._set(validationSplit=value)
+
+    def getHandleInvalid(self) -> str:
+        return self.getOrDefault(self.handleInvalid)
+
+    def setHandleInvalid(self, value: str):
+        return self._set(handleInvalid=value)
+
+    def getMaxTaskMemoryMB(self):
+        return self.getOrDefault(self.maxTaskMemoryMB)
+
+    def setMaxTaskMemoryMB(self, value):
+        return self._set(maxTaskMemoryMB=value)
 
     def setSeed(self, value: int):
         return self._set(seed=value)

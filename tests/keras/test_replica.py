@@ -179,3 +179,38 @@ def test_seed_round_draws_keras_dropout_masks(dropout):
     for a, b in zip(weights, plain.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
     assert not np.allclose(weights[0], spec.weight_arrays()[0])
+
+
+def test_sequence_batches_are_cut_to_their_longest_row():
+    from sparkdl.keras.replica import trim_padding
+
+    batch = np.zeros((2, 5, 2), np.float32)
+    batch[0, :2], batch[1, :3] = 1.0, 2.0
+    assert trim_padding(batch).shape == (2, 3, 2)
+    np.testing.assert_array_equal(trim_padding(batch), batch[:, :3])
+    assert trim_padding(np.zeros((2, 4, 1), np.float32)).shape == (2, 1, 1)  # all padding: one step kept
+
+
+def test_sequence_input_trained_per_batch_equals_plain_keras_on_batches_padded_alone():
+    """Rows padded to the longest row of the data, trained with batch size 1, equal plain Keras fed
+    each row unpadded (Masking makes padding irrelevant; the replica cuts each batch to its rows)."""
+    rng = np.random.default_rng(2)
+    seqs = [rng.uniform(0.1, 1.0, size=(n, 2)).astype(np.float32) for n in (1, 4, 2)]
+    y = np.array([0.5, -1.0, 2.0], np.float32)
+
+    def build():
+        keras.utils.set_random_seed(7)
+        return keras.Sequential([keras.Input((None, 2)), keras.layers.Masking(), keras.layers.SimpleRNN(2), keras.layers.Dense(1)])
+
+    spec, compile_spec = ModelSpec.from_model(build()), CompileSpec.create(keras.optimizers.SGD(0.1), "mse", None)
+    replica = Replica(spec, compile_spec, seed=0)
+    replica.set_state(ModelState(spec.weight_arrays(), None))
+    padded = np.zeros((3, 4, 2), np.float32)
+    for i, s in enumerate(seqs):
+        padded[i, : len(s)] = s
+    replica.train(padded, y, batch_size=1)
+    plain = compile_spec.compile(build())
+    for s, target in zip(seqs, y, strict=True):
+        plain.train_on_batch(s[None], target[None])
+    for a, b in zip(replica.get_state().weights, plain.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)

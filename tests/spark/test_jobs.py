@@ -4,6 +4,7 @@ training), label values checked before training, caches and persisted data relea
 
 import os
 import threading
+import uuid
 import time
 
 import numpy as np
@@ -122,15 +123,17 @@ class TestLabelValuesBeforeTraining:
         df = spark.createDataFrame([([0.1, 0.2], v) for v in labels], f"x array<float>, y {label_type}").orderBy(F.rand(1))
         est = KerasEstimator(model=model, loss=loss, featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
         sc = spark.sparkContext
-        sc.setJobGroup("label-check", "label check")
+        group = f"label-check-{uuid.uuid4().hex}"  # a new group each time: a group's job ids are kept
+        sc.setJobGroup(group, "label check")
         try:
             with pytest.raises(SchemaError) as info:
                 est.fit(df)
-            stages = {sc.statusTracker().getStageInfo(s).name for j in sc.statusTracker().getJobIdsForGroup("label-check")
-                      for s in (sc.statusTracker().getJobInfo(j).stageIds or []) if sc.statusTracker().getStageInfo(s)}
+            store = sc._jsc.sc().statusStore()
+            descriptions = [store.job(j).description() for j in sc.statusTracker().getJobIdsForGroup(group)]
+            descriptions = [d.get() if d.isDefined() else "" for d in descriptions]
         finally:
             sc.setJobGroup("", "")
-        assert not any("toArrow" in name for name in stages), stages  # no round job ran
+        assert descriptions and all(d == "sparkdl: check and count training rows" for d in descriptions), descriptions  # no round job ran
         return str(info.value)
 
     def test_class_index_out_of_range(self, spark):

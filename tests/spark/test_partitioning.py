@@ -14,7 +14,8 @@ from sparkdl import KerasEstimator
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.errors import InvariantError
 from sparkdl.spark.backends.rounds import META, RESULT_SCHEMA, _outcome
-from sparkdl.spark.data import LABEL, prepare_training_data
+from sparkdl.keras.spec import ModelSpec
+from sparkdl.spark.data import prepare_training_data, request_columns
 from sparkdl.keras.losses import describe_loss
 from tests.conftest import partitioned_df
 
@@ -98,10 +99,12 @@ def test_rows_are_spread_over_workers_by_default(spark):
     rows1 = [([float(i)], 1.0) for i in range(20)]
     df = partitioned_df(spark, [rows0, rows1], "x array<float>, y double")
     loss = describe_loss("binary_crossentropy")
+    spec = ModelSpec.from_model(keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]))
+    request = request_columns(df, spec, loss, "x", None, "y")
     for keep, mixed in ((False, True), (True, False)):
-        data = prepare_training_data(df, "x", "y", (1,), "float32", (1,), loss, 2, keep_partitioning=keep)
+        data = prepare_training_data(df, request, loss, 2, keep_partitioning=keep)
         try:
-            labels = data.df.groupBy(F.spark_partition_id().alias("p")).agg(F.countDistinct(LABEL).alias("n")).collect()
+            labels = data.df.groupBy(F.spark_partition_id().alias("p")).agg(F.countDistinct("y0").alias("n")).collect()
             assert all((r["n"] == 2) == mixed for r in labels), labels
             assert data.partition_rows == (20, 20)
         finally:

@@ -136,7 +136,7 @@ def _worker_spec(location, token, mode="async", call_timeout_s=10.0, retries=1):
     from sparkdl.spark.backends.rounds import TaskSpec
 
     task = TaskSpec(fit_id="worker-test", spec=ModelSpec.from_model(_mlp()).architecture_only(),
-                    compile_spec=CompileSpec.create("adam", "sparse_categorical_crossentropy", []), features=None, label=None,
+                    compile_spec=CompileSpec.create("adam", "sparse_categorical_crossentropy", []), columns=None,
                     plan=RoundPlan((48,), 10, 2), batch_size=10, seed=0, shuffle=False, custom_objects={}, idle_s=60.0,
                     canonical_order=False)
     return PSTaskSpec(task=task, mode=mode, epochs=1, workers=1, location=location, token=token, staleness=0,

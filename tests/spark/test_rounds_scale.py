@@ -94,10 +94,11 @@ def _train_job(spark, est):
     from sparkdl.core.schedule import RoundPlan
     from sparkdl.keras.losses import describe_loss
     from sparkdl.spark.backends.base import TrainJob
-    from sparkdl.spark.data import prepare_training_data
+    from sparkdl.spark.data import prepare_training_data, request_columns
 
     spec, compile_spec = est._spec, est._compile_spec()
-    data = prepare_training_data(_df(spark), "x", "y", spec.input_shape, spec.input_dtype, spec.output_shape, describe_loss("mse"), 3)
+    df, loss = _df(spark), describe_loss("mse")
+    data = prepare_training_data(df, request_columns(df, spec, loss, "x", None, "y"), loss, 3)
     config = FitConfig(num_workers=3, epochs=1, batch_size=8, local_steps=2, verbose=0)
     plan = RoundPlan(data.partition_rows, 8, 2)
     return TrainJob(uuid.uuid4().hex, spec, compile_spec, data, plan, config), ModelState(spec.weight_arrays(), None)
@@ -105,8 +106,8 @@ def _train_job(spark, est):
 
 def _task(job):
     return rounds.TaskSpec(
-        fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, features=job.data.features,
-        label=job.data.label, plan=job.plan, batch_size=8, seed=0, shuffle=True, custom_objects={}, idle_s=3600.0,
+        fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, columns=job.data.columns,
+        plan=job.plan, batch_size=8, seed=0, shuffle=True, custom_objects={}, idle_s=3600.0,
         canonical_order=True,
     )
 

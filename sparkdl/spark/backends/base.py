@@ -29,6 +29,8 @@ class TrainJob:
         config: the fit's settings.
         reader: the driver's :class:`~sparkdl.keras.metrics.MetricReader`, when the estimator built
             one already (it stays on the driver; tasks get a :class:`TaskSpec`-like value instead).
+        validation: the prepared, cached validation data, or None.
+        budget_bytes: a task's memory budget for its partition (bytes); larger ones are memory-mapped.
     """
 
     fit_id: str
@@ -38,6 +40,8 @@ class TrainJob:
     plan: RoundPlan
     config: FitConfig
     reader: object = None
+    validation: PreparedData | None = None
+    budget_bytes: int = 2**62
 
 
 @dataclass

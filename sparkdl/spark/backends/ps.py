@@ -33,6 +33,7 @@ partition finished and that each epoch trained every counted row once.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -44,12 +45,13 @@ import pyarrow as pa
 from sparkdl.core.metrics import append_epoch
 from sparkdl.core.modes import ModePolicy
 from sparkdl.core.ps_rules import EpochRecorder, SyncRoundRule, encode_metric_sums
-from sparkdl.core.schedule import canonical_order, epoch_order
+from sparkdl.core.schedule import epoch_order
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
-from sparkdl.spark.backends.rounds import TaskSpec, _check_finite, _load_partition
+from sparkdl.spark.backends.rounds import TaskSpec, _check_finite, validate_epoch
+from sparkdl.spark.partitions import load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
 
 RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint"
@@ -90,7 +92,8 @@ def _assign_weights(replica, weights: list[np.ndarray]) -> None:
         variable.assign(array)
 
 
-def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x: np.ndarray, y: np.ndarray) -> dict:
+def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sample_weight: np.ndarray | None = None,
+               base: np.ndarray | None = None) -> dict:
     """One worker's whole fit against the parameter server (see the module docstring).
 
     Args:
@@ -98,7 +101,9 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x: np.nda
         client: a :class:`~sparkdl.server.ParameterServerClient` of the fit's server.
         partition: this worker's partition (its id on the server).
         attempt: this task's attempt (higher supersedes lower).
-        x, y: the partition's rows, in canonical order.
+        x, y: the partition's rows: an array, or a list of arrays (one per model input, output).
+        sample_weight: per-row loss weights ``(rows,)``, or None.
+        base: the permutation that puts the rows in canonical order (None: they are in it).
 
     Returns:
         ``{"rows", "steps", "pushes", "dropped", "skipped"}``: rows and steps this attempt trained,
@@ -112,7 +117,7 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x: np.nda
 
     task, plan = spec.task, spec.task.plan
     sync, ssp = spec.mode == "sync", spec.mode == "ssp"
-    expected = len(x)
+    expected = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
     replica = Replica(task.spec, task.compile_spec, task.seed)
     previous_attempt, last_seq = client.progress(partition)
     if previous_attempt is None or previous_attempt >= attempt:
@@ -146,7 +151,7 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x: np.nda
                 _assign_weights(replica, master.weights)
             replica.seed_round(task.seed, epoch, r, partition)
             order = epoch_order(expected, task.seed, epoch, partition, task.shuffle)[start:stop]
-            metrics = replica.train(x[order], y[order], task.batch_size)
+            metrics = replica.train(x, y, task.batch_size, sample_weight=sample_weight, rows=order if base is None else base[order])
             state = replica.get_state()
             if sync:
                 update = state
@@ -192,17 +197,17 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         register(spec.task.custom_objects)
         plan = spec.task.plan
         expected = plan.partition_rows[partition] if partition < len(plan.partition_rows) else 0
-        x, y = _load_partition(spec.task, batches)
-        if spec.task.canonical_order:
-            order = canonical_order(x, y)
-            x, y = x[order], y[order]
-        if len(x) != expected:
+        data = load_partition(spec.task.fit_id, "train", partition, spec.task.columns, batches, expected, spec.task.budget_bytes,
+                              spec.task.canonical_order, share=False)
+        if len(data) != expected:
             raise InvariantError(
-                f"partition {partition} must hold the {expected} rows counted before training. Received: {len(x)} rows "
+                f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
                 "(the cached training data changed; is the input non-deterministic?)"
             )
         client.heartbeat(partition)
-        counts = run_worker(spec, client, partition, attempt, x, y)
+        arrays = data.arrays
+        counts = run_worker(spec, client, partition, attempt, arrays.x, arrays.y, arrays.w, data.base)
+        release(spec.task.fit_id, "train", partition)
         client.heartbeat(partition, "done")
     except BaseException as exc:
         try:
@@ -307,8 +312,7 @@ class PSBackend:
 
         config = job.config
         mode = config.mode
-        features, label = job.data.features, job.data.label
-        reader = job.reader or MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
+        reader = job.reader or MetricReader.for_columns(job.spec, job.compile_spec, job.data.columns)
         spark = job.data.df.sparkSession
         sc = spark.sparkContext
         workers = len(job.plan.partition_rows)
@@ -318,11 +322,14 @@ class PSBackend:
         initial = ModelState(list(state.weights), list(optimizer))
         names = decode_arrays(job.spec.weights).names
         rule = SyncRoundRule(workers) if mode == "sync" else policy.rule()
-        self.recorder = recorder = EpochRecorder(rule, config.epochs)
+        validating = job.validation is not None and job.validation.total_rows > 0
+        self.recorder = recorder = EpochRecorder(rule, config.epochs, snapshot_rows=job.data.total_rows if validating else None)
         task = TaskSpec(
-            fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, features=features, label=label,
+            fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, columns=job.data.columns,
             plan=job.plan, batch_size=config.batch_size, seed=config.seed, shuffle=config.shuffle, custom_objects=registered(),
             idle_s=max(3600.0, 2 * config.round_timeout_s), canonical_order=not config.keep_partitioning,
+            budget_bytes=job.budget_bytes,
+            validation=job.validation.columns if job.validation is not None else None,
         )
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_slots = config.epochs * rounds_per_epoch
@@ -374,6 +381,9 @@ class PSBackend:
             stats = server.stats()
         finally:
             server.shutdown()
+            # A failed task leaves its memory-mapped partition behind (local mode: all of them here);
+            # Spark deletes other executors' copies with the application's directory.
+            shutil.rmtree(spill_dir(job.fit_id), ignore_errors=True)
         self._check(table, job, workers)
         self._report_epochs(final=True)
         if mode != "sync" and recorder.final_optimizer.total_weight > 0:
@@ -385,6 +395,13 @@ class PSBackend:
         if mode != "sync":
             for epoch_summary in summaries:
                 append_epoch(result.history, epoch_summary)
+        if validating:  # the barrier stage held every slot: validate each epoch's snapshot now
+            for epoch in range(config.epochs):
+                snapshot = recorder.snapshots.get(epoch)
+                if snapshot is None:
+                    raise InvariantError(f"the ps fit must record the master weights at the end of epoch {epoch + 1}. Received: no snapshot")
+                values = validate_epoch(spark, job, task, reader, snapshot, epoch, epoch + 1 == config.epochs)
+                append_epoch(result.history, values)
         rows = table.to_pydict()
         result.info.update(
             backend="ps",

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 from collections import OrderedDict
@@ -39,22 +38,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark import SparkFiles, TaskContext
+from pyspark import TaskContext
 from pyspark.broadcast import Broadcast
 from pyspark.sql import functions as F
 
-from sparkdl.core.cache import WorkerCache
 from sparkdl.core.metrics import MetricSums, append_epoch
 from sparkdl.core.modes import ModePolicy
-from sparkdl.core.schedule import RoundPlan, canonical_order, epoch_order
+from sparkdl.core.schedule import RoundPlan, epoch_order
 from sparkdl.core.pieces import DEFAULT_PIECE_BYTES, Piece, PieceMean, assemble, split_state
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
-from sparkdl.serialization.columns import column_to_numpy
+from sparkdl.serialization.columns import ModelColumns, PartitionArrays
 from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
-from sparkdl.spark.data import ColumnSpec
+from sparkdl.spark.partitions import WORKER_CACHE, Partition, load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
 
 RESULT_DDL = (
@@ -93,14 +91,15 @@ class TaskSpec:
     :mod:`sparkdl.keras.custom_objects`); ``idle_s`` is how long a worker keeps this fit's cache
     without a round (seconds); ``canonical_order`` sorts each partition's rows by content when
     they came through the round-robin repartition (whose row order follows shuffle-fetch order);
-    ``piece_bytes`` bounds one piece of an update (bytes).
+    ``piece_bytes`` bounds one piece of an update (bytes); a partition over ``budget_bytes`` is
+    memory-mapped (:mod:`sparkdl.spark.partitions`); ``validation`` is how the validation data's
+    columns are read, when there is validation data.
     """
 
     fit_id: str
     spec: ModelSpec
     compile_spec: CompileSpec
-    features: ColumnSpec
-    label: ColumnSpec
+    columns: ModelColumns
     plan: RoundPlan
     batch_size: int
     seed: int
@@ -109,6 +108,8 @@ class TaskSpec:
     idle_s: float
     canonical_order: bool
     piece_bytes: int = DEFAULT_PIECE_BYTES
+    budget_bytes: int = 2**62
+    validation: ModelColumns | None = None
 
 
 @dataclass(frozen=True)
@@ -123,18 +124,6 @@ class RoundTask:
 
 
 # ---- executor side ---------------------------------------------------------------------------
-
-WORKER_CACHE = WorkerCache(max_fits=4)
-
-
-def _load_partition(task: TaskSpec, batches: Iterator[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray]:
-    """The partition as numpy ``(rows, *input_shape)`` features and ``(rows, *label_shape)`` labels."""
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return tuple(np.zeros((0, *c.shape), c.dtype) for c in (task.features, task.label))
-    table = pa.Table.from_batches(batches)
-    return tuple(column_to_numpy(table.column(c.name), c.source, c.shape, c.dtype) for c in (task.features, task.label))
-
 
 _REPLICAS: OrderedDict = OrderedDict()  # built replicas by (architecture, compile arguments), across fits
 _MAX_REPLICAS = 2
@@ -161,73 +150,6 @@ def _replica(task: TaskSpec):
                 _REPLICAS.popitem(last=False)
         WORKER_CACHE.put(task.fit_id, "replica", replica)
     return replica
-
-
-def _spill_dir(fit_id: str) -> str:
-    """This executor's directory for the fit's partitions (inside Spark's per-application files
-    directory, which Spark deletes when the application ends)."""
-    return os.path.join(SparkFiles.getRootDirectory(), f"sparkdl-{fit_id}")
-
-
-def _spill(fit_id: str, partition: int, arrays: tuple[np.ndarray, np.ndarray]) -> None:
-    """Keep the partition as ``.npy`` files on the executor's disk, for the other Python workers of
-    this executor (written to a temporary name and renamed: readers never see half a file)."""
-    directory = _spill_dir(fit_id)
-    os.makedirs(directory, exist_ok=True)
-    for name, array in zip(("x", "y"), arrays, strict=True):
-        path = os.path.join(directory, f"partition-{partition}-{name}.npy")
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "wb") as file:  # a file object: np.save would append ".npy" to a name
-            np.save(file, array)
-        os.replace(temporary, path)
-
-
-def _unspill(fit_id: str, partition: int) -> tuple[np.ndarray, np.ndarray] | None:
-    paths = [os.path.join(_spill_dir(fit_id), f"partition-{partition}-{name}.npy") for name in ("x", "y")]
-    try:
-        return tuple(np.load(path, mmap_mode="r") for path in paths)
-    except (OSError, ValueError):
-        return None
-
-
-def _partition_arrays(task: TaskSpec, partition: int, batches: Iterator[pa.RecordBatch] | None):
-    """The partition's ``(x, y)``: from this Python worker's cache, else from this executor's disk
-    copy, else (with ``batches``, the cached training data) converted, ordered and kept in both.
-    ``None`` when ``batches`` is None and neither copy exists (a new worker or a lost executor)."""
-    key = ("partition", partition)
-    cached = WORKER_CACHE.get(task.fit_id, key)
-    if cached is None:
-        cached = _unspill(task.fit_id, partition)
-        if cached is not None:
-            WORKER_CACHE.put(task.fit_id, key, cached)
-    if cached is not None or batches is None:
-        for _ in batches or ():  # drain the unread input, so Spark can reuse this Python worker
-            pass
-        return cached
-    arrays = _load_partition(task, batches)
-    if task.canonical_order:
-        order = canonical_order(*arrays)
-        arrays = (arrays[0][order], arrays[1][order])
-    WORKER_CACHE.put(task.fit_id, key, arrays)
-    _spill(task.fit_id, partition, arrays)
-    return arrays
-
-
-def _release(task: TaskSpec, partition: int) -> None:
-    """After a fit's last round: drop this partition (memory and disk), and the replica once no
-    partition is left in this Python worker."""
-    WORKER_CACHE.release(task.fit_id, ("partition", partition))
-    for name in ("x", "y"):
-        try:
-            os.remove(os.path.join(_spill_dir(task.fit_id), f"partition-{partition}-{name}.npy"))
-        except OSError:
-            pass
-    try:
-        os.rmdir(_spill_dir(task.fit_id))
-    except OSError:
-        pass  # other partitions' files still there, or already gone
-    if not any(isinstance(k, tuple) and k[0] == "partition" for k in WORKER_CACHE.keys(task.fit_id)):
-        WORKER_CACHE.release(task.fit_id)
 
 
 def _meta_row(partition: int, rows: int, partition_rows: int, steps: int, missing: bool = False, metrics=None) -> dict:
@@ -286,17 +208,21 @@ def train_partition(
     if not from_data:
         for _ in batches:  # the placeholder column; an unread input stops Spark reusing this Python worker
             pass
-    arrays = _partition_arrays(task, partition, batches if from_data else None)
-    if arrays is None and expected == 0:  # nothing to find: an empty partition needs no data
-        arrays = tuple(np.zeros((0, *c.shape), c.dtype) for c in (task.features, task.label))
-    if arrays is None:
+    try:
+        data = load_partition(task.fit_id, "train", partition, task.columns, batches if from_data else None, expected,
+                              task.budget_bytes, task.canonical_order)
+    except InvariantError:
+        release(task.fit_id, "train", partition)
+        raise
+    if data is None and expected == 0:  # nothing to find: an empty partition needs no data
+        data = Partition(PartitionArrays.empty(task.columns))
+    if data is None:
         yield pa.RecordBatch.from_pylist([_meta_row(partition, 0, expected, 0, missing=True)], schema=RESULT_SCHEMA)
         return
-    x, y = arrays
-    if len(x) != expected:
-        _release(task, partition)
+    if len(data) != expected:
+        release(task.fit_id, "train", partition)
         raise InvariantError(
-            f"partition {partition} must hold the {expected} rows counted before training. Received: {len(x)} rows "
+            f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
             "(the cached training data changed; is the input non-deterministic?)"
         )
     start, stop = plan.row_range(partition, round_task.round_in_epoch) if expected else (0, 0)
@@ -309,15 +235,61 @@ def train_partition(
                                      decode_arrays(optimizer, copy=False).arrays if optimizer is not None else None))
         replica.seed_round(task.seed, round_task.epoch, round_task.round_in_epoch, partition)
         order = epoch_order(expected, task.seed, round_task.epoch, partition, task.shuffle)[start:stop]
-        metrics = replica.train(x[order], y[order], task.batch_size)
+        arrays = data.arrays
+        metrics = replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=data.rows(order))
         steps = -(-(stop - start) // task.batch_size)
         meta = _meta_row(partition, stop - start, expected, steps, metrics=metrics)
         pieces = split_state(replica.get_state(), task.piece_bytes)
     if round_task.last:
-        _release(task, partition)
+        release(task.fit_id, "train", partition)
     yield pa.RecordBatch.from_pylist([meta], schema=RESULT_SCHEMA)
     for index, piece in enumerate(pieces):
         yield _piece_batch(partition, meta["rows"], index, piece)
+
+
+VALIDATION_DDL = "partition int, rows bigint, payload binary"
+
+
+def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights: Broadcast, last: bool,
+                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Evaluate the master weights on one validation partition: the loss and compiled metrics of
+    ``test_on_batch`` over its rows in batches, as summed metric variables (exact when summed
+    across partitions), in one row ``(partition, rows, payload)``; ``payload`` null for no rows.
+    The rows are put in an order defined by their values (they came through a round-robin
+    repartition, in shuffle-fetch order), so the batches, and the metrics that depend on them
+    (a multi-output model's per-output losses are means of batch means in Keras), are the same
+    in every run. Rows are weighted by the sample-weight column, if any, never by ``class_weight``
+    (Keras applies ``class_weight`` to training rows only).
+
+    Raises:
+        InvariantError: the partition does not hold the rows counted for it.
+    """
+    from sparkdl.keras import runtime
+
+    context = TaskContext.get()
+    runtime.configure(context.cpus())
+    from sparkdl.keras.custom_objects import register
+
+    register(task.custom_objects)
+    WORKER_CACHE.idle_s = task.idle_s
+    partition = context.partitionId()
+    expected = rows[partition] if partition < len(rows) else 0
+    columns = dataclasses.replace(task.validation, class_weight=None)
+    data = load_partition(task.fit_id, "val", partition, columns, batches, expected, task.budget_bytes, True, share=False)
+    if len(data) != expected:
+        release(task.fit_id, "val", partition)
+        raise InvariantError(f"validation partition {partition} must hold the {expected} rows counted. Received: {len(data)}")
+    payload = None
+    if expected:
+        replica = _replica(task)
+        replica.set_state(ModelState(decode_arrays(weights.value, copy=False).arrays, None))
+        arrays = data.arrays
+        order = data.rows(np.arange(expected)) if data.base is not None else None  # memory-mapped: ordered through base
+        payload = encode_arrays(replica.evaluate(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=order))
+    if last:
+        release(task.fit_id, "val", partition)
+    yield pa.RecordBatch.from_pylist([{"partition": partition, "rows": expected, "payload": payload}],
+                                     schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("payload", pa.binary())]))
 
 
 def _pieces_of(table: pa.Table) -> Iterator[tuple[Piece, int]]:
@@ -480,10 +452,38 @@ def plan_reduction(limit: int, state_bytes: int, workers: int) -> bool:
     return on_executors
 
 
+def validate_epoch(spark, job: TrainJob, task: TaskSpec, reader, weights: list, epoch: int, last: bool) -> dict:
+    """The validation loss and metrics of ``weights`` (the master weights after ``epoch``): one job
+    over the cached validation data, each partition's summed metric variables added up on the
+    driver (exact: never a mean of per-partition means), read as Keras reads them, keys ``val_*``;
+    ``last`` releases the executors' copies of the validation data."""
+    data = job.validation
+    rows = data.partition_rows
+    broadcast = spark.sparkContext.broadcast(encode_arrays(weights))
+    try:
+        out = data.df.mapInArrow(lambda batches: evaluate_partition(task, rows, broadcast, last, batches), VALIDATION_DDL)
+        description = f"sparkdl fit {job.fit_id[:8]}: validation after epoch {epoch + 1}"
+        table = run_job(spark, out.toArrow, description, f"sparkdl-{job.fit_id}-val-{epoch}", job.config.round_timeout_s)
+    finally:
+        broadcast.destroy()
+    found = table.to_pydict()
+    if sorted(found["partition"]) != list(range(len(rows))) or sum(found["rows"]) != data.total_rows:
+        raise InvariantError(
+            f"validation after epoch {epoch + 1} must cover the {data.total_rows} rows of every partition. Received "
+            f"partitions {sorted(found['partition'])} with {sum(found['rows'])} rows"
+        )
+    sums = MetricSums()
+    for payload in found["payload"]:
+        if payload is not None:
+            sums.add(decode_arrays(payload).arrays)
+    return {f"val_{name}": value for name, value in reader.results(sums.total()).items()}
+
+
 class RoundsBackend:
     """One Spark job per round; see the module docstring."""
 
     name = "rounds"
+    _start = None  # the policy's start(master), when the workers start a round elsewhere than the master (bmuf)
 
     def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
         from sparkdl.keras.custom_objects import registered
@@ -495,8 +495,7 @@ class RoundsBackend:
             fit_id=job.fit_id,
             spec=job.spec.architecture_only(),
             compile_spec=job.compile_spec,
-            features=job.data.features,
-            label=job.data.label,
+            columns=job.data.columns,
             plan=job.plan,
             batch_size=config.batch_size,
             seed=config.seed,
@@ -505,9 +504,11 @@ class RoundsBackend:
             idle_s=max(3600.0, 2 * config.round_timeout_s),
             canonical_order=not config.keep_partitioning,
             piece_bytes=PIECE_BYTES,
+            budget_bytes=job.budget_bytes,
+            validation=job.validation.columns if job.validation is not None else None,
         )
-        features, label = job.data.features, job.data.label
-        reader = job.reader or MetricReader(job.spec, job.compile_spec, features.shape, features.dtype, label.shape, label.dtype)
+        reader = job.reader or MetricReader.for_columns(job.spec, job.compile_spec, job.data.columns)
+        self._start = getattr(policy, "start", None)
         names = decode_arrays(job.spec.weights).names
         spark = job.data.df.sparkSession
         workers = len(job.plan.partition_rows)
@@ -548,6 +549,9 @@ class RoundsBackend:
                         f"{job.data.total_rows} rows counted in the input"
                     )
                 epoch_metrics = reader.results(sums.total())
+                if job.validation is not None and job.validation.total_rows:
+                    last_epoch = epoch + 1 == config.epochs
+                    epoch_metrics.update(validate_epoch(spark, job, task, reader, result.state.weights, epoch, last_epoch))
                 seconds = time.perf_counter() - started
                 append_epoch(result.history, epoch_metrics)
                 result.epoch_seconds.append(seconds)
@@ -557,7 +561,7 @@ class RoundsBackend:
             # The last round's tasks delete their partitions' disk copies; after a failed fit, or
             # for copies another executor made, this removes the ones on the driver's machine (all
             # of them in local mode); Spark deletes the rest with the application's directory.
-            shutil.rmtree(os.path.join(SparkFiles.getRootDirectory(), f"sparkdl-{job.fit_id}"), ignore_errors=True)
+            shutil.rmtree(spill_dir(job.fit_id), ignore_errors=True)
         return result
 
     def _round(self, spark, ids, job: TrainJob, task: TaskSpec, result: FitResult, round_task: RoundTask, reduced: bool,
@@ -565,7 +569,7 @@ class RoundsBackend:
         """One round: the master state broadcast once (destroyed however the round ends); the job over
         the partition-id DataFrame after the first round, and over the cached data for the first round
         or when a partition was in no worker's cache."""
-        state = result.state
+        state = result.state if self._start is None else self._start(result.state)  # bmuf: W + η·Δ with Nesterov
         broadcast = spark.sparkContext.broadcast(
             (encode_arrays(state.weights), encode_arrays(state.optimizer) if state.optimizer is not None else None)
         )

@@ -1,0 +1,39 @@
+"""Mode bmuf on backend rounds (issue 9): η = 0, ζ = 1 equals sync; the filter changes the path; ps refused."""
+
+import numpy as np
+import pytest
+
+from sparkdl import KerasEstimator
+from sparkdl.errors import ConfigError
+
+import keras  # noqa: E402
+
+
+def _fit(spark, **params):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.BatchNormalization(),
+                              keras.layers.Dense(3, activation="softmax")])
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    df = spark.createDataFrame([(x[i].tolist(), int(np.argmax(x[i, :3]))) for i in range(96)], "x array<float>, y int")
+    settings = dict(model=model, optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                    featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0)
+    settings.update(params)
+    return KerasEstimator(**settings).fit(df)
+
+
+def test_bmuf_without_momentum_equals_sync_and_with_momentum_differs(spark):
+    sync = _fit(spark)
+    plain = _fit(spark, mode="bmuf", blockMomentum=0.0, blockLearningRate=1.0)
+    filtered = _fit(spark, mode="bmuf")  # η = 1 − 1/2, Nesterov
+    assert plain.fitInfo["mode"] == "bmuf" and plain.fitInfo["backend"] == "rounds" and plain.fitInfo["rounds"] == 6
+    for a, b in zip(sync.getKerasModel().get_weights(), plain.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(plain.history["loss"], sync.history["loss"], atol=1e-6)
+    moved = [not np.allclose(a, b, atol=1e-4) for a, b in zip(sync.getKerasModel().get_weights(), filtered.getKerasModel().get_weights(), strict=True)]
+    assert any(moved) and np.isfinite(filtered.history["loss"]).all()
+
+
+def test_bmuf_runs_on_rounds_only():
+    with pytest.raises(ConfigError, match="mode 'bmuf' runs on backend 'rounds'"):
+        KerasEstimator(mode="bmuf", backend="ps")._fit_config()
