@@ -347,7 +347,7 @@ def run_mode(args) -> dict:
     result = {
         "benchmark": "partition_memory", "mode": args.mode, "gb": args.gb, "width": args.width, "rows": trained,
         "partition_rows": info["partition_rows"], "batch_size": args.batch_size, "budget_mb": round(budget_mb, 1),
-        "task_budget_bytes": info["task_budget_bytes"], "memory_mapped_partitions": info["memory_mapped_partitions"],
+        "task_budget_bytes": info["task_budget_bytes"], "partitions_on_disk": info["partitions_on_disk"],
         "arrow_max_records_per_batch": spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
         "rounds": info["rounds"], "loss": round(float(fitted.history["loss"][-1]), 4),
         "accuracy": round(float(fitted.history["accuracy"][-1]), 4),
@@ -432,7 +432,7 @@ def main() -> None:
           "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         s = r["seconds"]
-        print(f"| {r['mode']} ({r['repeat']}) | {r['memory_mapped_partitions']}/{len(r['partition_rows'])} | {r['worker_peak_hwm_mb']:,} "
+        print(f"| {r['mode']} ({r['repeat']}) | {r['partitions_on_disk']}/{len(r['partition_rows'])} | {r['worker_peak_hwm_mb']:,} "
               f"| {r['worker_baseline_rss_mb']:,} | {r['worker_peak_growth_mb']:,} ({r['worker_growth_vs_partition']}) "
               f"| {r['worker_peak_anon_mb']:,} / {r['worker_anon_growth_mb']:,} | {r['worker_peak_file_mb']:,} "
               f"| {r['worker_peak_mapped_npy_mb']:,} | {r['python_peak_sum_rss_mb']:,} | {r['driver_peak_rss_mb']:,} "

@@ -45,6 +45,8 @@ class FitConfig:
         server_port: TCP port of the ``ps`` backend's parameter server (0: a free port).
         worker_timeout_s: seconds a ``ps`` worker may stay silent (no push, pull or heartbeat)
             before the fit fails naming its partition.
+        compression: how updates travel: None (full state) or ``"fp16"`` (float16 updates;
+            :mod:`sparkdl.core.compression`), backend ``rounds``.
 
     ``backend="auto"`` resolves to ``rounds`` for ``sync`` and ``ps`` for the asynchronous modes
     (see :attr:`resolved_backend`); ``rounds`` refuses the asynchronous modes.
@@ -67,6 +69,7 @@ class FitConfig:
     staleness: int = DEFAULT_STALENESS
     server_port: int = 0
     worker_timeout_s: float = 600.0
+    compression: str | None = None
 
     @property
     def resolved_backend(self) -> str:
@@ -84,6 +87,14 @@ class FitConfig:
             raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
+        from sparkdl.core.compression import check_compression
+
+        check_compression(self.compression)
+        if self.compression is not None and self.resolved_backend == "ps":
+            raise ConfigError(
+                f"compression runs on backend 'rounds' for now. Received: compression={self.compression!r} with backend "
+                f"'ps' (mode {self.mode!r})"
+            )
         if self.mode in ROUNDS_ONLY_MODES and self.backend == "ps":
             raise ConfigError(f"mode {self.mode!r} runs on backend 'rounds' for now. Received: mode={self.mode!r}, backend='ps' (use 'rounds' or 'auto')")
         if self.mode in ASYNC_MODES and self.backend == "rounds":

@@ -57,6 +57,10 @@ class WeightedMean:
                 np.add(acc, np.multiply(a, weight, dtype=np.float64), out=acc)
         self.total_weight += float(weight)
 
+    def means(self) -> list[np.ndarray] | None:
+        """The weighted means in float64, before any cast (``None`` when nothing was added)."""
+        return None if self._sums is None else [acc / self.total_weight for acc in self._sums]
+
     def result(self) -> list[np.ndarray] | None:
         """The weighted mean, or ``None`` when nothing with a positive weight was added."""
         if self._sums is None:

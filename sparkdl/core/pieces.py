@@ -25,6 +25,7 @@ from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.state import ModelState
 
 WEIGHTS, OPTIMIZER = 0, 1
+_FLOAT16 = np.dtype(np.float16).str
 DEFAULT_PIECE_BYTES = 16 * 2**20
 
 
@@ -85,7 +86,8 @@ class PieceMean:
 
     Call :meth:`add` with each worker's pieces and rows (pieces of one worker share its rows);
     :meth:`results` yields each piece's mean in its dtype (floats cast back, integers rounded to
-    nearest, bools thresholded at 0.5, as :class:`~sparkdl.core.aggregation.WeightedMean`). A piece
+    nearest, bools thresholded at 0.5, as :class:`~sparkdl.core.aggregation.WeightedMean`), except
+    float16 pieces (compressed updates), whose mean is float32. A piece
     that one worker alone sent is passed through as it came (what the float64 mean would return
     too, without the arithmetic); from the second worker on, one float64 sum per piece is kept.
 
@@ -123,7 +125,11 @@ class PieceMean:
         for key in sorted(self._first):
             first, rows = self._first.pop(key)
             mean = self._means.pop(key, None)
-            if mean is None:
+            if first.dtype == _FLOAT16:  # compressed updates: the mean is kept in float32, never summed in float16
+                values = (first.to_numpy().astype(np.float32) if mean is None else mean.means()[0].astype(np.float32)).reshape(-1)
+                yield Piece(first.group, first.array, first.offset, first.shape, values.dtype.str, memoryview(values).cast("B")), (
+                    rows if mean is None else mean.total_weight)
+            elif mean is None:
                 yield first, rows
             else:
                 values = mean.result()[0].reshape(-1)

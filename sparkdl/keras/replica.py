@@ -120,7 +120,7 @@ class Replica:
             batch_size: rows per step; the last batch may be partial.
             sample_weight: per-row loss weights ``(rows,)`` float32 (Keras' ``sample_weight``), or None.
             rows: the row indices to train on, in order (n = ``len(rows)``); None: every row in
-                order. Each batch is gathered on its own, so memory-mapped arrays are read a batch
+                order. Each batch is gathered on its own, so on-disk arrays are read a batch
                 at a time.
 
         Returns:

@@ -97,7 +97,7 @@ class ModelColumns:
 @dataclass
 class PartitionArrays:
     """A partition as numpy: ``x`` one array per model input ``(rows, *shape)``, ``y`` one per output,
-    ``w`` the sample weights ``(rows,)`` float32 or None. Arrays may be memory-mapped files."""
+    ``w`` the sample weights ``(rows,)`` float32 or None. Arrays may be read from files by row (``sparkdl.spark.partitions.FileArray``)."""
 
     x: list
     y: list

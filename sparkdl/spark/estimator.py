@@ -89,12 +89,15 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             history gets ``val_*`` keys, exact over all validation rows. On backend ``ps`` each
             epoch's master weights are kept when its last update is applied and validated after
             the barrier stage (it holds every slot).
+        compression: ``None`` (default: workers send their full state) or ``"fp16"``: each worker sends
+            its update relative to the round's start as float16 (half the bytes), summed in float64
+            and averaged in float32 (backend ``rounds``); ``fitInfo["update_bytes"]`` counts what was sent.
         handleInvalid: ``"error"`` (default: rows with a null, NaN or ±inf in any model column fail
             before training, naming the column and the count) or ``"skip"`` (dropped, counted in a
             warning and ``fitInfo["rows_skipped"]``).
         maxTaskMemoryMB: a task's budget for its partition (MB; None: the executor's memory divided
             by its task slots); a larger partition is written once to local ``.npy`` files and
-            memory-mapped, and read a batch at a time.
+            read a batch at a time (never memory-mapped).
         predictionCol: output column of the fitted model (double).
         probabilityCol: class probabilities (a ``pyspark.ml.linalg`` DenseVector; ``array<double>`` with
             ``scoreColumnType="array"``).
@@ -199,6 +202,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         blockMomentum=None,
         blockLearningRate=1.0,
         nesterov=True,
+        compression=None,
     ) -> None:
         super().__init__()
         self._spec = None
@@ -251,6 +255,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         blockMomentum=None,
         blockLearningRate=1.0,
         nesterov=True,
+        compression=None,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
         :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are
@@ -364,6 +369,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             staleness=self.getStaleness(),
             server_port=self.getServerPort(),
             worker_timeout_s=self.getWorkerTimeout(),
+            compression=self.getCompression(),
         )
 
     def setValidationData(self, df: DataFrame | None) -> KerasEstimator:
@@ -547,7 +553,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "rows_skipped": data.skipped,
             "validation_rows": validation.total_rows if validation is not None else 0,
             "task_budget_bytes": budget,
-            "memory_mapped_partitions": sum(1 for n in data.partition_rows if n * per_row > budget),
+            "partitions_on_disk": sum(1 for n in data.partition_rows if n * per_row > budget),
             **result.info,
         }
         # Where the fit's time went (seconds): checks and the compile dry run on the driver, the data

@@ -355,6 +355,12 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
                           lambda v: None if v is None else TypeConverters.toFloat(v))
     blockLearningRate = Param(Params._dummy(), "blockLearningRate", "bmuf: block learning rate ζ (> 0)", TypeConverters.toFloat)
     nesterov = Param(Params._dummy(), "nesterov", "bmuf: workers start each block from W + η·Δ", TypeConverters.toBoolean)
+    compression = Param(
+        Params._dummy(), "compression",
+        "how workers send their updates: None (full-precision state) or 'fp16' (the update relative to the round's start, "
+        "as float16, averaged in float32)",
+        lambda v: None if v is None else TypeConverters.toString(v),
+    )
     backend = Param(
         Params._dummy(), "backend",
         "'rounds' (one Spark job per round, sync only), 'ps' (parameter server, one barrier stage) or "
@@ -413,7 +419,7 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     maxTaskMemoryMB = Param(
         Params._dummy(), "maxTaskMemoryMB",
         "a task's budget for its partition (MB, a float > 0): a larger partition is written once to a local file and "
-        "memory-mapped; None derives it from spark.executor.pyspark.memory (else spark.executor.memory) "
+        "kept on disk and read a batch at a time; None derives it from spark.executor.pyspark.memory (else spark.executor.memory) "
         "divided by the executor's task slots",
         _optional_positive_float,
     )
@@ -425,6 +431,7 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
             blockMomentum=None,
             blockLearningRate=1.0,
             nesterov=True,
+            compression=None,
             sampleWeightCol=None,
             classWeight=None,
             validationCol=None,
@@ -512,6 +519,12 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def setBlockLearningRate(self, value: float):
         return self._set(blockLearningRate=value)
+
+    def getCompression(self):
+        return self.getOrDefault(self.compression)
+
+    def setCompression(self, value):
+        return self._set(compression=value)
 
     def getNesterov(self) -> bool:
         return self.getOrDefault(self.nesterov)

@@ -1,4 +1,5 @@
-"""Mode bmuf on backend rounds (issue 9): η = 0, ζ = 1 equals sync; the filter changes the path; ps refused."""
+"""Mode bmuf and fp16 updates on backend rounds (issue 9): η = 0, ζ = 1 equals sync; the filter changes the path;
+fp16 updates train close to full precision with half the bytes; ps refused."""
 
 import numpy as np
 import pytest
@@ -37,3 +38,20 @@ def test_bmuf_without_momentum_equals_sync_and_with_momentum_differs(spark):
 def test_bmuf_runs_on_rounds_only():
     with pytest.raises(ConfigError, match="mode 'bmuf' runs on backend 'rounds'"):
         KerasEstimator(mode="bmuf", backend="ps")._fit_config()
+
+
+@pytest.mark.parametrize("mode", ["sync", "bmuf"])
+def test_fp16_updates_train_close_to_full_precision_and_send_half_the_bytes(spark, mode):
+    full = _fit(spark, mode=mode)
+    half = _fit(spark, mode=mode, compression="fp16")
+    assert half.fitInfo["compression"] == "fp16" and full.fitInfo["compression"] is None
+    for a, b in zip(full.getKerasModel().get_weights(), half.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-3)
+    # float32 weights and SGD's float32 state: half the bytes (the iteration counter stays int64)
+    assert half.fitInfo["update_bytes"] < 0.52 * full.fitInfo["update_bytes"]
+    assert sum(half.fitInfo["update_bytes_per_epoch"]) == half.fitInfo["update_bytes"]
+
+
+def test_compression_runs_on_rounds_only():
+    with pytest.raises(ConfigError, match="compression runs on backend 'rounds'"):
+        KerasEstimator(mode="async", compression="fp16")._fit_config()

@@ -353,7 +353,7 @@ def test_validation_with_sample_weights_equals_keras_evaluate(spark):
                          weightedMetrics=["mae"], featuresCol="x", labelCol="y", sampleWeightCol="w", validationCol="v",
                          numWorkers=2, epochs=3, batchSize=4, maxTaskMemoryMB=1e-4, verbose=0)  # every partition memory-mapped
     fitted = est.fit(df)
-    assert fitted.fitInfo["validation_rows"] == 6 and fitted.fitInfo["memory_mapped_partitions"] == 2
+    assert fitted.fitInfo["validation_rows"] == 6 and fitted.fitInfo["partitions_on_disk"] == 2
     model = fitted.getKerasModel()
     want = model.evaluate(x[is_val], y[is_val], sample_weight=w[is_val].astype(np.float32), batch_size=4, verbose=0, return_dict=True)
     assert _val_keys(fitted.history) == sorted(f"val_{k}" for k in want)

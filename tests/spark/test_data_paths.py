@@ -32,12 +32,12 @@ def _fit(spark, budget_mb, **params):
 
 
 @pytest.mark.parametrize("backend", ["rounds", "ps"])
-def test_memory_mapped_partitions_train_to_the_same_weights(spark, backend):
+def test_partitions_on_disk_train_to_the_same_weights(spark, backend):
     extra = {} if backend == "rounds" else {"backend": "ps"}
     in_memory = _fit(spark, None, **extra)
     mapped = _fit(spark, 0.0005, **extra)  # 524 bytes: every partition of ~60 rows × 32 bytes is over it
-    assert in_memory.fitInfo["memory_mapped_partitions"] == 0
-    assert mapped.fitInfo["memory_mapped_partitions"] == 2 and mapped.fitInfo["task_budget_bytes"] == 524
+    assert in_memory.fitInfo["partitions_on_disk"] == 0
+    assert mapped.fitInfo["partitions_on_disk"] == 2 and mapped.fitInfo["task_budget_bytes"] == 524
     for a, b in zip(in_memory.getKerasModel().get_weights(), mapped.getKerasModel().get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     assert sorted(in_memory.history) == sorted(mapped.history)

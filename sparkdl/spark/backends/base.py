@@ -30,7 +30,7 @@ class TrainJob:
         reader: the driver's :class:`~sparkdl.keras.metrics.MetricReader`, when the estimator built
             one already (it stays on the driver; tasks get a :class:`TaskSpec`-like value instead).
         validation: the prepared, cached validation data, or None.
-        budget_bytes: a task's memory budget for its partition (bytes); larger ones are memory-mapped.
+        budget_bytes: a task's memory budget for its partition (bytes); larger ones stay on disk.
     """
 
     fit_id: str

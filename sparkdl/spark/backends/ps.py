@@ -381,7 +381,7 @@ class PSBackend:
             stats = server.stats()
         finally:
             server.shutdown()
-            # A failed task leaves its memory-mapped partition behind (local mode: all of them here);
+            # A failed task leaves its on-disk partition behind (local mode: all of them here);
             # Spark deletes other executors' copies with the application's directory.
             shutil.rmtree(spill_dir(job.fit_id), ignore_errors=True)
         self._check(table, job, workers)

@@ -42,6 +42,7 @@ from pyspark import TaskContext
 from pyspark.broadcast import Broadcast
 from pyspark.sql import functions as F
 
+from sparkdl.core.compression import decode_mean, encode_update
 from sparkdl.core.metrics import MetricSums, append_epoch
 from sparkdl.core.modes import ModePolicy
 from sparkdl.core.schedule import RoundPlan, epoch_order
@@ -57,7 +58,7 @@ from sparkdl.spark.jobs import run_job
 
 RESULT_DDL = (
     "partition int, piece int, rows bigint, partition_rows bigint, steps bigint, missing boolean, "
-    "grp int, arr int, offset bigint, shape string, dtype string, payload binary"
+    "grp int, arr int, offset bigint, shape string, dtype string, payload binary, nbytes bigint"
 )
 RESULT_SCHEMA = pa.schema(
     [
@@ -73,6 +74,7 @@ RESULT_SCHEMA = pa.schema(
         ("shape", pa.string()),  # piece: the whole array's shape, JSON
         ("dtype", pa.string()),  # piece: numpy dtype.str
         ("payload", pa.binary()),  # piece: raw values; meta: Arrow IPC of the metric variable sums
+        ("nbytes", pa.int64()),  # meta: bytes of the worker's update pieces (what it sends)
     ]
 )
 META = -1
@@ -92,8 +94,9 @@ class TaskSpec:
     without a round (seconds); ``canonical_order`` sorts each partition's rows by content when
     they came through the round-robin repartition (whose row order follows shuffle-fetch order);
     ``piece_bytes`` bounds one piece of an update (bytes); a partition over ``budget_bytes`` is
-    memory-mapped (:mod:`sparkdl.spark.partitions`); ``validation`` is how the validation data's
-    columns are read, when there is validation data.
+    kept on disk (:mod:`sparkdl.spark.partitions`); ``validation`` is how the validation data's
+    columns are read, when there is validation data; ``compression`` (``"fp16"`` or None) how
+    updates travel (:mod:`sparkdl.core.compression`).
     """
 
     fit_id: str
@@ -110,6 +113,7 @@ class TaskSpec:
     piece_bytes: int = DEFAULT_PIECE_BYTES
     budget_bytes: int = 2**62
     validation: ModelColumns | None = None
+    compression: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,10 +156,10 @@ def _replica(task: TaskSpec):
     return replica
 
 
-def _meta_row(partition: int, rows: int, partition_rows: int, steps: int, missing: bool = False, metrics=None) -> dict:
+def _meta_row(partition: int, rows: int, partition_rows: int, steps: int, missing: bool = False, metrics=None, nbytes: int = 0) -> dict:
     return {
         "partition": partition, "piece": META, "rows": rows, "partition_rows": partition_rows, "steps": steps,
-        "missing": missing, "payload": encode_arrays(metrics) if metrics is not None else None,
+        "missing": missing, "payload": encode_arrays(metrics) if metrics is not None else None, "nbytes": nbytes,
     }
 
 
@@ -167,7 +171,7 @@ def _piece_batch(partition: int, rows: int, index: int, piece: Piece) -> pa.Reco
         pa.array([partition], pa.int32()), pa.array([index], pa.int32()), pa.array([rows], pa.int64()),
         pa.nulls(1, pa.int64()), pa.nulls(1, pa.int64()), pa.nulls(1, pa.bool_()),
         pa.array([piece.group], pa.int32()), pa.array([piece.array], pa.int32()), pa.array([piece.offset], pa.int64()),
-        pa.array([piece.shape_json], pa.string()), pa.array([piece.dtype], pa.string()), payload,
+        pa.array([piece.shape_json], pa.string()), pa.array([piece.dtype], pa.string()), payload, pa.nulls(1, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RESULT_SCHEMA)
 
@@ -225,21 +229,24 @@ def train_partition(
             f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
             "(the cached training data changed; is the input non-deterministic?)"
         )
-    start, stop = plan.row_range(partition, round_task.round_in_epoch) if expected else (0, 0)
-    if stop <= start:
+    begin, stop = plan.row_range(partition, round_task.round_in_epoch) if expected else (0, 0)
+    if stop <= begin:
         meta, pieces = _meta_row(partition, 0, expected, 0), ()
     else:
         replica = _replica(task)
         weights, optimizer = round_task.state.value  # read once per Python worker per round (PySpark keeps it)
-        replica.set_state(ModelState(decode_arrays(weights, copy=False).arrays,
-                                     decode_arrays(optimizer, copy=False).arrays if optimizer is not None else None))
+        start = ModelState(decode_arrays(weights, copy=False).arrays, decode_arrays(optimizer, copy=False).arrays if optimizer is not None else None)
+        replica.set_state(start)
         replica.seed_round(task.seed, round_task.epoch, round_task.round_in_epoch, partition)
-        order = epoch_order(expected, task.seed, round_task.epoch, partition, task.shuffle)[start:stop]
+        order = epoch_order(expected, task.seed, round_task.epoch, partition, task.shuffle)[begin:stop]
         arrays = data.arrays
         metrics = replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=data.rows(order))
-        steps = -(-(stop - start) // task.batch_size)
-        meta = _meta_row(partition, stop - start, expected, steps, metrics=metrics)
-        pieces = split_state(replica.get_state(), task.piece_bytes)
+        rows = int(stop) - int(begin)
+        state = replica.get_state()
+        update = encode_update(state, start, task.compression) if task.compression else state
+        pieces = list(split_state(update, task.piece_bytes))
+        nbytes = sum(len(piece.values) for piece in pieces)
+        meta = _meta_row(partition, rows, expected, -(-rows // task.batch_size), metrics=metrics, nbytes=nbytes)
     if round_task.last:
         release(task.fit_id, "train", partition)
     yield pa.RecordBatch.from_pylist([meta], schema=RESULT_SCHEMA)
@@ -284,7 +291,7 @@ def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights: Broadcast
         replica = _replica(task)
         replica.set_state(ModelState(decode_arrays(weights.value, copy=False).arrays, None))
         arrays = data.arrays
-        order = data.rows(np.arange(expected)) if data.base is not None else None  # memory-mapped: ordered through base
+        order = data.rows(np.arange(expected)) if data.base is not None else None  # on disk or in memory: ordered through base
         payload = encode_arrays(replica.evaluate(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=order))
     if last:
         release(task.fit_id, "val", partition)
@@ -344,6 +351,7 @@ class RoundOutcome:
         rows: rows trained in the round.
         metrics: each trained worker's metric variable sums.
         missing: partitions that were in no cache (the round must be run again over the data).
+        nbytes: bytes of update pieces the workers sent (compressed when compression is on).
     """
 
     workers: list[tuple[int, int, int]]
@@ -351,6 +359,7 @@ class RoundOutcome:
     rows: int
     metrics: list[list[np.ndarray]]
     missing: list[int]
+    nbytes: int = 0
 
 
 def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) -> RoundOutcome:
@@ -373,8 +382,9 @@ def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) 
             metrics.append(decode_arrays(meta["payload"][i]).arrays)
     workers.sort()
     rows = sum(w[1] for w in workers)
+    nbytes = sum(n or 0 for n in meta["nbytes"])
     if missing:
-        return RoundOutcome(workers, None, rows, metrics, missing)
+        return RoundOutcome(workers, None, rows, metrics, missing, nbytes)
     if reduced:
         pieces = _pieces_of(table)
     else:
@@ -396,7 +406,7 @@ def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) 
             yield piece
 
     mean = assemble(checked(pieces))
-    return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing)
+    return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing, nbytes)
 def _check_finite(state: ModelState, names: list[str], description: str) -> None:
     for name, array in zip(names, state.weights, strict=True):
         if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
@@ -506,6 +516,7 @@ class RoundsBackend:
             piece_bytes=PIECE_BYTES,
             budget_bytes=job.budget_bytes,
             validation=job.validation.columns if job.validation is not None else None,
+            compression=config.compression,
         )
         reader = job.reader or MetricReader.for_columns(job.spec, job.compile_spec, job.data.columns)
         self._start = getattr(policy, "start", None)
@@ -518,13 +529,13 @@ class RoundsBackend:
         # and receives a byte per row instead of the rows.
         ids = job.data.df.select(F.lit(0).cast("byte").alias("_"))
         result = FitResult(state=state)
-        result.info.update(reduced_on_executors=reduced, rounds_reading_data=0)
+        result.info.update(reduced_on_executors=reduced, rounds_reading_data=0, compression=task.compression)
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_rounds = config.epochs * rounds_per_epoch
         try:
             for epoch in range(config.epochs):
                 started = time.perf_counter()
-                sums, rows = MetricSums(), 0
+                sums, rows, nbytes = MetricSums(), 0, 0
                 for r in range(rounds_per_epoch):
                     description = f"sparkdl fit {job.fit_id[:8]}: round {result.rounds + 1}/{total_rounds} (epoch {epoch + 1})"
                     last = result.rounds + 1 == total_rounds
@@ -541,6 +552,7 @@ class RoundsBackend:
                     _check_finite(result.state, names, description)
                     result.rounds += 1
                     rows += outcome.rows
+                    nbytes += outcome.nbytes
                     for variables in outcome.metrics:
                         sums.add(variables)
                 if rows != job.data.total_rows:
@@ -554,6 +566,8 @@ class RoundsBackend:
                     epoch_metrics.update(validate_epoch(spark, job, task, reader, result.state.weights, epoch, last_epoch))
                 seconds = time.perf_counter() - started
                 append_epoch(result.history, epoch_metrics)
+                result.info.setdefault("update_bytes_per_epoch", []).append(nbytes)  # what the workers sent (bytes)
+                result.info["update_bytes"] = result.info.get("update_bytes", 0) + nbytes
                 result.epoch_seconds.append(seconds)
                 if on_epoch_end is not None:
                     on_epoch_end(epoch, epoch_metrics, seconds)
@@ -575,16 +589,16 @@ class RoundsBackend:
         )
         try:
             round_task = RoundTask(round_task.epoch, round_task.round_in_epoch, round_task.last, broadcast)
-            if result.rounds > 0:
-                outcome = self._job(spark, ids, False, job, task, round_task, reduced, description)
-                if not outcome.missing:
-                    return outcome
-            result.info["rounds_reading_data"] += 1
-            outcome = self._job(spark, job.data.df, True, job, task, round_task, reduced, description)
+            outcome = self._job(spark, ids, False, job, task, round_task, reduced, description) if result.rounds > 0 else None
+            if outcome is None or outcome.missing:
+                result.info["rounds_reading_data"] += 1
+                outcome = self._job(spark, job.data.df, True, job, task, round_task, reduced, description)
         finally:
             broadcast.destroy()
         if outcome.missing:
             raise InvariantError(f"{description} must find every partition in the training data. Received: partitions {outcome.missing} missing")
+        if task.compression and outcome.mean is not None:  # the workers sent updates: the mean state is start + their mean
+            outcome.mean = decode_mean(outcome.mean, state)
         return outcome
 
     def _job(self, spark, df, from_data: bool, job: TrainJob, task: TaskSpec, round_task: RoundTask, reduced: bool,
