@@ -36,7 +36,16 @@ class ModePolicy(Protocol):
     # is not the master itself (BMUF's Nesterov look-ahead W + η·Δ).
 
 
-class SyncAveraging:
+class _RoundPolicy:
+    """A policy that acts on the round's row-weighted mean: :meth:`apply` reduces the per-worker
+    list to that mean and calls :meth:`apply_mean`."""
+
+    def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
+        mean, rows = _row_weighted_mean(updates)
+        return self.apply_mean(master, mean, rows)
+
+
+class SyncAveraging(_RoundPolicy):
     """Synchronous model averaging every τ local steps, weighted by rows.
 
     W ← Σᵢ nᵢ·Wᵢ / Σᵢ nᵢ over the workers that trained in the round, for model weights
@@ -52,10 +61,6 @@ class SyncAveraging:
 
     name = "sync"
 
-    def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
-        mean, rows = _row_weighted_mean(updates)
-        return self.apply_mean(master, mean, rows)
-
     def apply_mean(self, master: ModelState, mean: ModelState | None, rows: int) -> ModelState:
         """W ← the mean itself; the master is kept when no worker trained (``mean`` None or 0 rows)."""
         if mean is None or rows == 0:
@@ -63,7 +68,7 @@ class SyncAveraging:
         return ModelState(mean.weights, mean.optimizer if mean.optimizer is not None else master.optimizer)
 
 
-class BlockMomentum:
+class BlockMomentum(_RoundPolicy):
     """Blockwise model-update filtering (BMUF): model averaging with momentum across blocks.
 
     Each round (a block of τ local steps) starts every worker from W_g; with W̄ the row-weighted
@@ -111,10 +116,6 @@ class BlockMomentum:
         weights = [(w + self.eta * d).astype(w.dtype) if self._filtered(i, w) else w
                    for i, (w, d) in enumerate(zip(master.weights, self.delta, strict=True))]
         return ModelState(weights, master.optimizer)
-
-    def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
-        mean, rows = _row_weighted_mean(updates)
-        return self.apply_mean(master, mean, rows)
 
     def apply_mean(self, master: ModelState, mean: ModelState | None, rows: int) -> ModelState:
         if mean is None or rows == 0:

@@ -108,6 +108,11 @@ def normalize_loss(value) -> str | dict:
     """
     if value is None:
         raise ConfigError("loss must be given (a name, a keras.losses.Loss or its config). Received: None")
+    if isinstance(value, (dict, list, tuple)) and not (isinstance(value, dict) and "class_name" in value):
+        raise ConfigError(
+            "loss must be one loss for every output (a name, a keras.losses.Loss or its config); per-output losses "
+            f"(a dict or list) are not supported yet: weigh the outputs with lossWeights. Received: {value!r}"
+        )
     return _normalize(value, "loss")
 
 
@@ -379,6 +384,11 @@ class ModelSpec:
             raise ConfigError(
                 "model must be a Functional or Sequential keras.Model with a known Input (subclassed models "
                 f"are not supported yet). Received: {type(model).__name__} without symbolic inputs"
+            )
+        if isinstance(getattr(model, "_inputs_struct", None), dict):
+            raise ConfigError(
+                "model inputs must be a keras.Input or a list of them; a dict of inputs is not supported yet: build the model "
+                f"with a list (featuresCols maps columns to inputs by their names). Received: inputs {sorted(model._inputs_struct)}"
             )
         architecture = model.to_json()
         try:  # executors rebuild the model from this JSON: unregistered custom objects must fail here

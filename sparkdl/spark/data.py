@@ -332,6 +332,23 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
     return request
 
 
+def read_dtype(df: DataFrame, source: str, dtype: str) -> str:
+    """The dtype a feature column is read as before its check: the model input's own for float32
+    and float64; for integer, bool and float16 inputs a wide one (int64 for an integer column, else
+    float64; float32 for float16), so the check job sees NaN, fractional and out-of-range values
+    before the tasks cast them (a cast in Spark SQL would truncate 1.7 to 1 without a word)."""
+    kind = np.dtype(dtype).kind
+    if kind == "f" and np.dtype(dtype).itemsize >= 4:
+        return dtype
+    if kind == "f":
+        return "float32"
+    data_type = df.schema[source].dataType
+    element = data_type.elementType if isinstance(data_type, T.ArrayType) else data_type
+    while isinstance(element, T.ArrayType):
+        element = element.elementType
+    return "int64" if isinstance(element, _INTEGER_TYPES + (T.BooleanType,)) else "float64"
+
+
 def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str, decoders: dict) -> tuple[Column, ColumnSpec]:
     """The expression that reads feature column ``source`` as column ``name`` (binary as it is, for
     its decoder; a sequence as ``array<array<T>>``; anything else as ``array<T>``) and its draft
@@ -339,10 +356,11 @@ def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str
     data_type = df.schema[source].dataType
     if isinstance(data_type, T.BinaryType):
         return col(source).alias(name), ColumnSpec(name, shape, dtype, source, decoder=decoders[source])
+    wide = read_dtype(df, source, dtype)
     if shape and shape[0] is None:
-        element = _SPARK_TYPES.get(dtype, T.FloatType())
+        element = _SPARK_TYPES.get(wide, T.FloatType())
         return col(source).cast(T.ArrayType(T.ArrayType(element))).alias(name), ColumnSpec(name, shape, dtype, source, ragged=True)
-    return as_array(df, source, dtype).alias(name), ColumnSpec(name, (), dtype, source)
+    return as_array(df, source, wide).alias(name), ColumnSpec(name, (), dtype, source)
 
 
 def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[ColumnSpec], list[ColumnSpec], ColumnSpec | None]:
@@ -556,7 +574,12 @@ def prepare_training_data(
             raise InvariantError(f"the {role} data must have numWorkers={num_workers} partitions. Received: {len(rows)}")
         stats = [json.loads(s["stats"]) for s in rows]
         total, skipped = sum(s["rows"] for s in rows), sum(s["skipped"] for s in rows)
-        columns = _check_stats(stats, total, skipped, request, xs, ys, weight, loss, role)
+        try:
+            columns = _check_stats(stats, total, skipped, request, xs, ys, weight, loss, role)
+        except SchemaError as exc:
+            if role == "training":
+                raise
+            raise SchemaError(f"{role} data: {exc}") from None
     except BaseException:
         selected.unpersist()
         raise
@@ -613,7 +636,30 @@ def _check_stats(stats, total: int, skipped: int, request: ColumnRequest, xs, ys
     return ModelColumns(tuple(inputs), tuple(outputs), weight, request.class_weight, request.skip_invalid)
 
 
+def _check_range(stats, name: str, dtype: str, parts: list[ColumnSpec]) -> None:
+    """Values a model input of ``dtype`` cannot hold: fractional values for integer inputs, values
+    outside the dtype's range (``np.iinfo``, float16's ±65,504)."""
+    target = np.dtype(dtype)
+    if target.kind == "f" and target.itemsize >= 4:
+        return
+    low, high = ((int(np.iinfo(target).min), int(np.iinfo(target).max)) if target.kind in "iu" else (0, 1) if target.kind == "b"
+                 else (-float(np.finfo(target).max), float(np.finfo(target).max)))
+    for c in parts:
+        fractional = _total(stats, c.name, "fractional") if target.kind != "f" else 0
+        lows, highs = _values(stats, c.name, "min"), _values(stats, c.name, "max")
+        outside = bool(lows) and (min(lows) < low or max(highs) > high)
+        if fractional or outside:
+            found = f"values from {min(lows):g} to {max(highs):g}" if lows else "no values"
+            raise SchemaError(
+                f"features column {c.source!r} feeds model input {name!r} of dtype {dtype}: its values must be "
+                + ("whole numbers " if target.kind != "f" else "") + f"in [{low}, {high}]. Received: {found}"
+                + (f", {fractional} of them not whole numbers" if fractional else "")
+            )
+
+
 def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[ColumnSpec], total: int) -> TensorSpec:
+    if not parts[0].decoder:
+        _check_range(stats, name, dtype, parts)
     if parts[0].decoder:
         return TensorSpec(name, shape, dtype, tuple(parts))
     if parts[0].ragged:

@@ -442,6 +442,21 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         except SchemaError as exc:
             raise SchemaError(f"validationData: {exc}") from exc
 
+    def _bmuf_policy(self, model, workers: int):
+        """The bmuf policy: η = ``blockMomentum``, default 1 − 1/workers (the workers that train),
+        only the trainable weights filtered.
+
+        Raises:
+            ConfigError: η outside [0, 1) or ζ <= 0.
+        """
+        trainable = {id(v) for v in model.trainable_weights}
+        eta = self.getBlockMomentum()
+        return get_policy(
+            "bmuf", block_momentum=eta if eta is not None else 1.0 - 1.0 / max(1, workers),
+            block_learning_rate=self.getBlockLearningRate(), nesterov=self.getNesterov(),
+            trainable=[id(v) in trainable for v in model.weights],
+        )
+
     def _fit(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.replica import state_nbytes
@@ -473,6 +488,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             )
         fit_id = uuid.uuid4().hex
         loss = compile_spec.loss_info
+        if self.getFeaturesCols() is not None and self.isSet(self.featuresCol):
+            warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=2)
         request = request_columns(
             dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
             self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
@@ -493,13 +510,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         # A model whose updates cannot reach the driver fails now, not after the data jobs.
         if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
             plan_reduction(result_limit_bytes(spark), state_nbytes(reader.model), config.num_workers)
-        if policy is None:
-            trainable = {id(v) for v in reader.model.trainable_weights}
-            policy = get_policy(
-                "bmuf", block_momentum=self.getBlockMomentum() if self.getBlockMomentum() is not None else 1.0 - 1.0 / config.num_workers,
-                block_learning_rate=self.getBlockLearningRate(), nesterov=self.getNesterov(),
-                trainable=[id(v) in trainable for v in reader.model.weights],
-            )
+        if policy is None:  # bmuf: checked now, before any job; η's default needs the workers counted below
+            self._bmuf_policy(reader.model, config.num_workers)
         budget = task_budget(spark, self.getMaxTaskMemoryMB())
         checked = time.perf_counter()
 
@@ -514,6 +526,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                               f"{data.total_rows} rows are trained on", stacklevel=2)
             if validation_df is not None:
                 validation = prepare_training_data(validation_df, request, loss, config.num_workers, run_job=check_job, role="validation")
+                if validation.skipped:
+                    warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
+                                  "were dropped", stacklevel=2)
                 if validation.total_rows == 0:
                     warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=2)
             workers = len(data.partition_rows)
@@ -530,6 +545,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                     f"{workers - data.total_rows} workers will have no rows to train on",
                     stacklevel=2,
                 )
+            if policy is None:
+                policy = self._bmuf_policy(reader.model, workers)
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
             job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader, validation=validation, budget_bytes=budget)
             prepared = time.perf_counter()
@@ -552,6 +569,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "mode": config.mode,
             "rows_skipped": data.skipped,
             "validation_rows": validation.total_rows if validation is not None else 0,
+            "validation_rows_skipped": validation.skipped if validation is not None else 0,
             "task_budget_bytes": budget,
             "partitions_on_disk": sum(1 for n in data.partition_rows if n * per_row > budget),
             **result.info,

@@ -136,3 +136,10 @@ def test_registered_custom_objects_are_accepted():
     spec = ModelSpec.from_model(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=swish2)]))
     assert "swish2" in spec.architecture
     assert CompileSpec.create("adam", swish2, None).loss["config"] == "sparkdl_tests>swish2"
+
+
+def test_a_dict_of_inputs_is_refused_naming_the_fix():
+    a, b = keras.Input((2,), name="a"), keras.Input((3,), name="b")
+    model = keras.Model({"zeta": a, "alpha": b}, keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
+    with pytest.raises(ConfigError, match=r"a dict of inputs is not supported yet.*Received: inputs \['alpha', 'zeta'\]"):
+        ModelSpec.from_model(model)

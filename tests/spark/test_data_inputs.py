@@ -359,3 +359,24 @@ def test_c08_decoders_that_cannot_run_fail_before_any_job(spark, png_df):
     msg = _fit_error(spark, est({"content": "tests.decoders:decode_png", "label": "tests.decoders:decode_png", "contnet": "tests.decoders:decode_png"}),
                      png_df, any_job=False)
     assert "decoders must name binary feature columns" in msg and "'contnet' (no such column)" in msg and "'label' (bigint)" in msg, msg
+
+
+def test_integer_inputs_refuse_fractional_nan_and_out_of_range_ids_before_training(spark):
+    """Integer model inputs (Embedding ids) are read wide and checked: 1.7 is not truncated to 1 in silence."""
+
+    def model():
+        keras.utils.set_random_seed(0)
+        ids = keras.Input((1,), dtype="int32")
+        return keras.Model(ids, keras.layers.Dense(1)(keras.layers.Flatten()(keras.layers.Embedding(10, 2)(ids))))
+
+    cases = [([(1.7, 1.0), (2.0, 0.0)], "id double", r"whole numbers in \[-2147483648, 2147483647\]. Received: values from 1.7 to 2, 1 of them not whole numbers"),
+             ([(1, 1.0), (2**32 + 1, 0.0)], "id long", r"Received: values from 1 to 4.29497e\+09"),
+             ([(1.0, 1.0), (float("nan"), 0.0)], "id double", r"column 'id' must hold finite values. Received: 1 NaN")]
+    for rows, schema, message in cases:
+        df = spark.createDataFrame(rows, f"{schema}, y double")
+        est = KerasEstimator(model=model(), loss="mse", featuresCol="id", labelCol="y", numWorkers=1, verbose=0)
+        with pytest.raises(SchemaError, match=message):
+            est.fit(df)
+    whole = spark.createDataFrame([(3.0, 1.0), (7.0, 0.0)], "id double, y double")
+    fitted = KerasEstimator(model=model(), loss="mse", featuresCol="id", labelCol="y", numWorkers=1, verbose=0).fit(whole)
+    assert fitted.fitInfo["rows"] == 2

@@ -476,8 +476,8 @@ def test_c15_multi_input_multi_output_equals_plain_keras(spark):
 
 
 def test_c15_int_inputs_stay_ints(spark):
-    """The int32 inputs are prepared as int arrays and read as int32 (an id above 2**24 would not survive
-    float32): the data layer's own functions, as ``fit`` calls them."""
+    """The int32 inputs are prepared as (wide, checked) int64 arrays and read as int32 (an id above 2**24
+    would not survive float32): the data layer's own functions, as ``fit`` calls them."""
     from sparkdl.spark.data import prepare_training_data, request_columns
 
     df, _ = _recommender_data(spark)
@@ -490,7 +490,7 @@ def test_c15_int_inputs_stay_ints(spark):
     try:
         assert [t.dtype for t in data.columns.inputs] == ["int32", "int32", "float32"]
         types = [f.dataType.simpleString() for f in data.df.schema.fields[:3]]
-        assert types == ["array<int>", "array<int>", "array<float>"], types
+        assert types == ["array<bigint>", "array<bigint>", "array<float>"], types  # read wide, range-checked, cast by the tasks
         users = sorted(r[0][0] for r in data.df.select(data.df.columns[0]).collect())
         assert users[0] == 2**24 + 1  # exact: not rounded through float32 (2**24 + 1 -> 2**24)
     finally:

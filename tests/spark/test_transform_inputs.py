@@ -66,3 +66,17 @@ def test_sequences_are_padded_and_masked(spark):
     plain = fitted.getKerasModel()
     want = [float(plain.predict(np.array([s], np.float32), verbose=0)[0, 0]) for s in seqs]  # each row alone, unpadded
     np.testing.assert_allclose([r["prediction"] for r in got], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_with_a_dict_of_outputs_trains_and_scores_by_output_name(spark):
+    keras.utils.set_random_seed(4)
+    x = keras.Input((2,), name="x")
+    model = keras.Model(x, {"b_out": keras.layers.Dense(1, name="b_out")(x), "a_out": keras.layers.Dense(2, name="a_out")(x)})
+    rows = [([float(i), float(-i)], float(i), [float(i), 1.0]) for i in range(10)]
+    df = spark.createDataFrame(rows, "f array<double>, b double, a array<double>")
+    fitted = KerasEstimator(model=model, loss="mse", featuresCol="f", labelCols={"a_out": "a", "b_out": "b"}, numWorkers=2,
+                            verbose=0).fit(df)
+    got = fitted.transform(df).collect()
+    want = fitted.getKerasModel().predict(np.array([r["f"] for r in got], np.float32), verbose=0)
+    np.testing.assert_allclose([r["a_out"] for r in got], want["a_out"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([r["b_out"] for r in got], want["b_out"][:, 0], rtol=1e-5, atol=1e-6)
