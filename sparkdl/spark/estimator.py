@@ -203,6 +203,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         blockLearningRate=1.0,
         nesterov=True,
         compression=None,
+        outputCols=None,
     ) -> None:
         super().__init__()
         self._spec = None
@@ -256,6 +257,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         blockLearningRate=1.0,
         nesterov=True,
         compression=None,
+        outputCols=None,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
         :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are

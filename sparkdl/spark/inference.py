@@ -42,7 +42,7 @@ from sparkdl.errors import SchemaError
 from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import TensorSpec, tensor_to_numpy
-from sparkdl.spark.data import as_array, col, input_column, map_inputs
+from sparkdl.spark.data import as_array, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -212,50 +212,80 @@ def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
     return _broadcasts[key][1]
 
 
-def check_feature_rows(df: DataFrame, features_col: str, input_shape: tuple | None, input_dtype: str, source: str | None = None) -> None:
-    """Count null, null-element and wrongly sized feature rows of the whole input in one job.
+def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
+    """Count null, null-element and wrongly sized feature rows of the whole input, every feature
+    column in one job.
 
-    The job runs Spark SQL expressions only (no Python workers) and is skipped where the schema
-    already rules the errors out (a non-nullable numeric column for a one-value input) and for
-    streaming DataFrames. ``source`` is the user's name of the column, for messages;
-    ``input_shape`` None (a column assembled with others) skips the length rule.
+    The job runs Spark SQL expressions only (no Python workers). A column is left out where the
+    schema already rules the errors out (a non-nullable numeric column for a one-value input); the
+    job is skipped for streaming DataFrames and when no column is left.
+
+    Args:
+        df: the DataFrame (positional column names).
+        checks: per feature column ``(column, input_shape, input_dtype, source)``: its name in ``df``,
+            the model input's per-row shape (None for a column assembled with others: no length
+            rule), the dtype it is read as, and the user's name of the column, for messages.
 
     Raises:
-        SchemaError: naming the column, the rule and the counts over all rows.
+        SchemaError: naming the first bad column, the rule and the counts over all rows.
     """
-    source = source or features_col
-    size = None if input_shape is None else int(np.prod(input_shape, dtype=np.int64))
-    field = df.schema[features_col]
-    scalar = isinstance(field.dataType, (T.NumericType, T.BooleanType))
-    if scalar and size not in (None, 1):
-        raise SchemaError(
-            f"features column {source!r} must hold {size} values per row (the model input shape "
-            f"{tuple(input_shape)}); a numeric column holds one. Received: {field.dataType.simpleString()}"
-        )
-    if (scalar and not field.nullable) or df.isStreaming:
+    counters, rules = [F.count(F.lit(1)).alias("rows")], []
+    for i, (features_col, input_shape, input_dtype, source) in enumerate(checks):
+        size = None if input_shape is None else int(np.prod(input_shape, dtype=np.int64))
+        field = df.schema[features_col]
+        scalar = isinstance(field.dataType, (T.NumericType, T.BooleanType))
+        if scalar and size not in (None, 1):
+            raise SchemaError(
+                f"features column {source!r} must hold {size} values per row (the model input shape "
+                f"{tuple(input_shape)}); a numeric column holds one. Received: {field.dataType.simpleString()}"
+            )
+        if (scalar and not field.nullable) or df.isStreaming:
+            continue
+        values = as_array(df, features_col, input_dtype)
+        present = col(features_col).isNotNull()
+        wrong = present & (F.size(values) != F.lit(size)) if size is not None else F.lit(False)
+        counters += [
+            F.count(F.when(~present, 1)).alias(f"nulls_{i}"),
+            F.count(F.when(present & F.exists(values, lambda v: v.isNull()), 1)).alias(f"element_nulls_{i}"),
+            F.count(F.when(wrong, 1)).alias(f"wrong_{i}"),
+            F.min(F.when(wrong, F.size(values))).alias(f"shortest_{i}"),
+            F.max(F.when(wrong, F.size(values))).alias(f"longest_{i}"),
+        ]
+        rules.append((i, size, input_shape, source))
+    if not rules:
         return
-    values = as_array(df, features_col, input_dtype)
-    present = col(features_col).isNotNull()
-    wrong = present & (F.size(values) != F.lit(size)) if size is not None else F.lit(False)
-    counts = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.count(F.when(~present, 1)).alias("nulls"),
-        F.count(F.when(present & F.exists(values, lambda v: v.isNull()), 1)).alias("element_nulls"),
-        F.count(F.when(wrong, 1)).alias("wrong"),
-        F.min(F.when(wrong, F.size(values))).alias("shortest"),
-        F.max(F.when(wrong, F.size(values))).alias("longest"),
-    ).first()
-    problems = []
-    if counts["nulls"]:
-        problems.append(f"{counts['nulls']} null rows")
-    if counts["element_nulls"]:
-        problems.append(f"{counts['element_nulls']} rows with null elements")
-    if counts["wrong"]:
-        lengths = sorted({counts["shortest"], counts["longest"]})
-        problems.append(f"{counts['wrong']} rows of {' to '.join(map(str, lengths))} values")
-    if problems:
-        rule = f"{size} non-null values per row (the model input shape {tuple(input_shape)})" if size is not None else "non-null values"
-        raise SchemaError(f"features column {source!r} must hold {rule} to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}")
+    counts = df.agg(*counters).first()
+    for i, size, input_shape, source in rules:
+        problems = []
+        if counts[f"nulls_{i}"]:
+            problems.append(f"{counts[f'nulls_{i}']} null rows")
+        if counts[f"element_nulls_{i}"]:
+            problems.append(f"{counts[f'element_nulls_{i}']} rows with null elements")
+        if counts[f"wrong_{i}"]:
+            lengths = sorted({counts[f"shortest_{i}"], counts[f"longest_{i}"]})
+            problems.append(f"{counts[f'wrong_{i}']} rows of {' to '.join(map(str, lengths))} values")
+        if problems:
+            rule = f"{size} non-null values per row (the model input shape {tuple(input_shape)})" if size is not None else "non-null values"
+            raise SchemaError(f"features column {source!r} must hold {rule} to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}")
+
+
+def output_columns(spec: ModelSpec, output_cols) -> list[str]:
+    """The column of each output of a multi-output model, in output order.
+
+    Raises:
+        SchemaError: ``output_cols`` not naming every output exactly once (a list of another length,
+            a dict with other keys).
+    """
+    names = [name for name, _ in spec.output_specs]
+    if output_cols is None:
+        return names
+    if isinstance(output_cols, dict):
+        if sorted(output_cols) != sorted(names):
+            raise SchemaError(f"outputCols must map every model output by name: the outputs are {names}. Received: {sorted(output_cols)}")
+        return [output_cols[name] for name in names]
+    if len(output_cols) != len(names):
+        raise SchemaError(f"outputCols must name one column per model output {names}. Received: {list(output_cols)}")
+    return list(output_cols)
 
 
 def transform(
@@ -269,6 +299,7 @@ def transform(
     check_features: bool = True,
     features_cols=None,
     decoders: dict | None = None,
+    output_cols=None,
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
@@ -293,6 +324,8 @@ def transform(
             or a dict input name -> column(s)); None: ``features_col``. A sequence input's rows are
             padded to the longest row of each Arrow batch.
         decoders: binary column -> ``"module:function"``, as in ``fit``.
+        output_cols: a multi-output model's output columns (a list in output order or a dict output
+            name -> column); None: the outputs' names.
 
     Raises:
         SchemaError: a missing or mistyped features column, an output column that already exists
@@ -304,7 +337,7 @@ def transform(
     multi_output = len(spec.output_specs) > 1
     if multi_output:
         layout, write_raw, write_probability = None, False, False
-        added = [name for name, _ in spec.output_specs]
+        added = output_columns(spec, output_cols)
     else:
         outputs = int(np.prod(spec.output_shape, dtype=np.int64))
         layout: OutputLayout = loss.layout(task, outputs)
@@ -314,12 +347,13 @@ def transform(
     for name in added:
         if name in df.columns or added.count(name) > 1:
             raise SchemaError(
-                f"output column {name!r} must not exist in the input DataFrame nor be given twice. "
-                f"Received columns: {df.columns}, output columns: {added}"
+                f"output column {name!r} must not exist in the input DataFrame nor be given twice"
+                + (" (set outputCols to name each output's column)" if multi_output else "")
+                + f". Received columns: {df.columns}, output columns: {added}"
             )
     fields = list(df.schema.fields)
     if multi_output:
-        for name, shape in spec.output_specs:
+        for name, (_, shape) in zip(added, spec.output_specs, strict=True):
             wide = int(np.prod(shape, dtype=np.int64)) != 1
             fields.append(T.StructField(name, T.ArrayType(T.DoubleType(), containsNull=False) if wide else T.DoubleType(), nullable=False))
     else:
@@ -331,7 +365,7 @@ def transform(
     names = [f"_{i}" for i in range(len(fields))]
     positional = df.toDF(*names[: len(df.columns)])
     positional_decoders = {names[df.columns.index(c)]: d for c, d in decoders.items() if c in df.columns}
-    exprs, tensors = [], []
+    exprs, tensors, checks = [], [], []
     for i, (name, shape, dtype, cols) in enumerate(mapping):
         parts = []
         for j, c in enumerate(cols):
@@ -340,10 +374,11 @@ def transform(
             plain = not (part.decoder or part.ragged)
             part = dataclasses.replace(part, source=c, shape=(tuple(shape) if len(cols) == 1 else (-1,)) if plain else part.shape)
             if check_features and plain:
-                check_feature_rows(positional, where, tuple(shape) if len(cols) == 1 else None, dtype, source=c)
+                checks.append((where, tuple(shape) if len(cols) == 1 else None, read_dtype(positional, where, dtype), c))
             exprs.append(expr)
             parts.append(part)
         tensors.append(TensorSpec(name, tuple(shape), dtype, tuple(parts)))
+    check_feature_rows(positional, checks)  # one job for every feature column (none without checkFeatures)
     from sparkdl.keras.custom_objects import registered
 
     job = PredictSpec(

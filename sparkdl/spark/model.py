@@ -116,7 +116,8 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
             self.getPredictionCol(), self.getRawPredictionCol(), self.getProbabilityCol(), self.getScoreColumnType() == "vector"
         )
         return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info,
-                         check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders())
+                         check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
+                         output_cols=self.getOutputCols())
 
     def _outputs(self) -> int:
         return int(np.prod(self._spec.output_shape, dtype=np.int64))

@@ -124,6 +124,16 @@ def _optional_positive_float(value):
     return value
 
 
+def _output_cols(value):
+    if value is None:
+        return None
+    if isinstance(value, dict) and value and all(isinstance(k, str) and isinstance(c, str) for k, c in value.items()):
+        return dict(value)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(c, str) for c in value):
+        return list(value)
+    raise ConfigError(f"outputCols must be a list of column names or a dict output name -> column. Received: {value!r}")
+
+
 class HasInputColumns(Params):
     """Where a model's inputs come from, besides ``featuresCol``: several columns and binary decoders."""
 
@@ -140,6 +150,19 @@ class HasInputColumns(Params):
         "that turns one row's bytes into a numeric array of the input's shape",
         _decoders,
     )
+
+    outputCols = Param(
+        Params._dummy(), "outputCols",
+        "transform of a multi-output model: the column of each output, a list in output order or a dict output name -> "
+        "column (default: each output's name)",
+        _output_cols,
+    )
+
+    def getOutputCols(self):
+        return self.getOrDefault(self.outputCols)
+
+    def setOutputCols(self, value):
+        return self._set(outputCols=value)
 
     def getFeaturesCols(self):
         return self.getOrDefault(self.featuresCols)
@@ -315,6 +338,7 @@ class KerasSharedParams(
             scoreColumnType="vector",
             checkFeatures=True,
             featuresCols=None,
+            outputCols=None,
             decoders=None,
             batchSize=32,
             task="auto",

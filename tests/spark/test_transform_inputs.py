@@ -16,7 +16,15 @@ def test_assembled_scalar_columns_score_as_the_assembled_input(spark):
     df = spark.createDataFrame(rows, "a double, b double, c double, y int")
     fitted = KerasEstimator(model=model, loss="sparse_categorical_crossentropy", featuresCols=["a", "b", "c"], labelCol="y",
                             numWorkers=2, verbose=0).fit(df)
-    got = fitted.transform(df).orderBy("a").collect()
+    sc = spark.sparkContext
+    sc.setJobGroup("transform-checks", "transform's feature checks")
+    try:
+        scored = fitted.transform(df.withColumn("a", df["a"] * 1.0))  # nullable columns: each needs its count
+        checks = len(sc.statusTracker().getJobIdsForGroup("transform-checks"))
+    finally:
+        sc.setJobGroup("", "")
+    assert 1 <= checks <= 2  # one aggregate for every feature column (AQE runs its shuffle as a job of its own); one per column ran 6
+    got = scored.orderBy("a").collect()
     x = np.array([[r["a"], r["b"], r["c"]] for r in got], np.float32)
     np.testing.assert_allclose([r["probability"].toArray() for r in got], fitted.getKerasModel().predict(x, verbose=0), rtol=1e-5, atol=1e-6)
 
@@ -80,3 +88,22 @@ def test_a_model_with_a_dict_of_outputs_trains_and_scores_by_output_name(spark):
     want = fitted.getKerasModel().predict(np.array([r["f"] for r in got], np.float32), verbose=0)
     np.testing.assert_allclose([r["a_out"] for r in got], want["a_out"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose([r["b_out"] for r in got], want["b_out"][:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_output_columns_of_a_multi_output_model_can_be_renamed(spark):
+    """Outputs named like their label columns (C15's recommender) score their training data through outputCols."""
+    keras.utils.set_random_seed(5)
+    x = keras.Input((2,))
+    model = keras.Model(x, [keras.layers.Dense(1, name="rating")(x), keras.layers.Dense(1, name="click")(x)])
+    df = spark.createDataFrame([([float(i), 1.0], float(i), float(i % 2)) for i in range(8)], "f array<double>, rating double, click double")
+    fitted = KerasEstimator(model=model, loss="mse", featuresCol="f", labelCols={"rating": "rating", "click": "click"}, numWorkers=2,
+                            verbose=0).fit(df)
+    with pytest.raises(SchemaError, match=r"output column 'rating' must not exist .*set outputCols"):
+        fitted.transform(df)
+    with pytest.raises(SchemaError, match=r"outputCols must name one column per model output \['rating', 'click'\]"):
+        fitted.setOutputCols(["only_one"]).transform(df)
+    out = fitted.setOutputCols({"rating": "rating_hat", "click": "click_hat"}).transform(df)
+    assert out.columns == ["f", "rating", "click", "rating_hat", "click_hat"]
+    got = out.collect()
+    want = fitted.getKerasModel().predict(np.array([r["f"] for r in got], np.float32), verbose=0)
+    np.testing.assert_allclose([r["click_hat"] for r in got], want[1][:, 0], rtol=1e-5, atol=1e-6)
