@@ -1,0 +1,138 @@
+"""Every training mode side by side on real data: test accuracy against wall-clock seconds and bytes sent.
+
+The CNN and settings of ``conf/mnist_cnn.yaml`` (8,000 mnist10k rows, Adam, batch 64) with 2
+workers on ``local[2]``, the same epochs for every mode, one after the other in one Spark session
+(after one untimed epoch, so that no mode pays the Python workers' TensorFlow import):
+``sync``, ``sync`` with ``compression="fp16"``, ``bmuf`` (``conf/mnist_cnn_bmuf.yaml``) and the
+asynchronous modes of backend ``ps`` (``conf/mnist_cnn_{async,hogwild,staleness_aware,ssp}.yaml``),
+as Jin, Yuan, Iandola and Keutzer ("How to scale distributed deep learning?", 2016) compare theirs.
+
+The 2,000 test rows are the fit's ``validationData``, so each epoch's test accuracy comes from
+the history (``val_accuracy``, exact over all test rows) and is plotted against the fit's
+cumulative seconds (``epoch_seconds``) and the update bytes the workers sent (backend ``rounds``:
+``fitInfo["update_bytes_per_epoch"]``; backend ``ps``: ``bytes_pushed`` per epoch). On ``rounds`` an
+epoch's seconds include its validation job (about 0.5 s); on ``ps`` the epochs are validated after
+the barrier stage, outside the epoch seconds (``fit_s`` includes both).
+
+Prints one JSON line per mode, e.g. ``{"mode": "bmuf", "compression": null, "test_accuracy": 0.981,
+"fit_s": 40.2, "update_bytes": 123456}``, then a Markdown table, and writes a PNG
+(``--plot``, default ``benchmarks/compare_modes.png``) when matplotlib is installed
+(``pip install matplotlib``; it is not a dependency of sparkdl).
+
+Usage: python benchmarks/compare_modes.py [--epochs 8] [--modes sync,sync_fp16,bmuf,async,hogwild,staleness_aware,ssp] [--plot PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before pyspark/keras)
+
+RUNS = {  # name -> (config file, extra fit settings)
+    "sync": ("conf/mnist_cnn.yaml", {}),
+    "sync_fp16": ("conf/mnist_cnn.yaml", {"compression": "fp16"}),
+    "bmuf": ("conf/mnist_cnn_bmuf.yaml", {}),
+    "async": ("conf/mnist_cnn_async.yaml", {}),
+    "hogwild": ("conf/mnist_cnn_hogwild.yaml", {}),
+    "staleness_aware": ("conf/mnist_cnn_staleness_aware.yaml", {}),
+    "ssp": ("conf/mnist_cnn_ssp.yaml", {}),
+}
+
+
+def run(spark, name: str, epochs: int) -> dict:
+    from jobs.train import FIT_KEYS, build_model, load_config
+    from sparkdl import KerasEstimator
+
+    path, extra = RUNS[name]
+    config = load_config(os.path.join(ROOT, path))
+    data = config["data"]
+    train = spark.read.parquet(os.path.join(ROOT, data["train"]))
+    test = spark.read.parquet(os.path.join(ROOT, data["test"]))
+    params = {FIT_KEYS[k]: v for k, v in config["fit"].items()}
+    params.update(extra, epochs=epochs, verbose=0)
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the model factory's module path is relative to the checkout
+    try:
+        model = build_model(config["model"])
+    finally:
+        os.chdir(cwd)
+    estimator = KerasEstimator(model=model, featuresCol=data["features_col"], labelCol=data["label_col"], **params)
+    started = time.perf_counter()
+    fitted = estimator.fit(train, validationData=test)
+    fit_s = time.perf_counter() - started
+    info, history = fitted.fitInfo, fitted.history
+    per_epoch = info.get("update_bytes_per_epoch") or [int(b) for b in history.get("bytes_pushed", [])]
+    seconds, total = [], 0.0
+    for s in info["epoch_seconds"]:
+        total += s
+        seconds.append(round(total, 2))
+    bytes_sent, total_bytes = [], 0
+    for b in per_epoch:
+        total_bytes += int(b)
+        bytes_sent.append(total_bytes)
+    return {
+        "mode": estimator.getMode(), "run": name, "compression": estimator.getCompression(), "backend": info["backend"],
+        "test_accuracy": round(history["val_accuracy"][-1], 4), "fit_s": round(fit_s, 2), "update_bytes": total_bytes,
+        "epochs": epochs, "curve": {"seconds": seconds, "bytes": bytes_sent, "test_accuracy": [round(a, 4) for a in history["val_accuracy"]]},
+    }
+
+
+def plot(results: list[dict], path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, (by_time, by_bytes) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for r in results:
+        curve = r["curve"]
+        by_time.plot(curve["seconds"], curve["test_accuracy"], marker="o", label=r["run"])
+        if curve["bytes"]:
+            by_bytes.plot([b / 2**20 for b in curve["bytes"]], curve["test_accuracy"], marker="o", label=r["run"])
+    by_time.set(xlabel="wall-clock seconds (fit, cumulative by epoch)", ylabel="test accuracy", title="accuracy vs time")
+    by_bytes.set(xlabel="update bytes sent by the workers (MiB, cumulative)", ylabel="test accuracy", title="accuracy vs bytes")
+    by_bytes.set_xscale("log")
+    lowest = min(a for r in results for a in r["curve"]["test_accuracy"])
+    for axis in (by_time, by_bytes):
+        axis.set_ylim(min(0.97, lowest - 0.01), 1.0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle("mnist10k CNN, 2 workers on local[2]")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--modes", default=",".join(RUNS))
+    parser.add_argument("--plot", default=os.path.join(ROOT, "benchmarks", "compare_modes.png"))
+    args = parser.parse_args()
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("sparkdl compare_modes").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    run(spark, "sync", 1)  # untimed: the Python workers import TensorFlow once, as in any session after its first fit
+    results = []
+    for name in args.modes.split(","):
+        result = run(spark, name, args.epochs)
+        results.append(result)
+        print(json.dumps({k: v for k, v in result.items() if k != "curve"}), flush=True)
+    spark.stop()
+    drawn = plot(results, args.plot)
+    print(json.dumps({"summary": True, "plot": args.plot if drawn else None, "curves": {r["run"]: r["curve"] for r in results}}))
+    print("\n| run | mode | backend | compression | test accuracy | fit s | update bytes |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['run']} | {r['mode']} | {r['backend']} | {r['compression'] or '-'} | {r['test_accuracy']:.4f} | {r['fit_s']:.1f} | {r['update_bytes']:,} |")
+
+
+if __name__ == "__main__":
+    main()
