@@ -396,12 +396,15 @@ class PSBackend:
             for epoch_summary in summaries:
                 append_epoch(result.history, epoch_summary)
         if validating:  # the barrier stage held every slot: validate each epoch's snapshot now
-            for epoch in range(config.epochs):
-                snapshot = recorder.snapshots.get(epoch)
-                if snapshot is None:
-                    raise InvariantError(f"the ps fit must record the master weights at the end of epoch {epoch + 1}. Received: no snapshot")
-                values = validate_epoch(spark, job, task, reader, snapshot, epoch, epoch + 1 == config.epochs)
-                append_epoch(result.history, values)
+            try:
+                for epoch in range(config.epochs):
+                    snapshot = recorder.snapshots.get(epoch)
+                    if snapshot is None:
+                        raise InvariantError(f"the ps fit must record the master weights at the end of epoch {epoch + 1}. Received: no snapshot")
+                    values = validate_epoch(spark, job, task, reader, snapshot, epoch, epoch + 1 == config.epochs)
+                    append_epoch(result.history, values)
+            finally:  # validation partitions kept on disk (over the budget) go with the fit
+                shutil.rmtree(spill_dir(job.fit_id), ignore_errors=True)
         rows = table.to_pydict()
         result.info.update(
             backend="ps",
