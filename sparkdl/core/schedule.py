@@ -70,19 +70,6 @@ def epoch_order(rows: int, seed: int, epoch: int, partition: int, shuffle: bool)
 _FINGERPRINT_SEED = 0x5EED5D1
 
 
-def _fingerprints(array: np.ndarray, rng: np.random.Generator, chunk_rows: int) -> np.ndarray:
-    n = len(array)
-    raw = np.ascontiguousarray(array).reshape(n, -1).view(np.uint8).reshape(n, -1)
-    width = -(-raw.shape[1] // 8) * 8
-    coefficients = rng.integers(1, 2**63, size=width // 8, dtype=np.uint64) | np.uint64(1)
-    out = np.zeros(n, np.uint64)
-    for start in range(0, n, chunk_rows):
-        block = np.zeros((min(chunk_rows, n - start), width), np.uint8)
-        block[:, : raw.shape[1]] = raw[start : start + chunk_rows]
-        out[start : start + len(block)] = (block.view(np.uint64) * coefficients).sum(axis=1, dtype=np.uint64)
-    return out
-
-
 class RowFingerprints:
     """Per-row 64-bit fingerprints of several arrays, fed a chunk of rows at a time, and the row
     order they give (see :func:`canonical_order`).

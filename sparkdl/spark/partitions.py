@@ -59,10 +59,6 @@ class FileArray:
     def __len__(self) -> int:
         return self.shape[0]
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
     def _read(self, start: int, count: int) -> np.ndarray:
         data = os.pread(self._fd, count * self._row_bytes, self._offset + start * self._row_bytes)
         return np.frombuffer(data, self.dtype, count=count * (self._row_bytes // self.dtype.itemsize) if self._row_bytes else 0).reshape((count, *self._row_shape))
@@ -111,7 +107,6 @@ class Partition:
 
     arrays: PartitionArrays
     base: np.ndarray | None = None
-    on_disk: bool = False
 
     def __len__(self) -> int:
         return len(self.arrays)
@@ -164,7 +159,7 @@ def _read(fit_id: str, key: str, partition: int, columns: ModelColumns) -> Parti
         base = np.load(_path(fit_id, key, partition, "base")) if has_base else None
     except (OSError, ValueError):
         return None
-    return Partition(PartitionArrays.of(arrays, len(columns.inputs), len(columns.outputs)), base, on_disk=True)
+    return Partition(PartitionArrays.of(arrays, len(columns.inputs), len(columns.outputs)), base)
 
 
 class _Sink:
@@ -294,7 +289,7 @@ def load_partition(fit_id: str, key: str, partition: int, columns: ModelColumns,
         if base is not None:
             _save(_path(fit_id, key, partition, "base"), base)
         _mark_complete(fit_id, key, partition, len(data.arrays), base is not None)
-    loaded = Partition(data, base, on_disk=on_disk)
+    loaded = Partition(data, base)
     WORKER_CACHE.put(fit_id, cache_key, loaded)
     return loaded
 
