@@ -3,7 +3,8 @@
 The CNN and settings of ``conf/mnist_cnn.yaml`` (8,000 mnist10k rows, Adam, batch 64) with 2
 workers on ``local[2]``, the same epochs for every mode, one after the other in one Spark session
 (after one untimed epoch, so that no mode pays the Python workers' TensorFlow import):
-``sync``, ``sync`` with ``compression="fp16"``, ``bmuf`` (``conf/mnist_cnn_bmuf.yaml``) and the
+``sync``, ``sync`` with each compression (``fp16``, ``1bit``, ``threshold`` with t = 0.01),
+``bmuf``, ``easgd`` and ``gossip`` (``conf/mnist_cnn_{bmuf,easgd,gossip}.yaml``) and the
 asynchronous modes of backend ``ps`` (``conf/mnist_cnn_{async,hogwild,staleness_aware,ssp}.yaml``),
 as Jin, Yuan, Iandola and Keutzer ("How to scale distributed deep learning?", 2016) compare theirs.
 
@@ -19,7 +20,7 @@ Prints one JSON line per mode, e.g. ``{"mode": "bmuf", "compression": null, "tes
 (``--plot``, default ``benchmarks/compare_modes.png``) when matplotlib is installed
 (``pip install matplotlib``; it is not a dependency of sparkdl).
 
-Usage: python benchmarks/compare_modes.py [--epochs 8] [--modes sync,sync_fp16,bmuf,async,hogwild,staleness_aware,ssp] [--plot PATH]
+Usage: python benchmarks/compare_modes.py [--epochs 8] [--modes sync,sync_fp16,sync_1bit,...] [--plot PATH]
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before 
 RUNS = {  # name -> (config file, extra fit settings)
     "sync": ("conf/mnist_cnn.yaml", {}),
     "sync_fp16": ("conf/mnist_cnn.yaml", {"compression": "fp16"}),
+    "sync_1bit": ("conf/mnist_cnn.yaml", {"compression": "1bit"}),
+    "sync_threshold": ("conf/mnist_cnn.yaml", {"compression": "threshold", "compressionThreshold": 0.01}),
     "bmuf": ("conf/mnist_cnn_bmuf.yaml", {}),
+    "easgd": ("conf/mnist_cnn_easgd.yaml", {}),
+    "gossip": ("conf/mnist_cnn_gossip.yaml", {}),
     "async": ("conf/mnist_cnn_async.yaml", {}),
     "hogwild": ("conf/mnist_cnn_hogwild.yaml", {}),
     "staleness_aware": ("conf/mnist_cnn_staleness_aware.yaml", {}),
@@ -89,11 +94,12 @@ def plot(results: list[dict], path: str) -> bool:
     except ImportError:
         return False
     figure, (by_time, by_bytes) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for r in results:
-        curve = r["curve"]
-        by_time.plot(curve["seconds"], curve["test_accuracy"], marker="o", label=r["run"])
+    colors = plt.get_cmap("tab20").colors  # more runs than the default cycle's 10 colors
+    for i, r in enumerate(results):
+        curve, color = r["curve"], colors[(2 * i) % 20 if i < 10 else (2 * i + 1) % 20]
+        by_time.plot(curve["seconds"], curve["test_accuracy"], marker="o", label=r["run"], color=color)
         if curve["bytes"]:
-            by_bytes.plot([b / 2**20 for b in curve["bytes"]], curve["test_accuracy"], marker="o", label=r["run"])
+            by_bytes.plot([b / 2**20 for b in curve["bytes"]], curve["test_accuracy"], marker="o", label=r["run"], color=color)
     by_time.set(xlabel="wall-clock seconds (fit, cumulative by epoch)", ylabel="test accuracy", title="accuracy vs time")
     by_bytes.set(xlabel="update bytes sent by the workers (MiB, cumulative)", ylabel="test accuracy", title="accuracy vs bytes")
     by_bytes.set_xscale("log")

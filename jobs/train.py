@@ -15,7 +15,8 @@ module:function`` with optional ``kwargs``, or ``json: path`` to a Keras model J
 (``KerasEstimator`` Params in snake_case: optimizer, loss, metrics, num_workers, epochs,
 batch_size, local_steps, mode, seed, backend, staleness, server_port, worker_timeout,
 sample_weight_col, class_weight, validation_col, validation_split, handle_invalid,
-max_task_memory_mb, block_momentum, block_learning_rate, nesterov, compression). ``data`` may also give ``validation`` (a Parquet path validated on after
+max_task_memory_mb, block_momentum, block_learning_rate, nesterov, elastic_force, compression,
+compression_threshold, min_workers_per_round, round_deadline). ``data`` may also give ``validation`` (a Parquet path validated on after
 each epoch), ``features_cols``, ``label_cols`` and ``decoders``. Relative paths are read from
 the working directory.
 """
@@ -56,7 +57,11 @@ FIT_KEYS = {
     "block_momentum": "blockMomentum",
     "block_learning_rate": "blockLearningRate",
     "nesterov": "nesterov",
+    "elastic_force": "elasticForce",
     "compression": "compression",
+    "compression_threshold": "compressionThreshold",
+    "min_workers_per_round": "minWorkersPerRound",
+    "round_deadline": "roundDeadline",
 }
 DATA_KEYS = {"features_cols": "featuresCols", "label_cols": "labelCols", "decoders": "decoders"}
 

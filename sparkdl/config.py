@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sparkdl.errors import ConfigError
 
-MODES = ("sync", "bmuf", "async", "hogwild", "staleness_aware", "ssp")
-ROUNDS_ONLY_MODES = ("bmuf",)
+MODES = ("sync", "bmuf", "easgd", "gossip", "async", "hogwild", "staleness_aware", "ssp")
+ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")
 ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")
 BACKENDS = ("rounds", "ps", "auto")
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
@@ -45,11 +46,20 @@ class FitConfig:
         server_port: TCP port of the ``ps`` backend's parameter server (0: a free port).
         worker_timeout_s: seconds a ``ps`` worker may stay silent (no push, pull or heartbeat)
             before the fit fails naming its partition.
-        compression: how updates travel: None (full state) or ``"fp16"`` (float16 updates;
-            :mod:`sparkdl.core.compression`), backend ``rounds``.
+        compression: how updates travel: None (full state), ``"fp16"`` (float16 updates), ``"1bit"``
+            or ``"threshold"`` (error-feedback quantizers; :mod:`sparkdl.core.compression`), any mode.
+        compression_threshold: ``"threshold"``'s t (> 0, in weight units): residual entries with
+            \|r\| >= t are sent as ±t.
+        min_workers_per_round: straggler-tolerant rounds: a round may close once this many workers
+            (an int >= 1) or this fraction of them (a float in (0, 1], rounded up) sent their
+            update; None waits for every worker.
+        round_deadline_s: with ``min_workers_per_round``: seconds from a round's start during which
+            it waits for every worker; after it, the round closes as soon as the minimum has
+            arrived (0: at once). Updates that arrive later are dropped and counted.
 
-    ``backend="auto"`` resolves to ``rounds`` for ``sync`` and ``ps`` for the asynchronous modes
-    (see :attr:`resolved_backend`); ``rounds`` refuses the asynchronous modes.
+    ``backend="auto"`` resolves to ``rounds`` for the round modes (:data:`ROUND_MODES`) and ``ps``
+    for the asynchronous modes (see :attr:`resolved_backend`); ``rounds`` refuses the asynchronous
+    modes, and ``min_workers_per_round`` needs a round mode.
 
     Raises:
         ConfigError: when a value is outside its range.
@@ -70,6 +80,18 @@ class FitConfig:
     server_port: int = 0
     worker_timeout_s: float = 600.0
     compression: str | None = None
+    compression_threshold: float = 0.01
+    min_workers_per_round: int | float | None = None
+    round_deadline_s: float = 0.0
+
+    def min_workers(self, workers: int) -> int:
+        """The updates that may close a round of ``workers`` workers (``workers`` when not set)."""
+        value = self.min_workers_per_round
+        if value is None:
+            return workers
+        if isinstance(value, float):
+            return max(1, min(workers, math.ceil(value * workers - 1e-9)))
+        return max(1, min(workers, value))
 
     @property
     def resolved_backend(self) -> str:
@@ -90,17 +112,29 @@ class FitConfig:
         from sparkdl.core.compression import check_compression
 
         check_compression(self.compression)
-        if self.compression is not None and self.resolved_backend == "ps":
+        if self.compression == "threshold":
+            from sparkdl.core.compression import check_threshold
+
+            check_threshold(self.compression_threshold)
+        value = self.min_workers_per_round
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or (isinstance(value, int) and value < 1)
+                                  or (isinstance(value, float) and not 0.0 < value <= 1.0)):
             raise ConfigError(
-                f"compression runs on backend 'rounds' for now. Received: compression={self.compression!r} with backend "
-                f"'ps' (mode {self.mode!r})"
+                "minWorkersPerRound must be None (wait for every worker), a count >= 1 (int) or a fraction in (0, 1] "
+                f"(float). Received: minWorkersPerRound={value!r}"
             )
-        if self.mode in ROUNDS_ONLY_MODES and self.backend == "ps":
-            raise ConfigError(f"mode {self.mode!r} runs on backend 'rounds' for now. Received: mode={self.mode!r}, backend='ps' (use 'rounds' or 'auto')")
+        if not (isinstance(self.round_deadline_s, (int, float)) and math.isfinite(self.round_deadline_s) and self.round_deadline_s >= 0):
+            raise ConfigError(f"roundDeadline must be a number of seconds >= 0. Received: roundDeadline={self.round_deadline_s!r}")
+        if value is not None and self.mode in ASYNC_MODES:
+            raise ConfigError(
+                f"minWorkersPerRound closes the rounds of the round modes {list(ROUND_MODES)}; the asynchronous modes have no "
+                f"rounds to wait for. Received: minWorkersPerRound={value!r} with mode {self.mode!r}"
+            )
         if self.mode in ASYNC_MODES and self.backend == "rounds":
             raise ConfigError(
                 f"mode {self.mode!r} is asynchronous and runs on backend 'ps' (a parameter server); backend 'rounds' "
-                f"runs modes 'sync' and 'bmuf'. Received: mode={self.mode!r}, backend='rounds' (use backend='ps' or 'auto')"
+                f"runs modes 'sync', 'bmuf', 'easgd' and 'gossip'. Received: mode={self.mode!r}, backend='rounds' (use backend='ps' or 'auto')"
             )
         if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
             raise ConfigError(f"staleness must be an integer >= 0 (clocks). Received: staleness={self.staleness!r}")

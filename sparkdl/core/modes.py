@@ -6,6 +6,12 @@ round's updates where they are (on the executors for large rounds, see
 with the row-weighted mean of the workers' states and the rows behind it (:meth:`apply_mean`);
 a backend that holds the per-worker list (:class:`~sparkdl.core.state.WorkerUpdate`, workers that
 saw no rows included with ``rows == 0``) calls :meth:`apply`. Both return the new master.
+
+Per-worker policies (``per_worker = True``: :class:`ElasticAveraging` ``easgd``,
+:class:`GossipAveraging` ``gossip``) keep one model per worker between rounds. They expose
+``starts(master) -> list[ModelState]``, the state each worker (index = partition) starts the next
+round from, and need each worker's own state: only :meth:`apply` with the per-worker list works,
+:meth:`apply_mean` (the round's mean) raises :class:`~sparkdl.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 
 from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.state import ModelState, WorkerUpdate
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, InvariantError
 
 
 class ModePolicy(Protocol):
@@ -113,7 +119,7 @@ class BlockMomentum(_RoundPolicy):
         """W_g: the state the workers start the next block from (W + η·Δ with Nesterov)."""
         if not self.nesterov or self.delta is None or self.eta == 0.0:
             return master
-        weights = [(w + self.eta * d).astype(w.dtype) if self._filtered(i, w) else w
+        weights = [np.asarray((w + self.eta * d).astype(w.dtype)) if self._filtered(i, w) else w
                    for i, (w, d) in enumerate(zip(master.weights, self.delta, strict=True))]
         return ModelState(weights, master.optimizer)
 
@@ -130,7 +136,7 @@ class BlockMomentum(_RoundPolicy):
                 continue
             step = self.eta * self.delta[i] + self.zeta * (np.asarray(average, np.float64) - w_g)
             self.delta[i] = step
-            weights.append((w + step).astype(w.dtype))
+            weights.append(np.asarray((w + step).astype(w.dtype)))  # 0-d arithmetic gives numpy scalars
         return ModelState(weights, mean.optimizer if mean.optimizer is not None else master.optimizer)
 
 
@@ -144,6 +150,242 @@ def _row_weighted_mean(updates: Sequence[WorkerUpdate]) -> tuple[ModelState | No
             optimizer.add(update.state.optimizer, update.rows)
     result = weights.result()
     return (None if result is None else ModelState(result, optimizer.result())), int(weights.total_weight)
+
+
+def _is_float(array: np.ndarray) -> bool:
+    return np.asarray(array).dtype.kind == "f"
+
+
+def _check_shapes(arrays: Sequence[np.ndarray]) -> None:
+    shapes = {np.shape(a) for a in arrays}
+    if len(shapes) > 1:
+        raise InvariantError(f"the workers' arrays must agree in shape. Received: shapes {sorted(shapes)}")
+
+
+def _mean_arrays(arrays: Sequence[np.ndarray], integers: str) -> np.ndarray:
+    """Equal-weight mean of one array over models: float arrays in float64, cast back to the first
+    array's dtype; other dtypes take the first model's value (``integers="first"``) or the
+    elementwise maximum (``integers="max"``)."""
+    _check_shapes(arrays)
+    first = np.asarray(arrays[0])
+    if _is_float(first):
+        total = np.zeros(first.shape, np.float64)
+        for a in arrays:
+            total += np.asarray(a, np.float64)
+        return np.asarray((total / len(arrays)).astype(first.dtype))
+    if integers == "max":
+        return np.asarray(np.maximum.reduce([np.asarray(a) for a in arrays]).astype(first.dtype))
+    return first
+
+
+def _mean_weights(models: Sequence[ModelState]) -> list[np.ndarray]:
+    """Equal-weight mean of the models' weights (non-float arrays: the first model's)."""
+    return [_mean_arrays(list(arrays), "first") for arrays in zip(*(m.weights for m in models), strict=True)]
+
+
+def _mean_optimizer(models: Sequence[ModelState]) -> list[np.ndarray] | None:
+    """Equal-weight mean of the optimizer states that exist (non-float arrays, e.g. the iteration
+    counter: the maximum); ``None`` when no model has one."""
+    states = [m.optimizer for m in models if m.optimizer is not None]
+    if not states:
+        return None
+    return [_mean_arrays(list(arrays), "max") for arrays in zip(*states, strict=True)]
+
+
+class _WorkerModelsPolicy:
+    """Base of the policies that keep one model per worker between rounds (``per_worker``).
+
+    The driver sends worker i (its partition index, 0..workers−1) ``starts(master)[i]`` each round
+    and hands :meth:`apply` every reporting worker's :class:`~sparkdl.core.state.WorkerUpdate`. A
+    worker that did not train (``rows == 0``, ``state`` None, or missing from the round) keeps its
+    start state. Each worker's model carries its own optimizer state.
+
+    Args:
+        workers: the number of workers (partitions), ≥ 1.
+    """
+
+    per_worker = True
+    name = ""
+
+    def __init__(self, workers: int) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+            raise ConfigError(f"numWorkers must be an integer >= 1 for mode {self.name!r}. Received: {workers!r}")
+        self.workers = int(workers)
+        self._models: list[ModelState] | None = None
+
+    def starts(self, master: ModelState) -> list[ModelState]:
+        """The state each worker (index 0..workers−1) starts the next round from; before the first
+        :meth:`apply`, ``master`` for every worker."""
+        if self._models is None:
+            return [master] * self.workers
+        return list(self._models)
+
+    def _round_models(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> list[ModelState]:
+        """x_i: each worker's model after this round's local steps, its start where it did not train."""
+        models = self.starts(master)
+        seen: set[int] = set()
+        for update in updates:
+            partition = update.partition
+            if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)) \
+                    or not 0 <= partition < self.workers:
+                raise InvariantError(f"a worker update's partition must be in [0, {self.workers}). "
+                                     f"Received: partition={partition!r}")
+            if partition in seen:
+                raise InvariantError(f"one update per worker and round. Received: partition {partition} twice")
+            seen.add(int(partition))
+            if update.rows == 0 or update.state is None:
+                continue
+            models[int(partition)] = update.state
+        return models
+
+    def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:  # pragma: no cover
+        raise NotImplementedError
+
+    def apply_mean(self, master: ModelState, mean: ModelState | None, rows: int) -> ModelState:
+        raise ConfigError(f"mode {self.name!r} needs each worker's model (per_worker), not the round's mean: "
+                          f"call apply with every worker's update. Received: a round mean ({rows} rows)")
+
+
+class ElasticAveraging(_WorkerModelsPolicy):
+    """Synchronous elastic averaging SGD (EASGD), communication every τ local steps.
+
+    The master is the centre variable x̃; every worker keeps its own model x_i between rounds. With
+    x_i the worker's model after the round's local steps (its start when it did not train) and
+    elastic force α, every worker i of the p = ``workers`` and the centre move towards each other,
+    both from the values before the update:
+
+        x_i ← x_i − α·(x_i − x̃)          (each worker, trained or not)
+        x̃  ← x̃ + α·Σᵢ (x_i − x̃)          (the centre, i over all p workers)
+
+    Float arrays are mixed in float64 and stored back in each array's dtype and shape; non-float
+    weight arrays (e.g. integer counters) are not mixed: each worker and the centre keep their own.
+    Optimizer states are not mixed: each worker keeps its own; the returned centre's optimizer is
+    the equal-weight mean of the workers' optimizer states that exist (float arrays; non-float: the
+    maximum), else ``master.optimizer``. If every x_i equals x̃, nothing changes.
+
+    Args:
+        workers: p, the number of workers (partitions), ≥ 1.
+        elastic_force: α, with 0 < α and β = p·α < 1 (default 0.9 / p: the paper's advice β = 0.9).
+
+    References:
+        Zhang, Choromanska, LeCun. "Deep learning with Elastic Averaging SGD", NIPS 2015
+        (Algorithm 1, synchronous EASGD).
+    """
+
+    name = "easgd"
+
+    def __init__(self, workers: int, elastic_force: float | None = None) -> None:
+        super().__init__(workers)
+        alpha = 0.9 / self.workers if elastic_force is None else elastic_force
+        try:
+            alpha = float(alpha)
+        except (TypeError, ValueError):
+            raise ConfigError(f"elasticForce must be a number. Received: {elastic_force!r}") from None
+        if not (alpha > 0 and self.workers * alpha < 1):
+            raise ConfigError(f"elasticForce must be > 0 and numWorkers * elasticForce < 1 (β = p·α, advised 0.9), "
+                              f"i.e. in (0, {1 / self.workers!r}) with {self.workers} workers. "
+                              f"Received: elasticForce={elastic_force!r} (numWorkers * elasticForce = "
+                              f"{self.workers * alpha!r})")
+        self.alpha = alpha
+
+    def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
+        """One round: the elastic moves of every worker and the centre; returns the new centre."""
+        models = self._round_models(master, updates)
+        for m in models:
+            if len(m.weights) != len(master.weights):
+                raise InvariantError(f"a worker's model must have as many weight arrays as the centre "
+                                     f"({len(master.weights)}). Received: {len(m.weights)}")
+        alpha = self.alpha
+        moved: list[list[np.ndarray]] = [[] for _ in models]
+        centre: list[np.ndarray] = []
+        for j, c in enumerate(master.weights):
+            c = np.asarray(c)
+            arrays = [np.asarray(m.weights[j]) for m in models]
+            if not _is_float(c):
+                centre.append(c)
+                for i, x in enumerate(arrays):
+                    moved[i].append(x)
+                continue
+            _check_shapes([c, *arrays])
+            c64 = c.astype(np.float64)
+            pull = np.zeros(c.shape, np.float64)
+            for i, x in enumerate(arrays):
+                diff = np.asarray(x, np.float64) - c64
+                pull += diff
+                moved[i].append(np.asarray((np.asarray(x, np.float64) - alpha * diff).astype(x.dtype)) if _is_float(x) else x)
+            centre.append(np.asarray((c64 + alpha * pull).astype(c.dtype)))
+        self._models = [ModelState(w, m.optimizer) for w, m in zip(moved, models, strict=True)]
+        optimizer = _mean_optimizer(models)
+        return ModelState(centre, optimizer if optimizer is not None else master.optimizer)
+
+
+class GossipAveraging(_WorkerModelsPolicy):
+    """Gossiping SGD: each round every worker averages its model with one random peer.
+
+    Round k (counted by the policy from 0) draws a random perfect matching of the workers,
+    ``perm = np.random.default_rng([seed, k]).permutation(workers)``, pairs (perm[0], perm[1]),
+    (perm[2], perm[3]), … (:meth:`pairs`); with an odd count the last worker is unmatched and keeps
+    its model. With x_a, x_b the pair's models after the round's local steps (a worker's start when
+    it did not train):
+
+        x_a, x_b ← (x_a + x_b) / 2
+
+    for weights and optimizer state alike. Float arrays are averaged in float64 and stored back in
+    the pair's first worker's dtype, in the same shape; non-float weight arrays take the pair's
+    first worker's value, non-float optimizer arrays (e.g. the iteration counter) the maximum of the
+    two; a missing optimizer state (``None``) takes the peer's. The returned master is the
+    equal-weight average of all the workers' models after mixing (weights: floats averaged, others
+    worker 0's; optimizer: floats averaged, others the maximum; ``master.optimizer`` when no worker
+    has one), the model the fit returns.
+
+    Args:
+        workers: the number of workers (partitions), ≥ 1.
+        seed: a non-negative integer seeding the matchings.
+
+    References:
+        Jin, Yuan, Iandola, Keutzer. "How to scale distributed deep learning?", NIPS ML Systems
+        Workshop 2016 (gossiping SGD).
+    """
+
+    name = "gossip"
+
+    def __init__(self, workers: int, seed: int = 0) -> None:
+        super().__init__(workers)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer. Received: {seed!r}")
+        self.seed = int(seed)
+        self.round = 0
+
+    def pairs(self, k: int) -> list[tuple[int, int]]:
+        """The matching of round k: a pure function of ``seed`` and ``k``."""
+        perm = np.random.default_rng([self.seed, int(k)]).permutation(self.workers)
+        return [(int(perm[i]), int(perm[i + 1])) for i in range(0, self.workers - 1, 2)]
+
+    @staticmethod
+    def _pair_average(a: ModelState, b: ModelState) -> ModelState:
+        if len(a.weights) != len(b.weights):
+            raise InvariantError(f"paired models must have as many weight arrays. Received: "
+                                 f"{len(a.weights)} and {len(b.weights)}")
+        weights = [_mean_arrays([x, y], "first") for x, y in zip(a.weights, b.weights, strict=True)]
+        if a.optimizer is None or b.optimizer is None:
+            optimizer = b.optimizer if a.optimizer is None else a.optimizer
+        else:
+            if len(a.optimizer) != len(b.optimizer):
+                raise InvariantError(f"paired optimizer states must have as many arrays. Received: "
+                                     f"{len(a.optimizer)} and {len(b.optimizer)}")
+            optimizer = [_mean_arrays([x, y], "max") for x, y in zip(a.optimizer, b.optimizer, strict=True)]
+        return ModelState(weights, optimizer)
+
+    def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
+        """One round: average each matched pair; returns the mean of all the workers' models."""
+        models = self._round_models(master, updates)
+        mixed = list(models)
+        for a, b in self.pairs(self.round):
+            mixed[a] = mixed[b] = self._pair_average(models[a], models[b])
+        self.round += 1
+        self._models = mixed
+        optimizer = _mean_optimizer(mixed)
+        return ModelState(_mean_weights(mixed), optimizer if optimizer is not None else master.optimizer)
 
 
 class AsyncPolicy:
@@ -179,12 +421,17 @@ def _async(name: str):
     return make
 
 
-_POLICIES = {"sync": SyncAveraging, "bmuf": BlockMomentum, **{m: _async(m) for m in ("async", "hogwild", "staleness_aware", "ssp")}}
+_POLICIES = {"sync": SyncAveraging, "bmuf": BlockMomentum, "easgd": ElasticAveraging, "gossip": GossipAveraging, **{m: _async(m) for m in ("async", "hogwild", "staleness_aware", "ssp")}}
 
 
 def get_policy(mode: str, **settings) -> ModePolicy:
-    """A new policy object of a mode name; ``settings`` go to its constructor (``bmuf``:
-    ``block_momentum``, ``block_learning_rate``, ``nesterov``, ``trainable``).
+    """A new policy object of a mode name; ``settings`` go to its constructor:
+
+    - ``sync``: none.
+    - ``bmuf``: ``block_momentum``, ``block_learning_rate``, ``nesterov``, ``trainable``.
+    - ``easgd`` (per-worker): ``workers`` (required), ``elastic_force`` (default 0.9 / workers).
+    - ``gossip`` (per-worker): ``workers`` (required), ``seed`` (default 0).
+    - ``async``, ``hogwild``, ``staleness_aware``, ``ssp`` (backend ``ps``): none.
 
     Raises:
         ConfigError: for an unknown mode or a setting out of range.

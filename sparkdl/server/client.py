@@ -24,6 +24,7 @@ from sparkdl.server.auth import auth_headers
 from sparkdl.server.flight import (
     DEFAULT_CHUNK_BYTES,
     STATE_TICKET,
+    WORKER_STATE_PREFIX,
     WEIGHTS_TICKET,
     ArraySpec,
     Assembler,
@@ -139,13 +140,17 @@ class ParameterServerClient:
         return self._call(f"{kind} action", once)
 
     # ------------------------------------------------------------------ API
-    def pull(self, weights_only: bool = False) -> tuple[int, ModelState]:
+    def pull(self, weights_only: bool = False, worker: str | int | None = None) -> tuple[int, ModelState]:
         """Returns ``(version, state)``: the master weights (and optimizer arrays when the
         server holds them, unless ``weights_only``) as new writable numpy arrays, and the version
-        they belong to."""
+        they belong to; with ``worker`` (a round rule's server), the state that worker starts
+        its round from."""
+        ticket = WEIGHTS_TICKET if weights_only else STATE_TICKET
+        if worker is not None:
+            ticket = WORKER_STATE_PREFIX + str(worker).encode()
 
         def once():
-            reader = self._client.do_get(flight.Ticket(WEIGHTS_TICKET if weights_only else STATE_TICKET), options=self._options)
+            reader = self._client.do_get(flight.Ticket(ticket), options=self._options)
             schema = reader.schema
             specs = specs_from_schema(schema)
             try:
@@ -185,6 +190,7 @@ class ParameterServerClient:
         rows: int,
         names: Sequence[str] | None = None,
         extra: dict | None = None,
+        encoding: str | None = None,
     ) -> dict:
         """Sends one update (with async rules: Δ = new weights − pulled weights per float array,
         the worker's value for non-float arrays; optionally the optimizer arrays too).
@@ -199,6 +205,8 @@ class ParameterServerClient:
             names: array names; default the server's (from :meth:`signature`).
             extra: a JSON object handed to the server's rule as ``meta["extra"]`` (small: the
                 descriptor holds at most 64 KiB); ``extra["clock"]`` sets the worker's SSP clock.
+            encoding: None, ``"fp16"`` (``update``'s float arrays are float16 differences) or
+                ``"1bit"``/``"threshold"`` (``update`` is ``[payload as uint8]``, names ``["payload"]``).
 
         Returns:
             ``{"applied": bool, "dropped": None | "duplicate" | "superseded_attempt",
@@ -221,7 +229,7 @@ class ParameterServerClient:
         batches = list(iter_batches(schema, arrays, self.chunk_bytes))
         nbytes = sum(b.get_total_buffer_size() for b in batches)
         command = json.dumps({"kind": "update", "worker": str(worker), "attempt": attempt, "seq": seq,
-                              "base_version": base_version, "rows": rows, "nbytes": nbytes,
+                              "base_version": base_version, "rows": rows, "nbytes": nbytes, "encoding": encoding,
                               **({"extra": extra} if extra is not None else {})}).encode()
         descriptor = flight.FlightDescriptor.for_command(command)
 
@@ -260,6 +268,12 @@ class ParameterServerClient:
         pass; returns whether it was reached. ``timeout_s`` should stay below this client's
         ``timeout_s``."""
         return bool(self._action("wait_version", json.dumps({"version": version, "timeout_s": timeout_s}).encode())["reached"])
+
+    def wait_round(self, round_: int, timeout_s: float) -> tuple[bool, int]:
+        """Waits (server side, at most ``timeout_s`` seconds) until a round rule closed ``round_``
+        rounds; returns ``(reached, rounds closed)``."""
+        reply = self._action("wait_round", json.dumps({"round": round_, "timeout_s": timeout_s}).encode())
+        return bool(reply["reached"]), int(reply["round"])
 
     def heartbeat(self, worker: str | int, state: str = "alive", message: str = "") -> int:
         """Tells the server this worker is alive (or ``"done"`` / ``"error"``); returns the version."""

@@ -9,16 +9,24 @@ Protocol (Arrow Flight RPCs; spec: https://arrow.apache.org/docs/format/Flight.h
 
 * ``DoGet`` with ticket ``b"state"``: the master arrays as a stream of record batches in the
   wire format below; schema metadata ``sparkdl.version`` holds the version (decimal). Ticket
-  ``b"weights"``: the weight arrays alone, in the same format.
+  ``b"weights"``: the weight arrays alone, in the same format. Ticket ``b"state:<worker>"``
+  (round rules): the state that worker starts the open round from (BMUF's W + η·Δ, a
+  per-worker mode's own model), in the ``b"state"`` format.
 * ``DoPut`` with a command descriptor holding a UTF-8 JSON object ``{"kind": "update",
   "worker": str, "attempt": int, "seq": int, "base_version": int, "rows": int, "nbytes": int}``
   and a body of record batches in the wire format (the update arrays). The server answers
   with one ``app_metadata`` message, a JSON object ``{"applied": bool, "dropped": null |
-  "duplicate" | "superseded_attempt", "version": int, "staleness": int | null}``.
-  The descriptor may also hold ``"extra"``: a JSON object passed to the rule as
+  "duplicate" | "superseded_attempt" | "late", "version": int, "staleness": int | null}``
+  (``"late"``: a round rule's round closed before the push came).
+  The descriptor may also hold ``"encoding"``: ``"fp16"`` (the float arrays as float16, cast
+  back to the master's dtypes before the rule sees them) or ``"1bit"``/``"threshold"`` (one
+  uint8 array ``payload``, a :func:`sparkdl.core.compression.quantize` payload, decoded into the
+  weight differences before the rule; ``meta["encoding"]`` tells the rule), and ``"extra"``: a JSON object passed to the rule as
   ``meta["extra"]`` (e.g. a training backend's metric sums); ``extra["clock"]`` (int), when
   present, sets the worker's clock (see ``wait_clock``).
-* ``DoAction``: ``"version"``, ``"stats"``, ``"signature"`` (empty body),
+* ``DoAction``: ``"version"``, ``"stats"``, ``"signature"`` (empty body), ``"wait_round"`` (round
+  rules; body ``{"round": int, "timeout_s": float}``: waits until that many rounds closed,
+  closing a straggler-tolerant round whose deadline passed; ``{"round": int, "reached": bool}``),
   ``"wait_version"`` (body ``{"version": int, "timeout_s": float}``), ``"heartbeat"`` (body
   ``{"worker": str, "state": "alive" | "done" | "error", "message": str}``: records the
   worker's last contact, see :meth:`ParameterServer.contacts`; a done or failed worker leaves
@@ -63,11 +71,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparkdl.core.state import ModelState
-from sparkdl.errors import CodecError, ConfigError, ServerError
+from sparkdl.errors import CodecError, ConfigError, InvariantError, ServerError
 from sparkdl.serialization.arrow_codec import FORMAT_VERSION
 from sparkdl.server.auth import BearerTokenMiddlewareFactory, new_token
 
 STATE_TICKET = b"state"
+WORKER_STATE_PREFIX = b"state:"  # + worker id: the state that worker starts its round from (round rules)
+ENCODINGS = ("fp16", "1bit", "threshold")  # compressed pushes (sparkdl.core.compression)
 WEIGHTS_TICKET = b"weights"  # the weights alone (asynchronous workers keep their own optimizer state)
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_DESCRIPTOR_BYTES = 64 << 10
@@ -266,6 +276,30 @@ def check_signature(expected: Sequence[ArraySpec], received: Sequence[ArraySpec]
             raise CodecError(f"{what} must hold array {e.name!r} of {e.describe()}. Received: array {r.name!r} of {r.describe()}")
 
 
+def _check_encoded(specs: Sequence[ArraySpec], encoding: str | None, received: Sequence[ArraySpec]) -> None:
+    """Raises CodecError unless a push of ``encoding`` has its signature: the master's (None); its
+    float arrays as float16 (``"fp16"``); one 1-d uint8 array ``"payload"`` (``"1bit"``, ``"threshold"``)."""
+    if encoding is None:
+        check_signature(specs, received)
+    elif encoding == "fp16":
+        check_signature([ArraySpec(s.name, s.shape, np.dtype(np.float16) if s.dtype.kind == "f" else s.dtype, s.role) for s in specs], received)
+    elif len(received) != 1 or received[0].name != "payload" or received[0].dtype != np.uint8 or len(received[0].shape) != 1:
+        raise CodecError(f"a {encoding} push must hold one 1-d uint8 array 'payload'. Received: {[r.describe() for r in received]}")
+
+
+def _decoded(specs: Sequence[ArraySpec], received: Sequence[ArraySpec], arrays: Sequence[np.ndarray], encoding: str | None) -> ModelState:
+    """The update a rule receives: as sent (None); float16 values as the master's dtypes (fp16:
+    still differences); the dequantized weight differences (1bit, threshold; no optimizer arrays)."""
+    if encoding is None:
+        return _split(received, arrays)
+    if encoding == "fp16":
+        dtypes = {s.name: s.dtype for s in specs}
+        return _split(received, [a.astype(dtypes[r.name]) if a.dtype == np.float16 else a for r, a in zip(received, arrays, strict=True)])
+    from sparkdl.core.compression import dequantize
+
+    return ModelState(dequantize(arrays[0].tobytes(), [s for s in specs if s.role == "weight"]), None)
+
+
 def _split(specs: Sequence[ArraySpec], arrays: Sequence[np.ndarray]) -> ModelState:
     weights = [a for s, a in zip(specs, arrays, strict=True) if s.role == "weight"]
     optimizer = [a for s, a in zip(specs, arrays, strict=True) if s.role == "optimizer"]
@@ -305,6 +339,10 @@ def parse_push_descriptor(descriptor: flight.FlightDescriptor) -> dict:
     out = {"worker": worker}
     for key in ("attempt", "seq", "base_version", "rows", "nbytes"):
         out[key] = _int_field(meta, key)
+    encoding = meta.get("encoding")
+    if encoding is not None and encoding not in ENCODINGS:
+        raise CodecError(f"descriptor field 'encoding' must be null or one of {list(ENCODINGS)}. Received: {encoding!r:.100}")
+    out["encoding"] = encoding
     extra = meta.get("extra")
     if extra is not None:
         if not isinstance(extra, dict):
@@ -338,6 +376,7 @@ class _FlightService(flight.FlightServerBase):
             ("stats", "counters, JSON object (see ParameterServer.stats)"),
             ("signature", "names, shapes, dtypes and roles of the master arrays, JSON"),
             ("wait_version", "body {\"version\": int, \"timeout_s\": float}: wait until the version reaches it"),
+            ("wait_round", "body {\"round\": int, \"timeout_s\": float}: wait until a round rule closed that many rounds"),
             ("heartbeat", "body {\"worker\": str, \"state\": \"alive\"|\"done\"|\"error\", \"message\": str}"),
             ("progress", "body {\"worker\": str}: the worker's highest attempt and last applied seq"),
             ("wait_clock", "body {\"worker\": str, \"bound\": int, \"timeout_s\": float}: SSP wait"),
@@ -449,7 +488,7 @@ class ParameterServer:
         self._version = 0
         self._workers: dict[str, list[int]] = {}  # worker -> [highest attempt, last applied seq]
         self._counts = {"updates_applied": 0, "duplicates_dropped": 0, "rejected": 0, "pulls": 0, "pushes": 0,
-                        "bytes_pushed": 0, "bytes_pulled": 0}
+                        "bytes_pushed": 0, "bytes_pulled": 0, "late_dropped": 0}
         self._staleness: dict[int, int] = {}
         self._contacts: dict[str, list] = {}  # worker -> [time.monotonic() of last contact, state, message]
         self._clocks: dict[str, int] = {}  # SSP clocks of the registered workers
@@ -554,6 +593,43 @@ class ParameterServer:
             self._cond.wait_for(lambda: self._version >= version or self._closing, timeout=max(0.0, timeout_s))
             return self._version >= version
 
+    def close_due_round(self) -> None:
+        """Let a round rule close its open round when its deadline allows it (straggler-tolerant
+        rounds: the minimum of pushes arrived and the deadline passed)."""
+        close = getattr(self.rule, "close_if_due", None)
+        if close is None:
+            return
+        with self._apply_lock or nullcontext():
+            with self._lock:
+                master = self._state
+            new = close(master)
+            if new is None:
+                return
+            new = self._checked_result(new)
+            with self._cond:
+                self._state = new
+                self._cond.notify_all()
+
+    def wait_round(self, round_: int, timeout_s: float) -> tuple[bool, int]:
+        """Blocks until the round rule closed at least ``round_`` rounds (closing a due round on the
+        way, every 50 ms) or ``timeout_s`` seconds pass (or the server shuts down); returns
+        ``(reached, rounds closed)``.
+
+        Raises:
+            ServerError: the rule has no rounds.
+        """
+        if getattr(self.rule, "close_if_due", None) is None:
+            raise ServerError(f"wait_round needs a round rule. Received: rule {type(self.rule).__name__}")
+        until = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            self.close_due_round()
+            with self._cond:
+                current = self.rule.round
+                remaining = until - time.monotonic()
+                if current >= round_ or self._closing or remaining <= 0:
+                    return current >= round_, current
+                self._cond.wait(min(remaining, 0.05))
+
     def contacts(self) -> dict[str, dict]:
         """Per worker: ``seconds`` since its last push or heartbeat, its ``state`` (``"alive"``,
         ``"done"``, ``"error"``) and the ``message`` it sent with it."""
@@ -598,11 +674,23 @@ class ParameterServer:
             self._counts[key] += n
 
     def _handle_get(self, ticket: flight.Ticket):
-        if ticket.ticket not in (STATE_TICKET, WEIGHTS_TICKET):
-            raise flight.FlightServerError(f"ticket must be {STATE_TICKET!r} or {WEIGHTS_TICKET!r}. Received: {bytes(ticket.ticket[:32])!r}")
-        with self._lock:
-            version, state = self._version, self._state
-        if ticket.ticket == WEIGHTS_TICKET:
+        raw = bytes(ticket.ticket)
+        if raw.startswith(WORKER_STATE_PREFIX):
+            served = getattr(self.rule, "served", None)
+            worker = raw[len(WORKER_STATE_PREFIX):].decode("utf-8", "replace")
+            if served is None or not 0 < len(worker) <= 256:
+                raise flight.FlightServerError(f"ticket {raw[:40]!r} needs a round rule serving each worker's start state and a worker id")
+            with self._apply_lock or nullcontext():  # not while a push closes a round
+                with self._lock:
+                    version, master = self._version, self._state
+                state = served(worker, master)
+            raw = STATE_TICKET
+        elif raw not in (STATE_TICKET, WEIGHTS_TICKET):
+            raise flight.FlightServerError(f"ticket must be {STATE_TICKET!r}, {WEIGHTS_TICKET!r} or state:<worker>. Received: {raw[:32]!r}")
+        else:
+            with self._lock:
+                version, state = self._version, self._state
+        if raw == WEIGHTS_TICKET:
             specs, arrays = [s for s in self._specs if s.role == "weight"], list(state.weights)
         else:
             specs, arrays = self._specs, [*state.weights, *(state.optimizer or [])]
@@ -627,9 +715,10 @@ class ParameterServer:
         if meta["nbytes"] > self.max_message_bytes:
             raise self._reject(f"push body must be at most max_message_bytes={self.max_message_bytes} bytes. "
                                f"Received: a declared body of {meta['nbytes']} bytes; nothing was read")
+        encoding = meta["encoding"]
         try:
             received = specs_from_schema(reader.schema)
-            check_signature(self._specs, received)
+            _check_encoded(self._specs, encoding, received)
         except CodecError as exc:
             raise self._reject(f"{exc}; the master state is unchanged") from None
         assembler = Assembler(received)
@@ -656,7 +745,11 @@ class ParameterServer:
             raise self._reject(f"push body must be Arrow IPC record batches. Received: {exc}; the master state is unchanged") from None
         self._count("bytes_pushed", total)
         self._touch(meta["worker"])
-        response = self._apply(_split(received, arrays), meta)
+        try:
+            update = _decoded(self._specs, received, arrays, encoding)
+        except (CodecError, InvariantError) as exc:
+            raise self._reject(f"{exc}; the master state is unchanged") from None
+        response = self._apply(update, meta)
         writer.write(pa.py_buffer(json.dumps(response).encode()))
 
     def _apply(self, update: ModelState, meta: dict) -> dict:
@@ -672,6 +765,11 @@ class ParameterServer:
                     # applied once (a zombie of an older attempt and its retry cannot both apply it).
                     self._counts["duplicates_dropped"] += 1
                     return {"applied": False, "dropped": "duplicate", "version": self._version, "staleness": None}
+                late = getattr(self.rule, "is_late", None)
+                if late is not None and late(meta):  # a straggler's push for a round already closed
+                    self._workers[worker] = [attempt, seq]
+                    self._counts["late_dropped"] += 1
+                    return {"applied": False, "dropped": "late", "version": self._version, "staleness": None}
                 if base > self._version:
                     self._counts["rejected"] += 1
                     raise flight.FlightServerError(f"base_version must be <= the server version {self._version}. Received: {base}")
@@ -718,9 +816,22 @@ class ParameterServer:
             raise ValueError(f"rule returned {len(arrays)} arrays, the master has {len(self._specs)}")
         for spec, a in zip(self._specs, arrays, strict=True):
             if not isinstance(a, np.ndarray) or a.shape != spec.shape or a.dtype != spec.dtype:
-                got = f"shape {getattr(a, 'shape', None)} {getattr(a, 'dtype', type(a).__name__)}"
+                got = f"shape {getattr(a, 'shape', None)} {getattr(a, 'dtype', type(a).__name__)} ({type(a).__name__})"
                 raise ValueError(f"rule returned array {spec.name!r} of {got}, the master has {spec.describe()}")
         return _split(self._specs, [np.asarray(a, order="C") for a in arrays])
+
+    def _wait_request(self, kind: str, key: str, body: bytes) -> tuple[int, float]:
+        """``(body[key], body["timeout_s"])`` of a wait action's JSON body; a rejection naming the form otherwise."""
+        try:
+            req = json.loads(body.decode("utf-8"))
+            value = _int_field(req, key)
+            timeout_s = float(req.get("timeout_s", 0.0))
+            if not math.isfinite(timeout_s):
+                raise ValueError(timeout_s)
+        except (UnicodeDecodeError, ValueError, TypeError, AttributeError, CodecError) as exc:
+            raise self._reject(f"{kind} body must be JSON {{\"{key}\": int, \"timeout_s\": float}}. "
+                               f"Received: {len(body)} bytes starting {body[:16]!r} ({type(exc).__name__})") from None
+        return value, timeout_s
 
     def _handle_action(self, action: flight.Action):
         kind = action.type
@@ -732,17 +843,16 @@ class ParameterServer:
         if kind == "signature":
             return _json_result({"arrays": [s.to_json() for s in self._specs]})
         if kind == "wait_version":
-            try:
-                req = json.loads(body.decode("utf-8"))
-                version = _int_field(req, "version")
-                timeout_s = float(req.get("timeout_s", 0.0))
-                if not math.isfinite(timeout_s):
-                    raise ValueError(timeout_s)
-            except (UnicodeDecodeError, ValueError, TypeError, AttributeError, CodecError) as exc:
-                raise self._reject(f"wait_version body must be JSON {{\"version\": int, \"timeout_s\": float}}. "
-                                   f"Received: {len(body)} bytes starting {body[:16]!r} ({type(exc).__name__})") from None
+            version, timeout_s = self._wait_request(kind, "version", body)
             reached = self.wait_version(version, min(timeout_s, MAX_WAIT_S))
             return _json_result({"version": self.version, "reached": reached})
+        if kind == "wait_round":
+            round_, timeout_s = self._wait_request(kind, "round", body)
+            try:
+                reached, current = self.wait_round(round_, min(timeout_s, MAX_WAIT_S))
+            except ServerError as exc:
+                raise self._reject(str(exc)) from None
+            return _json_result({"round": current, "reached": reached})
         if kind in ("heartbeat", "progress", "wait_clock"):
             try:
                 req = json.loads(body.decode("utf-8"))
@@ -771,5 +881,5 @@ class ParameterServer:
             self._touch(worker)
             reached = self.wait_clock(worker, bound, min(timeout_s, MAX_WAIT_S))
             return _json_result({"reached": reached})
-        raise self._reject(f"action must be one of version, stats, signature, wait_version, heartbeat, progress, wait_clock. "
+        raise self._reject(f"action must be one of version, stats, signature, wait_version, wait_round, heartbeat, progress, wait_clock. "
                            f"Received: {kind[:64]!r}")

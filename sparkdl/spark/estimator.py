@@ -12,12 +12,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, FitConfig
+from sparkdl.core.compression import QUANTIZED
 from sparkdl.core.modes import get_policy
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
-from sparkdl.spark.backends.rounds import plan_reduction, result_limit_bytes
+from sparkdl.spark.backends.rounds import check_separate, plan_reduction, result_limit_bytes
 from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
@@ -89,9 +90,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             history gets ``val_*`` keys, exact over all validation rows. On backend ``ps`` each
             epoch's master weights are kept when its last update is applied and validated after
             the barrier stage (it holds every slot).
-        compression: ``None`` (default: workers send their full state) or ``"fp16"``: each worker sends
+        compression: ``None`` (default: workers send their full state), ``"fp16"``: each worker sends
             its update relative to the round's start as float16 (half the bytes), summed in float64
-            and averaged in float32 (backend ``rounds``); ``fitInfo["update_bytes"]`` counts what was sent.
+            and averaged in float32; ``"1bit"``: one bit per value plus two float32 reconstruction
+            values per column, the quantization error kept by the worker and added to its next
+            update (error feedback; Seide et al., Interspeech 2014); ``"threshold"``: only the
+            entries whose accumulated update reaches ``compressionThreshold`` t, as ±t at sparse
+            uint32 indices (Strom, Interspeech 2015). With ``1bit``/``threshold`` the optimizer state
+            stays on each worker (it is not averaged; the fitted model keeps the initial one). The
+            round modes, either backend; ``fitInfo["update_bytes"]`` counts the bytes the workers sent.
+        compressionThreshold: ``"threshold"``'s t (> 0, in weight units; default 0.01, which sends
+            about 1/20 of a full update's bytes on the mnist10k CNN with Adam(0.002) and τ = 16;
+            see ``benchmarks/compare_modes.py``).
+        minWorkersPerRound: straggler-tolerant rounds of the round modes: a round closes with
+            the updates that arrived once this many workers (int) or this fraction of them (float)
+            have sent theirs and ``roundDeadline`` seconds have passed since the round started; the
+            late workers' tasks are cancelled, their updates dropped and counted
+            (``fitInfo["updates_dropped"]``, ``["rows_dropped"]``, ``["dropped_per_round"]``). On
+            backend ``rounds`` each worker then runs its own Spark job per round, and a late one
+            sits out the rounds that start before it ends; on ``ps`` the server closes the round
+            and a late worker skips to the open round. None (default) waits for every worker.
+        roundDeadline: seconds a straggler-tolerant round waits for every worker (default 0: it
+            closes as soon as ``minWorkersPerRound`` updates arrived).
         handleInvalid: ``"error"`` (default: rows with a null, NaN or ±inf in any model column fail
             before training, naming the column and the count) or ``"skip"`` (dropped, counted in a
             warning and ``fitInfo["rows_skipped"]``).
@@ -115,15 +135,21 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         mode: ``"sync"`` (model averaging, SparkNet), ``"bmuf"`` (blockwise model-update filtering:
             model averaging with block momentum, Chen & Huo ICASSP 2016; Params ``blockMomentum`` η,
             default 1 − 1/numWorkers, ``blockLearningRate`` ζ, default 1, ``nesterov``, default True;
-            backend ``rounds``), or an asynchronous mode on backend ``ps``:
+            ), ``"easgd"`` (elastic averaging SGD: each worker keeps its own model,
+            pulled towards the centre with force α = ``elasticForce``, default 0.9/numWorkers;
+            the fitted model is the centre; Zhang, Choromanska, LeCun NIPS 2015),
+            ``"gossip"`` (each round every worker averages with one peer of a seeded random perfect
+            matching, routed by the driver; the fitted model is the workers' average; Jin, Yuan,
+            Iandola, Keutzer 2016) — these four round modes run on either backend, the same result
+            on the same seed — or an asynchronous mode on backend ``ps``:
             ``"async"`` (Downpour SGD: each worker pushes Δ every τ steps, then pulls; Dean et al.
             NIPS 2012), ``"hogwild"`` (the server adds updates without a lock; Recht et al. NIPS
             2011), ``"staleness_aware"`` (each Δ scaled by 1/staleness; Zhang, Gupta, Lian, Liu
             IJCAI 2016), ``"ssp"`` (bounded staleness, see ``staleness``; Ho et al. NIPS 2013).
         backend: ``"auto"`` (default: ``rounds`` for ``sync``, ``ps`` for the asynchronous modes),
-            ``"rounds"`` (one Spark job per round; works with dynamic allocation; ``sync`` only) or
-            ``"ps"`` (a parameter server on the driver and one long-lived barrier stage; ``sync``
-            on it equals ``rounds`` on the same seed). ``ps`` needs a task slot per worker and
+            ``"rounds"`` (one Spark job per round; works with dynamic allocation; the round modes) or
+            ``"ps"`` (a parameter server on the driver and one long-lived barrier stage; a round
+            mode on it equals ``rounds`` on the same seed). ``ps`` needs a task slot per worker and
             dynamic allocation off, both checked before any job.
         staleness: ``ssp``'s bound s in clocks (one clock = one push), default 2.
         serverPort: the parameter server's port on the driver (default 0: a free port).
@@ -202,7 +228,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         blockMomentum=None,
         blockLearningRate=1.0,
         nesterov=True,
+        elasticForce=None,
         compression=None,
+        compressionThreshold=0.01,
+        minWorkersPerRound=None,
+        roundDeadline=0.0,
         outputCols=None,
     ) -> None:
         super().__init__()
@@ -256,7 +286,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         blockMomentum=None,
         blockLearningRate=1.0,
         nesterov=True,
+        elasticForce=None,
         compression=None,
+        compressionThreshold=0.01,
+        minWorkersPerRound=None,
+        roundDeadline=0.0,
         outputCols=None,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
@@ -372,6 +406,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             server_port=self.getServerPort(),
             worker_timeout_s=self.getWorkerTimeout(),
             compression=self.getCompression(),
+            compression_threshold=self.getCompressionThreshold(),
+            min_workers_per_round=self.getMinWorkersPerRound(),
+            round_deadline_s=self.getRoundDeadline(),
         )
 
     def setValidationData(self, df: DataFrame | None) -> KerasEstimator:
@@ -444,13 +481,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         except SchemaError as exc:
             raise SchemaError(f"validationData: {exc}") from exc
 
-    def _bmuf_policy(self, model, workers: int):
-        """The bmuf policy: η = ``blockMomentum``, default 1 − 1/workers (the workers that train),
-        only the trainable weights filtered.
+    def _policy(self, mode: str, model, workers: int):
+        """The mode's policy for ``workers`` workers: bmuf with η = ``blockMomentum`` (default 1 −
+        1/workers) filtering the trainable weights only; easgd with α = ``elasticForce`` (default
+        0.9/workers); gossip seeded by ``seed``.
 
         Raises:
-            ConfigError: η outside [0, 1) or ζ <= 0.
+            ConfigError: a setting out of its range (η outside [0, 1), ζ <= 0, α·workers >= 1).
         """
+        if mode == "easgd":
+            return get_policy("easgd", workers=workers, elastic_force=self.getElasticForce())
+        if mode == "gossip":
+            return get_policy("gossip", workers=workers, seed=self.getSeed())
+        if mode != "bmuf":
+            return get_policy(mode)
         trainable = {id(v) for v in model.trainable_weights}
         eta = self.getBlockMomentum()
         return get_policy(
@@ -472,7 +516,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             raise ConfigError("KerasEstimator needs a loss (a name, a keras.losses.Loss or a config). Received: no loss")
         compile_spec = self._compile_spec()
         start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
-        policy = None if config.mode == "bmuf" else get_policy(config.mode)  # bmuf: built with the model's trainable mask below
+        policy = None if config.mode in ("bmuf", "easgd", "gossip") else get_policy(config.mode)  # built below, with the workers
         backend = get_backend(config.resolved_backend)
         spark = dataset.sparkSession
         if config.resolved_backend == "ps":  # before any job: Spark's own barrier checks fail late or after a long wait
@@ -511,9 +555,13 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         # A model whose updates cannot reach the driver fails now, not after the data jobs.
         if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
-            plan_reduction(result_limit_bytes(spark), state_nbytes(reader.model), config.num_workers)
-        if policy is None:  # bmuf: checked now, before any job; η's default needs the workers counted below
-            self._bmuf_policy(reader.model, config.num_workers)
+            limit, nbytes = result_limit_bytes(spark), state_nbytes(reader.model)
+            if config.mode in ("easgd", "gossip") or config.min_workers(config.num_workers) < config.num_workers:
+                check_separate(limit, nbytes, config.num_workers)  # every worker's update comes to the driver apart
+            elif config.compression not in QUANTIZED:
+                plan_reduction(limit, nbytes, config.num_workers)
+        if policy is None:  # checked now, before any job; the defaults need the workers counted below
+            self._policy(config.mode, reader.model, config.num_workers)
         budget = task_budget(spark, self.getMaxTaskMemoryMB())
         checked = time.perf_counter()
 
@@ -548,7 +596,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                     stacklevel=2,
                 )
             if policy is None:
-                policy = self._bmuf_policy(reader.model, workers)
+                policy = self._policy(config.mode, reader.model, workers)
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
             job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader, validation=validation, budget_bytes=budget)
             prepared = time.perf_counter()

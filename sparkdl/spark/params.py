@@ -111,6 +111,13 @@ def _optional_fraction(value):
     return value
 
 
+def _workers_count_or_fraction(value):
+    """None, an int count (kept an int) or a float fraction (kept a float): the type carries the meaning."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"minWorkersPerRound must be None, an int count or a float fraction. Received: {value!r}")
+
+
 def _optional_string(value):
     return None if value is None else TypeConverters.toString(value)
 
@@ -372,22 +379,38 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     )
     mode = Param(
         Params._dummy(), "mode",
-        "training mode: 'sync' (model averaging), 'bmuf' (block momentum), 'async' (Downpour), 'hogwild', 'staleness_aware', 'ssp'",
+        "training mode: 'sync' (model averaging), 'bmuf' (block momentum), 'easgd' (elastic averaging), 'gossip' "
+        "(pairwise averaging), 'async' (Downpour), 'hogwild', 'staleness_aware', 'ssp'",
         TypeConverters.toString,
     )
     blockMomentum = Param(Params._dummy(), "blockMomentum", "bmuf: block momentum η in [0, 1); None = 1 - 1/numWorkers",
                           lambda v: None if v is None else TypeConverters.toFloat(v))
     blockLearningRate = Param(Params._dummy(), "blockLearningRate", "bmuf: block learning rate ζ (> 0)", TypeConverters.toFloat)
     nesterov = Param(Params._dummy(), "nesterov", "bmuf: workers start each block from W + η·Δ", TypeConverters.toBoolean)
+    elasticForce = Param(Params._dummy(), "elasticForce", "easgd: elastic force α (> 0, numWorkers·α < 1); None = 0.9/numWorkers",
+                         lambda v: None if v is None else TypeConverters.toFloat(v))
+    compressionThreshold = Param(Params._dummy(), "compressionThreshold",
+                                 "compression='threshold': t (> 0): residual entries with |r| >= t are sent as ±t",
+                                 TypeConverters.toFloat)
+    minWorkersPerRound = Param(
+        Params._dummy(), "minWorkersPerRound",
+        "straggler-tolerant rounds (backend 'rounds'): a round may close once this many workers (int) or this fraction of "
+        "them (float in (0, 1]) sent their update; later updates are dropped and counted. None = wait for all",
+        _workers_count_or_fraction,
+    )
+    roundDeadline = Param(Params._dummy(), "roundDeadline",
+                          "with minWorkersPerRound: seconds a round waits for every worker before it closes with the minimum (>= 0)",
+                          TypeConverters.toFloat)
     compression = Param(
         Params._dummy(), "compression",
-        "how workers send their updates: None (full-precision state) or 'fp16' (the update relative to the round's start, "
-        "as float16, averaged in float32)",
+        "how workers send their updates: None (full-precision state), 'fp16' (the update relative to the round's start, "
+        "as float16, averaged in float32), '1bit' (one bit per value and two float32 values per column, error feedback; "
+        "Seide et al. 2014) or 'threshold' (±compressionThreshold at sparse indices, error feedback; Strom 2015)",
         lambda v: None if v is None else TypeConverters.toString(v),
     )
     backend = Param(
         Params._dummy(), "backend",
-        "'rounds' (one Spark job per round, sync only), 'ps' (parameter server, one barrier stage) or "
+        "'rounds' (one Spark job per round; the round modes sync, bmuf, easgd, gossip), 'ps' (parameter server, one barrier stage) or "
         "'auto' (rounds for sync, ps for the asynchronous modes)",
         TypeConverters.toString,
     )
@@ -455,7 +478,11 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
             blockMomentum=None,
             blockLearningRate=1.0,
             nesterov=True,
+            elasticForce=None,
             compression=None,
+            compressionThreshold=0.01,
+            minWorkersPerRound=None,
+            roundDeadline=0.0,
             sampleWeightCol=None,
             classWeight=None,
             validationCol=None,
@@ -549,6 +576,30 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def setCompression(self, value):
         return self._set(compression=value)
+
+    def getElasticForce(self):
+        return self.getOrDefault(self.elasticForce)
+
+    def setElasticForce(self, value):
+        return self._set(elasticForce=value)
+
+    def getCompressionThreshold(self) -> float:
+        return self.getOrDefault(self.compressionThreshold)
+
+    def setCompressionThreshold(self, value: float):
+        return self._set(compressionThreshold=value)
+
+    def getMinWorkersPerRound(self):
+        return self.getOrDefault(self.minWorkersPerRound)
+
+    def setMinWorkersPerRound(self, value):
+        return self._set(minWorkersPerRound=value)
+
+    def getRoundDeadline(self) -> float:
+        return self.getOrDefault(self.roundDeadline)
+
+    def setRoundDeadline(self, value: float):
+        return self._set(roundDeadline=value)
 
     def getNesterov(self) -> bool:
         return self.getOrDefault(self.nesterov)

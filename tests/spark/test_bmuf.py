@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from sparkdl import KerasEstimator
-from sparkdl.errors import ConfigError
 
 import keras  # noqa: E402
 
@@ -35,11 +34,6 @@ def test_bmuf_without_momentum_equals_sync_and_with_momentum_differs(spark):
     assert any(moved) and np.isfinite(filtered.history["loss"]).all()
 
 
-def test_bmuf_runs_on_rounds_only():
-    with pytest.raises(ConfigError, match="mode 'bmuf' runs on backend 'rounds'"):
-        KerasEstimator(mode="bmuf", backend="ps")._fit_config()
-
-
 @pytest.mark.parametrize("mode", ["sync", "bmuf"])
 def test_fp16_updates_train_close_to_full_precision_and_send_half_the_bytes(spark, mode):
     full = _fit(spark, mode=mode)
@@ -50,8 +44,3 @@ def test_fp16_updates_train_close_to_full_precision_and_send_half_the_bytes(spar
     # float32 weights and SGD's float32 state: half the bytes (the iteration counter stays int64)
     assert half.fitInfo["update_bytes"] < 0.52 * full.fitInfo["update_bytes"]
     assert sum(half.fitInfo["update_bytes_per_epoch"]) == half.fitInfo["update_bytes"]
-
-
-def test_compression_runs_on_rounds_only():
-    with pytest.raises(ConfigError, match="compression runs on backend 'rounds'"):
-        KerasEstimator(mode="async", compression="fp16")._fit_config()

@@ -107,3 +107,43 @@ def test_weights_only_pull_leaves_out_the_optimizer_arrays():
         version, weights = client.pull(weights_only=True)
         assert weights.optimizer is None and weights.weights[0].tolist() == [1.0, 2.0] and version == 0
         assert server.stats()["bytes_pulled"] - before < before  # 8 bytes of weights, not 24 of everything
+
+
+def test_round_rule_closes_with_the_minimum_after_the_deadline_and_drops_a_late_push():
+    """Straggler-tolerant rounds: 3 workers, minimum 2, deadline 5 s (a fake clock)."""
+    now = [0.0]
+    rule = SyncRoundRule(3, min_workers=2, deadline_s=5.0, rounds_per_epoch=1, clock=lambda: now[0])
+    master = ModelState([np.zeros(2, np.float32)])
+    a, b = ModelState([np.array([2.0, 4.0], np.float32)]), ModelState([np.array([4.0, 8.0], np.float32)])
+    assert rule(master, a, {"worker": "0", "seq": 1, "rows": 10}) is master
+    assert rule(master, b, {"worker": "1", "seq": 1, "rows": 30}) is master  # two in, but the deadline is not past
+    assert rule.close_if_due(master) is None and rule.round == 0
+    now[0] = 5.0
+    closed = rule.close_if_due(master)
+    np.testing.assert_allclose(closed.weights[0], [3.5, 7.0])  # (10·a + 30·b) / 40, worker 2 missing
+    assert rule.round == 1 and rule.dropped == [[2]] and list(rule.snapshots) == [0]
+    late = {"worker": "2", "seq": 1, "rows": 10}
+    assert rule.is_late(late) and rule(closed, a, late) is closed and rule.late == 1
+    # round 1: every worker in before the deadline closes it at once
+    for w in "012":
+        out = rule(closed, a, {"worker": w, "seq": 2, "rows": 5})
+    np.testing.assert_allclose(out.weights[0], [2.0, 4.0])
+    assert rule.round == 2 and rule.dropped == [[2], []]
+
+
+def test_round_rule_serves_each_worker_its_start_and_decodes_compressed_updates():
+    """gossip through the rule: after a round each worker is served its pair's mean; an fp16 push is
+    a difference from the state the worker was served."""
+    from sparkdl.core.compression import encode_update
+
+    rule = SyncRoundRule(2, get_policy("gossip", workers=2, seed=0))
+    master = ModelState([np.zeros(2, np.float32)])
+    assert rule.served("1", master) is master
+    a = ModelState([np.array([1.0, 3.0], np.float32)])
+    b = encode_update(ModelState([np.array([3.0, 7.0], np.float32)]), master, "fp16")
+    b = ModelState([w.astype(np.float32) for w in b.weights])  # as the server hands it to the rule: float16 cast back
+    rule(master, a, {"worker": "0", "seq": 1, "rows": 4})
+    new = rule(master, b, {"worker": "1", "seq": 1, "rows": 4, "encoding": "fp16"})
+    np.testing.assert_allclose(new.weights[0], [2.0, 5.0])
+    for w in ("0", "1"):
+        np.testing.assert_allclose(rule.served(w, new).weights[0], [2.0, 5.0])

@@ -34,7 +34,7 @@ def test_epoch_order_is_seeded_and_differs_by_epoch():
         ({"num_workers": 0}, "numWorkers must be a positive integer. Received: numWorkers=0"),
         ({"epochs": 1.5}, "epochs must be a positive integer"),
         ({"local_steps": 0}, "localSteps must be a positive integer"),
-        ({"mode": "gossip"}, "mode must be one of"),
+        ({"mode": "elastic"}, "mode must be one of"),
         ({"round_timeout_s": 0}, "roundTimeout must be a positive number of seconds"),
     ],
 )

@@ -98,7 +98,7 @@ def test_optimizer_arrays_travel_and_rule_sees_meta():
     assert v == 2 and st.optimizer[0] == 5 and np.all(st.optimizer[1] == 0)
     np.testing.assert_array_equal(st.weights[0], [2, 2, 2])
     assert seen[0] == {"worker": "3", "attempt": 1, "seq": 7, "base_version": 0, "rows": 9, "nbytes": seen[0]["nbytes"],
-                       "staleness": 0, "version": 0}
+                       "encoding": None, "staleness": 0, "version": 0}
     assert seen[1]["staleness"] == 1
 
 
@@ -460,3 +460,38 @@ def test_wire_batches_respect_chunk_size_and_bools_round_trip():
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype and a.shape == b.shape
     assert isinstance(pa.Table.from_batches(batches), pa.Table)
+
+
+def test_round_rule_over_flight_serves_starts_decodes_compressed_pushes_and_closes_by_deadline():
+    """bmuf through the server: workers pull W + η·Δ (ticket state:<worker>); a 1bit push and an
+    fp16 push are decoded against it; with minimum 1 and deadline 0.2 s, wait_round closes the
+    next round with one push, and the other worker's push is answered dropped="late"."""
+    from sparkdl.core.compression import encode_update, quantize
+    from sparkdl.core.modes import get_policy
+    from sparkdl.core.ps_rules import SyncRoundRule
+
+    rule = SyncRoundRule(2, get_policy("bmuf", block_momentum=0.5, nesterov=True), min_workers=1, deadline_s=0.2)
+    rule.min_workers = 2  # round 0: wait for both
+    with ParameterServer(_initial(), rule, names=NAMES) as srv, ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+        _, start = c.pull(worker=0)
+        target = [w + 1.0 for w in start.weights]  # both workers move every value by +1
+        payload, _ = quantize([t - s for t, s in zip(target, start.weights)], None, "1bit")
+        c.push([np.frombuffer(payload, np.uint8)], names=["payload"], worker=0, attempt=1, seq=1, base_version=0, rows=5, encoding="1bit")
+        half = encode_update(ModelState(target), start, "fp16")
+        c.push(half, worker=1, attempt=1, seq=1, base_version=0, rows=5, encoding="fp16")
+        assert c.wait_round(1, 1.0) == (True, 1)
+        _, master = srv.state()
+        for got, s in zip(master.weights, start.weights):  # G = +1, Δ = 1, W = W₀ + 1
+            np.testing.assert_allclose(got, s + 1.0, rtol=1e-6)
+        _, served = c.pull(worker=1)
+        for got, m in zip(served.weights, master.weights):  # Nesterov: W + η·Δ
+            np.testing.assert_allclose(got, m + 0.5, rtol=1e-6)
+        rule.min_workers = 1
+        c.push(served.weights, worker=0, attempt=1, seq=2, base_version=2, rows=5)
+        started = time.monotonic()
+        assert c.wait_round(2, 5.0) == (True, 2) and time.monotonic() - started < 2.0  # closed by the deadline
+        reply = c.push(served.weights, worker=1, attempt=1, seq=2, base_version=2, rows=5)
+        assert reply["dropped"] == "late" and not reply["applied"] and srv.stats()["late_dropped"] == 1
+        assert rule.dropped == [[], [1]]
+        with pytest.raises(ServerError, match="payload"):
+            c.push(_delta(), worker=0, attempt=1, seq=3, base_version=2, rows=5, encoding="1bit")

@@ -7,17 +7,25 @@ replica for the whole fit and walks the fit's schedule of slots (epoch, round), 
 seeds as backend ``rounds`` (:class:`~sparkdl.core.schedule.RoundPlan`, ``epoch_order``,
 ``Replica.seed_round``):
 
-* ``sync``: in each slot the worker waits until the server closed the previous round (version
-  ``workers × g``), pulls the master state, trains its τ steps and pushes its whole state, its
-  rows and its metric sums; :class:`~sparkdl.core.ps_rules.SyncRoundRule` applies the
-  row-weighted mean when the round's last push arrives. Workers with no rows in a slot push
-  ``rows=0``. The result equals backend ``rounds`` (same seed, same partitions).
+* the round modes (``sync``, ``bmuf``, ``easgd``, ``gossip``): in each slot the worker waits until
+  the server's :class:`~sparkdl.core.ps_rules.SyncRoundRule` closed the previous round, pulls its
+  start state for the round (ticket ``state:<partition>``: the master, BMUF's W + η·Δ, or its own
+  model in easgd and gossip, routed by the server), trains its τ steps and pushes its whole state
+  (or its fp16 / 1bit / threshold update, the residual and, for 1bit/threshold, the optimizer
+  state kept by the worker), its rows and its metric sums; the rule applies the mode's policy
+  when the round closes. Workers with no rows in a slot push ``rows=0``. The result equals
+  backend ``rounds`` (same seed, same partitions). With ``minWorkersPerRound`` the server closes
+  a round once the minimum pushed and ``roundDeadline`` passed; a later push is answered
+  ``dropped="late"`` (its residual and optimizer state roll back) and its worker skips to the
+  open round; the rows it missed are counted and checked.
 * ``async`` (Downpour), ``hogwild``, ``staleness_aware``, ``ssp``: in each slot where it has rows
   the worker pulls the master weights (keeping its own optimizer state), trains τ steps and
   pushes Δ = new − pulled weights; the mode's rule (:mod:`sparkdl.core.async_rules`) applies it
   as it arrives. ``ssp`` first waits until the worker is at most ``staleness`` clocks (slots)
   ahead of the slowest worker still training. The last push also carries the worker's optimizer
-  state; the fitted model gets their row-weighted mean.
+  state; the fitted model gets their row-weighted mean. With ``compression`` every push but the
+  last is float16 or quantized (the residual kept by the worker); the last is in full precision,
+  with the residual added.
 
 Every push carries (worker = partition, attempt, seq = the slot's index + 1): the server drops a
 repeated seq or a push of a superseded attempt, and a retried task first asks the server which
@@ -42,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sparkdl.core.compression import QUANTIZED, encode_update, quantize
 from sparkdl.core.metrics import append_epoch
 from sparkdl.core.modes import ModePolicy
 from sparkdl.core.ps_rules import EpochRecorder, SyncRoundRule, encode_metric_sums
@@ -50,11 +59,12 @@ from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
-from sparkdl.spark.backends.rounds import TaskSpec, _check_finite, validate_epoch
+from sparkdl.spark.backends.rounds import TEST_DELAY_PROPERTY, TaskSpec, _check_finite, validate_epoch
 from sparkdl.spark.partitions import load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
 
-RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint"
+RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint, late bigint"
+ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")
 WAIT_CHUNK_S = 5.0  # a waiting worker re-asks (and so shows it is alive) at least this often
 
 
@@ -92,8 +102,49 @@ def _assign_weights(replica, weights: list[np.ndarray]) -> None:
         variable.assign(array)
 
 
+def _wait_round(client, round_: int, partition) -> int:
+    """Wait until the server's round rule closed ``round_`` rounds (heartbeats between tries);
+    returns the rounds closed (more than ``round_`` when this worker is late)."""
+    while True:
+        reached, current = client.wait_round(round_, WAIT_CHUNK_S)
+        if reached:
+            return current
+        client.heartbeat(partition)
+
+
+def _round_update(spec: PSTaskSpec, state: ModelState, start: ModelState, residual):
+    """What a round-mode worker pushes: ``(update, names, encoding, new residual)``: its state, its
+    fp16 update, or its quantized weight update (the residual kept here, the optimizer state too)."""
+    compression = spec.task.compression
+    if compression is None:
+        return state, None, None, residual
+    if compression == "fp16":
+        return encode_update(state, start, "fp16"), None, "fp16", residual
+    deltas = [np.subtract(new, old, dtype=np.float32) if new.dtype.kind == "f" else new
+              for new, old in zip(state.weights, start.weights, strict=True)]
+    payload, residual = quantize(deltas, residual, compression, spec.task.threshold)
+    return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, residual
+
+
+def _async_update(spec: PSTaskSpec, state: ModelState, master: ModelState, residual, final: bool):
+    """What an asynchronous worker pushes: ``(update, names, encoding, new residual)``: Δ = its
+    weights − the pulled ones, as they are, as float16 (fp16), or quantized with the residual kept
+    here (1bit, threshold). The last push goes in full precision with the residual added (nothing
+    of the worker's updates is left behind) and the worker's optimizer state."""
+    deltas = [np.subtract(w, b, dtype=w.dtype) if w.dtype.kind == "f" else w for w, b in zip(state.weights, master.weights, strict=True)]
+    compression = spec.task.compression
+    if final or compression is None:
+        if residual is not None:
+            deltas = [(d + r).astype(d.dtype) if d.dtype.kind == "f" else d for d, r in zip(deltas, residual, strict=True)]
+        return ModelState(deltas, state.optimizer if final else None), None, None, None
+    if compression == "fp16":
+        return encode_update(ModelState(state.weights), ModelState(master.weights), "fp16"), None, "fp16", residual
+    payload, residual = quantize(deltas, residual, compression, spec.task.threshold)
+    return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, residual
+
+
 def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sample_weight: np.ndarray | None = None,
-               base: np.ndarray | None = None) -> dict:
+               base: np.ndarray | None = None, delay_s: float = 0.0) -> dict:
     """One worker's whole fit against the parameter server (see the module docstring).
 
     Args:
@@ -104,11 +155,13 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
         x, y: the partition's rows: an array, or a list of arrays (one per model input, output).
         sample_weight: per-row loss weights ``(rows,)``, or None.
         base: the permutation that puts the rows in canonical order (None: they are in it).
+        delay_s: a test hook: seconds slept before each slot's local steps (a straggler).
 
     Returns:
-        ``{"rows", "steps", "pushes", "dropped", "skipped"}``: rows and steps this attempt trained,
-        pushes sent, pushes the server dropped as duplicates, slots skipped because an earlier
-        attempt's push was applied.
+        ``{"rows", "steps", "pushes", "dropped", "skipped", "late"}``: rows and steps this attempt
+        trained, pushes sent, pushes the server dropped (duplicates, or late for their round),
+        slots skipped because an earlier attempt's push was applied, and round-mode slots this
+        worker pushed late or skipped because their round had closed without it.
 
     Raises:
         ServerError: the server refused a call or did not answer in time (after retries).
@@ -116,7 +169,7 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
     from sparkdl.keras.replica import Replica
 
     task, plan = spec.task, spec.task.plan
-    sync, ssp = spec.mode == "sync", spec.mode == "ssp"
+    rounds_mode, ssp = spec.mode in ROUND_MODES, spec.mode == "ssp"
     expected = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
     replica = Replica(task.spec, task.compile_spec, task.seed)
     previous_attempt, last_seq = client.progress(partition)
@@ -126,50 +179,67 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
     ranges = [plan.row_range(partition, r) if expected else (0, 0) for _, r in slots]
     trained = [g for g, (start, stop) in enumerate(ranges) if stop > start]
     last_trained = trained[-1] if trained else -1
-    counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0}
-    pulled, own_optimizer = 0, False
+    counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0, "late": 0}
+    pulled, own_optimizer, version = 0, False, 0
+    residual, local_optimizer = None, None  # 1bit/threshold: the error-feedback residual and this worker's optimizer state
     for g, (epoch, r) in enumerate(slots):
         seq = g + 1
         start, stop = ranges[g]
         if seq <= last_seq:
             counts["skipped"] += 1
             continue
-        if not sync and stop <= start:
+        if not rounds_mode and stop <= start:
             continue  # nothing to push in this slot
-        if sync:
-            _wait(lambda t, g=g: client.wait_version(spec.workers * g, t), client, partition)
+        if rounds_mode and _wait_round(client, g, partition) > g:
+            counts["late"] += 1  # the round closed without this worker (a straggler-tolerant round): its rows are dropped
+            continue
         if ssp:
             _wait(lambda t: client.wait_clock(partition, spec.staleness, t), client, partition)
         extra = {"epoch": epoch, "clock": seq}
+        names, encoding, kept = None, None, (residual, local_optimizer)
         if stop > start:
-            version, master = client.pull(weights_only=not sync and own_optimizer)
-            pulled += _nbytes(master)
-            if sync or not own_optimizer:
-                replica.set_state(master)  # async modes: the optimizer state stays the worker's after the first pull
-                own_optimizer = True
+            if rounds_mode:
+                version, begin = client.pull(worker=partition)  # this worker's start: the master, W + η·Δ, or its own model
+                pulled += _nbytes(begin)
+                optimizer = local_optimizer if local_optimizer is not None else begin.optimizer
+                replica.set_state(ModelState(begin.weights, optimizer))
             else:
-                _assign_weights(replica, master.weights)
+                version, master = client.pull(weights_only=own_optimizer)
+                pulled += _nbytes(master)
+                if not own_optimizer:
+                    replica.set_state(master)  # async modes: the optimizer state stays the worker's after the first pull
+                    own_optimizer = True
+                else:
+                    _assign_weights(replica, master.weights)
             replica.seed_round(task.seed, epoch, r, partition)
             order = epoch_order(expected, task.seed, epoch, partition, task.shuffle)[start:stop]
+            if delay_s:
+                time.sleep(delay_s)
             metrics = replica.train(x, y, task.batch_size, sample_weight=sample_weight, rows=order if base is None else base[order])
             state = replica.get_state()
-            if sync:
-                update = state
+            if rounds_mode:
+                update, names, encoding, residual = _round_update(spec, state, begin, residual)
+                if task.compression in QUANTIZED:
+                    local_optimizer = state.optimizer
             else:
-                deltas = [np.subtract(w, b, dtype=w.dtype) if w.dtype.kind == "f" else w for w, b in zip(state.weights, master.weights, strict=True)]
                 final = g == last_trained
-                update = ModelState(deltas, state.optimizer if final else None)
+                update, names, encoding, residual = _async_update(spec, state, master, residual, final)
                 extra.update(final=final, worker_rows=int(expected))
             extra.update(metrics=encode_metric_sums(metrics), pulled=pulled)
             rows = stop - start
-            counts["rows"] += rows
-            counts["steps"] += -(-rows // task.batch_size)
-        else:  # sync, no rows left in this slot: the round still needs this worker's (empty) push
-            version, rows = spec.workers * g, 0
+        else:  # a round mode, no rows left in this slot: the round still needs this worker's (empty) push
+            rows = 0
             update = ModelState(replica.get_state().weights)
-        reply = client.push(update, worker=partition, attempt=attempt, seq=seq, base_version=version, rows=rows, extra=extra)
+        reply = client.push(update, worker=partition, attempt=attempt, seq=seq, base_version=version, rows=rows, extra=extra,
+                            names=names, encoding=encoding)
         pulled = 0
         counts["pushes"] += 1
+        if reply.get("dropped") == "late":  # dropped whole: the residual and optimizer state go back to before this slot
+            residual, local_optimizer = kept
+            counts["late"] += 1
+        elif rows:
+            counts["rows"] += rows
+            counts["steps"] += -(-rows // task.batch_size)
         counts["dropped"] += 0 if reply.get("applied") else 1
     return counts
 
@@ -206,7 +276,9 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             )
         client.heartbeat(partition)
         arrays = data.arrays
-        counts = run_worker(spec, client, partition, attempt, arrays.x, arrays.y, arrays.w, data.base)
+        delay = context.getLocalProperty(TEST_DELAY_PROPERTY)  # a test hook: "partition:seconds" makes a straggler
+        delay_s = float(delay.split(":")[1]) if delay and int(delay.split(":")[0]) == partition else 0.0
+        counts = run_worker(spec, client, partition, attempt, arrays.x, arrays.y, arrays.w, data.base, delay_s)
         release(spec.task.fit_id, "train", partition)
         client.heartbeat(partition, "done")
     except BaseException as exc:
@@ -219,7 +291,7 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         client.close()
     yield pa.RecordBatch.from_pylist([{"partition": partition, "attempt": attempt, **counts}], schema=pa.schema([
         ("partition", pa.int32()), ("attempt", pa.int64()), ("rows", pa.int64()), ("steps", pa.int64()),
-        ("pushes", pa.int64()), ("dropped", pa.int64()), ("skipped", pa.int64()),
+        ("pushes", pa.int64()), ("dropped", pa.int64()), ("skipped", pa.int64()), ("late", pa.int64()),
     ]))
 
 
@@ -321,15 +393,22 @@ class PSBackend:
         optimizer = state.optimizer if state.optimizer is not None else [np.asarray(v.numpy()) for v in reader.model.optimizer.variables]
         initial = ModelState(list(state.weights), list(optimizer))
         names = decode_arrays(job.spec.weights).names
-        rule = SyncRoundRule(workers) if mode == "sync" else policy.rule()
         validating = job.validation is not None and job.validation.total_rows > 0
-        self.recorder = recorder = EpochRecorder(rule, config.epochs, snapshot_rows=job.data.total_rows if validating else None)
+        rounds_mode = mode in ROUND_MODES
+        if rounds_mode:
+            rule = SyncRoundRule(workers, policy, min_workers=config.min_workers(workers), deadline_s=config.round_deadline_s,
+                                 rounds_per_epoch=job.plan.rounds_per_epoch)
+        else:
+            rule = policy.rule()
+        self._rule = rule if rounds_mode else None
+        self.recorder = recorder = EpochRecorder(rule, config.epochs, snapshot_rows=job.data.total_rows if validating and not rounds_mode else None)
         task = TaskSpec(
             fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, columns=job.data.columns,
             plan=job.plan, batch_size=config.batch_size, seed=config.seed, shuffle=config.shuffle, custom_objects=registered(),
             idle_s=max(3600.0, 2 * config.round_timeout_s), canonical_order=not config.keep_partitioning,
             budget_bytes=job.budget_bytes,
             validation=job.validation.columns if job.validation is not None else None,
+            compression=config.compression, threshold=config.compression_threshold,
         )
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_slots = config.epochs * rounds_per_epoch
@@ -384,21 +463,23 @@ class PSBackend:
             # A failed task leaves its on-disk partition behind (local mode: all of them here);
             # Spark deletes other executors' copies with the application's directory.
             shutil.rmtree(spill_dir(job.fit_id), ignore_errors=True)
-        self._check(table, job, workers)
+        dropped_rows = self._dropped_rows(job)
+        self._check(table, job, workers, dropped_rows)
         self._report_epochs(final=True)
-        if mode != "sync" and recorder.final_optimizer.total_weight > 0:
+        if not rounds_mode and recorder.final_optimizer.total_weight > 0:
             final = ModelState(final.weights, [np.asarray(a) for a in recorder.final_optimizer.result()])
         _check_finite(final, names, f"the ps fit ({mode})")
         result.state = final
         result.rounds = total_slots
         summaries = recorder.summaries()
-        if mode != "sync":
+        if not rounds_mode:
             for epoch_summary in summaries:
                 append_epoch(result.history, epoch_summary)
         if validating:  # the barrier stage held every slot: validate each epoch's snapshot now
             try:
+                snapshots = rule.snapshots if rounds_mode else recorder.snapshots
                 for epoch in range(config.epochs):
-                    snapshot = recorder.snapshots.get(epoch)
+                    snapshot = snapshots.get(epoch)
                     if snapshot is None:
                         raise InvariantError(f"the ps fit must record the master weights at the end of epoch {epoch + 1}. Received: no snapshot")
                     values = validate_epoch(spark, job, task, reader, snapshot, epoch, epoch + 1 == config.epochs)
@@ -421,22 +502,44 @@ class PSBackend:
             worker_pushes=[s for _, s in sorted(zip(rows["partition"], rows["pushes"], strict=True))],
             **({"staleness": config.staleness} if mode == "ssp" else {}),
         )
+        if config.compression is not None:
+            result.info.update(compression=config.compression, update_bytes=stats["bytes_pushed"],
+                               update_bytes_per_epoch=[e["bytes_pushed"] for e in summaries])
+        if rounds_mode and config.min_workers(workers) < workers:
+            result.info.update(
+                min_workers_per_round=config.min_workers(workers), updates_dropped=sum(len(d) for d in rule.dropped),
+                rows_dropped=sum(dropped_rows), dropped_per_round=[list(d) for d in rule.dropped],
+                worker_late=[s for _, s in sorted(zip(rows["partition"], rows["late"], strict=True))],
+            )
         return result
+
+    def _dropped_rows(self, job: TrainJob) -> list[int]:
+        """Per epoch, the rows of workers whose round closed without their update (straggler-tolerant rounds)."""
+        out = [0] * job.config.epochs
+        if self._rule is None:
+            return out
+        plan = job.plan
+        for g, missing in enumerate(self._rule.dropped):
+            epoch, r = divmod(g, plan.rounds_per_epoch)
+            for partition in missing:
+                begin, stop = plan.row_range(partition, r) if plan.partition_rows[partition] else (0, 0)
+                out[epoch] += max(0, int(stop) - int(begin))
+        return out
 
     @staticmethod
     def _worker_errors(server) -> str:
         return "; ".join(f"partition {w}: {c['message']}" for w, c in sorted(server.contacts().items()) if c["state"] == "error")
 
-    def _check(self, table: pa.Table, job: TrainJob, workers: int) -> None:
+    def _check(self, table: pa.Table, job: TrainJob, workers: int, dropped_rows: list[int]) -> None:
         partitions = sorted(table.column("partition").to_pylist())
         if partitions != list(range(workers)):
             raise InvariantError(f"the ps fit must return one result per partition 0..{workers - 1}. Received partitions {partitions}")
         for epoch in range(job.config.epochs):
             rows = self.recorder.rows(epoch)
-            if rows != job.data.total_rows:
+            if rows + dropped_rows[epoch] != job.data.total_rows:
                 raise InvariantError(
-                    f"each epoch must train on every row once. Received: {rows} rows trained in epoch {epoch + 1}, "
-                    f"{job.data.total_rows} rows counted in the input"
+                    f"each epoch must train on every row once. Received: {rows} rows trained and {dropped_rows[epoch]} dropped "
+                    f"(late workers) in epoch {epoch + 1}, {job.data.total_rows} rows counted in the input"
                 )
 
     def _report_epochs(self, final: bool = False) -> None:
@@ -446,7 +549,9 @@ class PSBackend:
             job, total = self._job, self._job.data.total_rows
             while self._reported < job.config.epochs:
                 epoch = self._reported
-                if not final and self.recorder.rows(epoch) < total:
+                if not final and self._rule is not None and self._rule.round < (epoch + 1) * job.plan.rounds_per_epoch:
+                    return
+                if not final and self._rule is None and self.recorder.rows(epoch) < total:
                     return
                 sums = self.recorder.epochs[epoch].sums.total()
                 metrics = self._reader.results(sums) if sums is not None else {}

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import queue
 import shutil
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -42,12 +44,13 @@ from pyspark import TaskContext
 from pyspark.broadcast import Broadcast
 from pyspark.sql import functions as F
 
-from sparkdl.core.compression import decode_mean, encode_update
+from sparkdl.core.compression import QUANTIZED, decode_mean, dequantize, encode_update
 from sparkdl.core.metrics import MetricSums, append_epoch
 from sparkdl.core.modes import ModePolicy
 from sparkdl.core.schedule import RoundPlan, epoch_order
 from sparkdl.core.pieces import DEFAULT_PIECE_BYTES, Piece, PieceMean, assemble, split_state
-from sparkdl.core.state import ModelState
+from sparkdl.core.aggregation import WeightedMean
+from sparkdl.core.state import ModelState, WorkerUpdate
 from sparkdl.errors import ConfigError, InvariantError
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
@@ -58,7 +61,7 @@ from sparkdl.spark.jobs import run_job
 
 RESULT_DDL = (
     "partition int, piece int, rows bigint, partition_rows bigint, steps bigint, missing boolean, "
-    "grp int, arr int, offset bigint, shape string, dtype string, payload binary, nbytes bigint"
+    "grp int, arr int, offset bigint, shape string, dtype string, payload binary, nbytes bigint, local_reset boolean"
 )
 RESULT_SCHEMA = pa.schema(
     [
@@ -75,9 +78,11 @@ RESULT_SCHEMA = pa.schema(
         ("dtype", pa.string()),  # piece: numpy dtype.str
         ("payload", pa.binary()),  # piece: raw values; meta: Arrow IPC of the metric variable sums
         ("nbytes", pa.int64()),  # meta: bytes of the worker's update pieces (what it sends)
+        ("local_reset", pa.bool_()),  # meta: 1bit/threshold: the worker's residual and optimizer state were not found
     ]
 )
 META = -1
+COMPRESSED = -2  # a quantized update's bytes (1bit, threshold): ``offset`` is the chunk's first byte
 
 # Rounds whose updates (workers x state bytes) exceed this, with more than two workers, are combined
 # on the executors; smaller ones come to the driver as they are (a second stage costs ~0.1 s).
@@ -114,17 +119,25 @@ class TaskSpec:
     budget_bytes: int = 2**62
     validation: ModelColumns | None = None
     compression: str | None = None
+    threshold: float = 1e-3
+    per_worker: bool = False
 
 
 @dataclass(frozen=True)
 class RoundTask:
-    """One round's orders: where in the schedule it is, and the broadcast master state
-    (``(weights, optimizer)`` Arrow IPC bytes; optimizer None for a fresh optimizer)."""
+    """One round's orders: where in the schedule it is (``index``: the fit's round count), the
+    broadcast start state (``(weights, optimizer)`` Arrow IPC bytes, optimizer None for a fresh
+    optimizer; with a per-worker mode one such pair per partition), for 1bit/threshold the round
+    whose update the driver last applied per partition (``accepted``, -1: none), and in a
+    straggler-tolerant round the one partition this job trains (``only``)."""
 
     epoch: int
     round_in_epoch: int
     last: bool
-    state: Broadcast
+    state: Broadcast | None
+    index: int = 0
+    accepted: tuple[int, ...] = ()
+    only: int | None = None
 
 
 # ---- executor side ---------------------------------------------------------------------------
@@ -156,11 +169,43 @@ def _replica(task: TaskSpec):
     return replica
 
 
-def _meta_row(partition: int, rows: int, partition_rows: int, steps: int, missing: bool = False, metrics=None, nbytes: int = 0) -> dict:
+def _meta_row(partition: int, rows: int, partition_rows: int, steps: int, missing: bool = False, metrics=None, nbytes: int = 0,
+              local_reset: bool = False) -> dict:
     return {
         "partition": partition, "piece": META, "rows": rows, "partition_rows": partition_rows, "steps": steps,
         "missing": missing, "payload": encode_arrays(metrics) if metrics is not None else None, "nbytes": nbytes,
+        "local_reset": local_reset,
     }
+
+
+def _chunk_batch(partition: int, rows: int, offset: int, chunk: bytes) -> pa.RecordBatch:
+    """One chunk of a quantized update as a one-row batch of :data:`RESULT_SCHEMA`."""
+    return pa.RecordBatch.from_pylist(
+        [{"partition": partition, "piece": COMPRESSED, "rows": rows, "offset": offset, "payload": chunk}], schema=RESULT_SCHEMA
+    )
+
+
+def _quantized_update(task: TaskSpec, round_task: RoundTask, partition: int, replica, start: ModelState):
+    """Train-side half of 1bit/threshold: load this partition's residual and optimizer state (the
+    version the driver last applied), set the replica; returns ``(local_reset, finish)`` where ``finish(state)`` quantizes the update, saves the new residual and optimizer state as
+    this round's version and returns the payload."""
+    from sparkdl.core.compression import quantize
+    from sparkdl.spark import worker_state
+
+    n = len(start.weights)
+    version = round_task.accepted[partition] if partition < len(round_task.accepted) else -1
+    local = worker_state.load(task.fit_id, partition, version) if version >= 0 else None
+    residual, optimizer = (local[:n], local[n:]) if local is not None else (None, start.optimizer)
+    replica.set_state(ModelState(start.weights, optimizer))
+
+    def finish(state: ModelState) -> bytes:
+        deltas = [np.subtract(new, old, dtype=np.float32) if new.dtype.kind == "f" else new
+                  for new, old in zip(state.weights, start.weights, strict=True)]
+        payload, new_residual = quantize(deltas, residual, task.compression, task.threshold)
+        worker_state.save(task.fit_id, partition, round_task.index, [np.asarray(r) for r in new_residual] + list(state.optimizer))
+        return payload
+
+    return version >= 0 and local is None, finish
 
 
 def _piece_batch(partition: int, rows: int, index: int, piece: Piece) -> pa.RecordBatch:
@@ -172,6 +217,7 @@ def _piece_batch(partition: int, rows: int, index: int, piece: Piece) -> pa.Reco
         pa.nulls(1, pa.int64()), pa.nulls(1, pa.int64()), pa.nulls(1, pa.bool_()),
         pa.array([piece.group], pa.int32()), pa.array([piece.array], pa.int32()), pa.array([piece.offset], pa.int64()),
         pa.array([piece.shape_json], pa.string()), pa.array([piece.dtype], pa.string()), payload, pa.nulls(1, pa.int64()),
+        pa.nulls(1, pa.bool_()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RESULT_SCHEMA)
 
@@ -201,12 +247,16 @@ def train_partition(
     from sparkdl.keras import runtime
 
     context = TaskContext.get()
+    partition = context.partitionId()
+    if round_task.only is not None and partition != round_task.only:  # a straggler-tolerant round: one job per partition
+        for _ in batches:
+            pass
+        return
     runtime.configure(context.cpus())
     from sparkdl.keras.custom_objects import register
 
     register(task.custom_objects)
     WORKER_CACHE.idle_s = task.idle_s
-    partition = context.partitionId()
     plan = task.plan
     expected = plan.partition_rows[partition] if partition < len(plan.partition_rows) else 0
     if not from_data:
@@ -234,24 +284,53 @@ def train_partition(
         meta, pieces = _meta_row(partition, 0, expected, 0), ()
     else:
         replica = _replica(task)
-        weights, optimizer = round_task.state.value  # read once per Python worker per round (PySpark keeps it)
+        value = round_task.state.value  # read once per Python worker per round (PySpark keeps it)
+        weights, optimizer = value[partition] if task.per_worker else value
         start = ModelState(decode_arrays(weights, copy=False).arrays, decode_arrays(optimizer, copy=False).arrays if optimizer is not None else None)
-        replica.set_state(start)
+        quantized = task.compression in QUANTIZED
+        local_reset, finish = _quantized_update(task, round_task, partition, replica, start) if quantized else (False, None)
+        if not quantized:
+            replica.set_state(start)
         replica.seed_round(task.seed, round_task.epoch, round_task.round_in_epoch, partition)
         order = epoch_order(expected, task.seed, round_task.epoch, partition, task.shuffle)[begin:stop]
         arrays = data.arrays
+        _test_delay(context, partition)
         metrics = replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=data.rows(order))
         rows = int(stop) - int(begin)
         state = replica.get_state()
-        update = encode_update(state, start, task.compression) if task.compression else state
-        pieces = list(split_state(update, task.piece_bytes))
-        nbytes = sum(len(piece.values) for piece in pieces)
-        meta = _meta_row(partition, rows, expected, -(-rows // task.batch_size), metrics=metrics, nbytes=nbytes)
+        if quantized:
+            payload = finish(state)
+            pieces, nbytes = (), len(payload)
+        else:
+            update = encode_update(state, start, task.compression) if task.compression else state
+            pieces = list(split_state(update, task.piece_bytes))
+            nbytes = sum(len(piece.values) for piece in pieces)
+        meta = _meta_row(partition, rows, expected, -(-rows // task.batch_size), metrics=metrics, nbytes=nbytes, local_reset=local_reset)
     if round_task.last:
+        if task.compression in QUANTIZED:
+            from sparkdl.spark import worker_state
+
+            worker_state.drop(task.fit_id, partition)
         release(task.fit_id, "train", partition)
     yield pa.RecordBatch.from_pylist([meta], schema=RESULT_SCHEMA)
     for index, piece in enumerate(pieces):
         yield _piece_batch(partition, meta["rows"], index, piece)
+    if meta["rows"] and task.compression in QUANTIZED:
+        for offset in range(0, len(payload), task.piece_bytes):
+            yield _chunk_batch(partition, meta["rows"], offset, payload[offset : offset + task.piece_bytes])
+
+
+TEST_DELAY_PROPERTY = "sparkdl.test.slowPartition"
+
+
+def _test_delay(context, partition: int) -> None:
+    """A test hook: the job's local property ``sparkdl.test.slowPartition`` = ``"p:seconds"`` makes
+    partition p sleep that long before its local steps (a straggler)."""
+    value = context.getLocalProperty(TEST_DELAY_PROPERTY)
+    if value:
+        slow, seconds = value.split(":")
+        if int(slow) == partition:
+            time.sleep(float(seconds))
 
 
 VALIDATION_DDL = "partition int, rows bigint, payload binary"
@@ -347,11 +426,19 @@ class RoundOutcome:
 
     Attributes:
         workers: per partition ``(partition, rows, steps)``, sorted by partition.
-        mean: the row-weighted mean of the trained workers' states, None when no worker trained.
+        mean: the row-weighted mean of the trained workers' states (or of their fp16 updates, before
+            :func:`decode_mean`), None when no worker trained or when ``states`` is used.
         rows: rows trained in the round.
         metrics: each trained worker's metric variable sums.
         missing: partitions that were in no cache (the round must be run again over the data).
         nbytes: bytes of update pieces the workers sent (compressed when compression is on).
+        states: per trained partition its own update (a state, an fp16 update, or a quantized
+            payload's bytes), when the round is not combined into ``mean`` (per-worker modes,
+            1bit/threshold, straggler-tolerant rounds).
+        local_resets: 1bit/threshold workers that found no residual and optimizer state of theirs.
+        updates: per-worker modes: each trained worker's :class:`WorkerUpdate` (decoded).
+        dropped: straggler-tolerant rounds: the partitions whose updates came late and were dropped.
+        rows_dropped: the rows those partitions trained in vain.
     """
 
     workers: list[tuple[int, int, int]]
@@ -360,15 +447,22 @@ class RoundOutcome:
     metrics: list[list[np.ndarray]]
     missing: list[int]
     nbytes: int = 0
+    states: dict | None = None
+    local_resets: int = 0
+    updates: list | None = None
+    dropped: list[int] = dataclasses.field(default_factory=list)
+    rows_dropped: int = 0
 
 
-def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) -> RoundOutcome:
-    """Check the round's rows (one meta row per partition, each with its counted rows) and combine
-    its pieces (already means when ``reduced`` on the executors)."""
+def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool, partitions: list[int] | None = None,
+             separate: bool = False) -> RoundOutcome:
+    """Check the round's rows (one meta row per partition of ``partitions``, default all, each with
+    its counted rows) and combine its pieces (already means when ``reduced`` on the executors), or
+    with ``separate`` keep each partition's update apart (:attr:`RoundOutcome.states`)."""
     meta = _meta_rows(table).to_pydict()
-    partitions = sorted(meta["partition"])
-    if partitions != list(range(len(plan.partition_rows))):
-        raise InvariantError(f"{description} must return one update per partition 0..{len(plan.partition_rows) - 1}. Received partitions {partitions}")
+    expected = list(range(len(plan.partition_rows))) if partitions is None else sorted(partitions)
+    if sorted(meta["partition"]) != expected:
+        raise InvariantError(f"{description} must return one update per partition {expected}. Received partitions {sorted(meta['partition'])}")
     missing = sorted(p for p, m in zip(meta["partition"], meta["missing"], strict=True) if m)
     workers, metrics = [], []
     for i, partition in enumerate(meta["partition"]):
@@ -383,8 +477,13 @@ def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) 
     workers.sort()
     rows = sum(w[1] for w in workers)
     nbytes = sum(n or 0 for n in meta["nbytes"])
+    resets = sum(1 for r in meta["local_reset"] if r)
     if missing:
-        return RoundOutcome(workers, None, rows, metrics, missing, nbytes)
+        return RoundOutcome(workers, None, rows, metrics, missing, nbytes, local_resets=resets)
+    if separate:
+        trained = {p: n for p, n, _ in workers if n}
+        states = _separate(table, trained, description)
+        return RoundOutcome(workers, None, rows, metrics, missing, nbytes, states=states, local_resets=resets)
     if reduced:
         pieces = _pieces_of(table)
     else:
@@ -406,7 +505,27 @@ def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool) 
             yield piece
 
     mean = assemble(checked(pieces))
-    return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing, nbytes)
+    return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing, nbytes, local_resets=resets)
+
+
+def _separate(table: pa.Table, trained: dict[int, int], description: str) -> dict:
+    """Each trained partition's own update from its rows: the state assembled from its pieces, or the
+    bytes of its quantized payload (chunks in offset order)."""
+    kinds = table.column("piece").to_numpy()
+    partition_of = table.column("partition").to_numpy()
+    out = {}
+    for partition in trained:
+        rows = table.take(np.flatnonzero((partition_of == partition) & (kinds != META)))
+        if not rows.num_rows:
+            raise InvariantError(f"{description} must return the update of partition {partition}, which trained. Received: none")
+        if rows.column("piece")[0].as_py() == COMPRESSED:
+            order = np.argsort(rows.column("offset").to_numpy())
+            out[partition] = b"".join(rows.column("payload")[int(i)].as_py() for i in order)
+        else:
+            out[partition] = assemble(piece for piece, _ in _pieces_of(rows))
+    return out
+
+
 def _check_finite(state: ModelState, names: list[str], description: str) -> None:
     for name, array in zip(names, state.weights, strict=True):
         if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
@@ -462,6 +581,23 @@ def plan_reduction(limit: int, state_bytes: int, workers: int) -> bool:
     return on_executors
 
 
+def check_separate(limit: int, state_bytes: int, workers: int) -> None:
+    """Refuse, before any job, a fit whose round brings every worker's whole update to the driver
+    (per-worker modes, straggler-tolerant rounds) when they cannot fit ``spark.driver.maxResultSize``.
+
+    Raises:
+        ConfigError: naming the size needed and the value to set.
+    """
+    needed = workers * state_bytes
+    if limit > 0 and needed > limit:
+        value = f"{_mib(needed) + 64}m"
+        raise ConfigError(
+            f"this mode brings each worker's update ({state_bytes} bytes) to the driver every round: {workers} workers "
+            f"need spark.driver.maxResultSize >= {value} (--conf spark.driver.maxResultSize={value}, or 0 for no limit). "
+            f"Received: spark.driver.maxResultSize={limit} bytes"
+        )
+
+
 def validate_epoch(spark, job: TrainJob, task: TaskSpec, reader, weights: list, epoch: int, last: bool) -> dict:
     """The validation loss and metrics of ``weights`` (the master weights after ``epoch``): one job
     over the cached validation data, each partition's summed metric variables added up on the
@@ -489,11 +625,51 @@ def validate_epoch(spark, job: TrainJob, task: TaskSpec, reader, weights: list, 
     return {f"val_{name}": value for name, value in reader.results(sums.total()).items()}
 
 
+def _decode_update(update, start: ModelState, compression: str | None) -> ModelState:
+    """A worker's state from what it sent: its state itself, start + its fp16 update, or start + its
+    dequantized update (1bit/threshold; weights only, the optimizer state stayed on the worker)."""
+    if compression in QUANTIZED:
+        update = ModelState(dequantize(update, start.weights), None)
+    return decode_mean(update, start) if compression is not None else update
+
+
+def _mean_of(states: dict[int, ModelState], rows: dict[int, int]) -> ModelState | None:
+    """The row-weighted mean of the workers' states (optimizer state only when every one has it)."""
+    weights, optimizer = WeightedMean(), WeightedMean()
+    with_optimizer = all(state.optimizer is not None for state in states.values())
+    for partition, state in sorted(states.items()):
+        weights.add(state.weights, rows[partition])
+        if with_optimizer:
+            optimizer.add(state.optimizer, rows[partition])
+    result = weights.result()
+    if result is None:
+        return None
+    like = next(iter(states.values()))
+    cast = [np.asarray(a).astype(np.asarray(w).dtype) for a, w in zip(result, like.weights, strict=True)]
+    opt = optimizer.result() if with_optimizer else None
+    if opt is not None:
+        opt = [np.asarray(a).astype(np.asarray(o).dtype) for a, o in zip(opt, like.optimizer, strict=True)]
+    return ModelState(cast, opt)
+
+
+def _state_bytes(state: ModelState) -> tuple[bytes, bytes | None]:
+    return encode_arrays(state.weights), encode_arrays(state.optimizer) if state.optimizer is not None else None
+
+
 class RoundsBackend:
-    """One Spark job per round; see the module docstring."""
+    """One Spark job per round; see the module docstring.
+
+    Per-worker modes (``easgd``, ``gossip``: the policy's ``per_worker``) broadcast each worker's
+    own start state (every executor fetches all of them: workers × state bytes down per round)
+    and receive each worker's state apart; so do 1bit/threshold (each payload decoded on the
+    driver) and straggler-tolerant rounds (``minWorkersPerRound``: one job per partition, the
+    round closed once the minimum arrived and ``roundDeadline`` passed, the late jobs cancelled).
+    """
 
     name = "rounds"
-    _start = None  # the policy's start(master), when the workers start a round elsewhere than the master (bmuf)
+    _policy = None  # set by run(); a bare _round (tests) averages from the master
+    _min_workers: int | None = None  # set by run(): below the workers, straggler-tolerant rounds
+    _separate = False
 
     def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
         from sparkdl.keras.custom_objects import registered
@@ -501,6 +677,7 @@ class RoundsBackend:
         from sparkdl.keras.replica import state_nbytes
 
         config = job.config
+        per_worker = bool(getattr(policy, "per_worker", False))
         task = TaskSpec(
             fit_id=job.fit_id,
             spec=job.spec.architecture_only(),
@@ -517,48 +694,81 @@ class RoundsBackend:
             budget_bytes=job.budget_bytes,
             validation=job.validation.columns if job.validation is not None else None,
             compression=config.compression,
+            threshold=config.compression_threshold,
+            per_worker=per_worker,
         )
         reader = job.reader or MetricReader.for_columns(job.spec, job.compile_spec, job.data.columns)
-        self._start = getattr(policy, "start", None)
+        self._policy = policy
         names = decode_arrays(job.spec.weights).names
         spark = job.data.df.sparkSession
         workers = len(job.plan.partition_rows)
-        reduced = plan_reduction(result_limit_bytes(spark), state_nbytes(reader.model), workers)
+        self._min_workers = config.min_workers(workers)
+        separate = per_worker or config.compression in QUANTIZED or self._min_workers < workers
+        limit, state_bytes = result_limit_bytes(spark), state_nbytes(reader.model)
+        if separate:  # every worker's update comes to the driver as it is
+            if config.compression not in QUANTIZED:
+                check_separate(limit, state_bytes, workers)
+            reduced = False
+        else:
+            reduced = plan_reduction(limit, state_bytes, workers)
+        self._separate = separate
+        self._busy, self._busy_lock = {}, threading.Lock()  # straggler-tolerant rounds: partition -> tag of its running job
         # Rounds after the first: one tiny column of the cached data, so each task is scheduled where
         # the cached block, and the partition's copies in memory and on disk, are (cache locality),
         # and receives a byte per row instead of the rows.
         ids = job.data.df.select(F.lit(0).cast("byte").alias("_"))
         result = FitResult(state=state)
         result.info.update(reduced_on_executors=reduced, rounds_reading_data=0, compression=task.compression)
+        if config.compression == "threshold":
+            result.info["compression_threshold"] = config.compression_threshold
+        if config.compression in QUANTIZED:
+            result.info["local_state_resets"] = 0
+        if self._min_workers < workers:
+            result.info.update(min_workers_per_round=self._min_workers, updates_dropped=0, rows_dropped=0, dropped_per_round=[])
+        accepted = [-1] * workers  # per partition: the round whose update was last applied (1bit/threshold)
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_rounds = config.epochs * rounds_per_epoch
         try:
             for epoch in range(config.epochs):
                 started = time.perf_counter()
-                sums, rows, nbytes = MetricSums(), 0, 0
+                sums, rows, dropped, nbytes = MetricSums(), 0, 0, 0
                 for r in range(rounds_per_epoch):
                     description = f"sparkdl fit {job.fit_id[:8]}: round {result.rounds + 1}/{total_rounds} (epoch {epoch + 1})"
                     last = result.rounds + 1 == total_rounds
                     round_started = time.perf_counter()
-                    outcome = self._round(spark, ids, job, task, result, RoundTask(epoch, r, last, None), reduced, description)
+                    orders = RoundTask(epoch, r, last, None, index=result.rounds, accepted=tuple(accepted))
+                    outcome = self._round(spark, ids, job, task, result, orders, reduced, description)
                     if result.rounds == 0:
                         result.info["first_round_s"] = time.perf_counter() - round_started
-                    if outcome.rows and (outcome.mean is None or len(outcome.mean.weights) != len(names)):
+                    if outcome.rows and outcome.updates is None and (outcome.mean is None or len(outcome.mean.weights) != len(names)):
                         raise InvariantError(
                             f"{description} must return all {len(names)} weight arrays of the model. Received: "
                             f"{0 if outcome.mean is None else len(outcome.mean.weights)}"
                         )
-                    result.state = policy.apply_mean(result.state, outcome.mean, outcome.rows)
+                    if per_worker:
+                        result.state = policy.apply(result.state, outcome.updates)
+                    else:
+                        result.state = policy.apply_mean(result.state, outcome.mean, outcome.rows)
                     _check_finite(result.state, names, description)
+                    for partition, n, _ in outcome.workers:
+                        if n:
+                            accepted[partition] = result.rounds
                     result.rounds += 1
                     rows += outcome.rows
+                    dropped += outcome.rows_dropped
                     nbytes += outcome.nbytes
+                    if "local_state_resets" in result.info:
+                        result.info["local_state_resets"] += outcome.local_resets
+                    if "updates_dropped" in result.info:
+                        result.info["updates_dropped"] += len(outcome.dropped)
+                        result.info["rows_dropped"] += outcome.rows_dropped
+                        result.info["dropped_per_round"].append(list(outcome.dropped))
                     for variables in outcome.metrics:
                         sums.add(variables)
-                if rows != job.data.total_rows:
+                if rows + dropped != job.data.total_rows:
                     raise InvariantError(
-                        f"each epoch must train on every row once. Received: {rows} rows trained in epoch {epoch + 1}, "
-                        f"{job.data.total_rows} rows counted in the input"
+                        f"each epoch must train on every row once. Received: {rows} rows trained and {dropped} dropped "
+                        f"(late workers) in epoch {epoch + 1}, {job.data.total_rows} rows counted in the input"
                     )
                 epoch_metrics = reader.results(sums.total())
                 if job.validation is not None and job.validation.total_rows:
@@ -572,6 +782,7 @@ class RoundsBackend:
                 if on_epoch_end is not None:
                     on_epoch_end(epoch, epoch_metrics, seconds)
         finally:
+            self._cancel_stragglers(spark)
             # The last round's tasks delete their partitions' disk copies; after a failed fit, or
             # for copies another executor made, this removes the ones on the driver's machine (all
             # of them in local mode); Spark deletes the rest with the application's directory.
@@ -580,34 +791,139 @@ class RoundsBackend:
 
     def _round(self, spark, ids, job: TrainJob, task: TaskSpec, result: FitResult, round_task: RoundTask, reduced: bool,
                description: str) -> RoundOutcome:
-        """One round: the master state broadcast once (destroyed however the round ends); the job over
+        """One round: the start state(s) broadcast once (destroyed however the round ends); the job over
         the partition-id DataFrame after the first round, and over the cached data for the first round
-        or when a partition was in no worker's cache."""
-        state = result.state if self._start is None else self._start(result.state)  # bmuf: W + η·Δ with Nesterov
-        broadcast = spark.sparkContext.broadcast(
-            (encode_arrays(state.weights), encode_arrays(state.optimizer) if state.optimizer is not None else None)
-        )
+        or when a partition was in no worker's cache; each worker's update decoded on the driver."""
+        policy = self._policy
+        if task.per_worker:
+            starts = policy.starts(result.state)
+            value = [_state_bytes(s) for s in starts]
+        else:
+            start = policy.start(result.state) if hasattr(policy, "start") else result.state  # bmuf: W + η·Δ with Nesterov
+            value = _state_bytes(start)
+        broadcast = spark.sparkContext.broadcast(value)
         try:
-            round_task = RoundTask(round_task.epoch, round_task.round_in_epoch, round_task.last, broadcast)
-            outcome = self._job(spark, ids, False, job, task, round_task, reduced, description) if result.rounds > 0 else None
-            if outcome is None or outcome.missing:
-                result.info["rounds_reading_data"] += 1
-                outcome = self._job(spark, job.data.df, True, job, task, round_task, reduced, description)
+            round_task = dataclasses.replace(round_task, state=broadcast)
+            if self._min_workers is not None and self._min_workers < len(job.plan.partition_rows):
+                outcome = self._straggler_round(spark, ids, job, task, result, round_task, description)
+            else:
+                outcome = self._job(spark, ids, False, job, task, round_task, reduced, description) if result.rounds > 0 else None
+                if outcome is None or outcome.missing:
+                    result.info["rounds_reading_data"] += 1
+                    outcome = self._job(spark, job.data.df, True, job, task, round_task, reduced, description)
         finally:
             broadcast.destroy()
         if outcome.missing:
             raise InvariantError(f"{description} must find every partition in the training data. Received: partitions {outcome.missing} missing")
-        if task.compression and outcome.mean is not None:  # the workers sent updates: the mean state is start + their mean
-            outcome.mean = decode_mean(outcome.mean, state)
+        if outcome.states is not None:
+            trained = {p: n for p, n, _ in outcome.workers if n}
+            states = {p: _decode_update(u, starts[p] if task.per_worker else start, task.compression) for p, u in outcome.states.items()}
+            if task.per_worker:
+                steps = {p: k for p, _, k in outcome.workers}
+                outcome.updates = [WorkerUpdate(p, trained[p], steps[p], states[p]) for p in sorted(states)]
+            else:
+                outcome.mean = _mean_of(states, trained)
+            outcome.states = None
+        elif task.compression and outcome.mean is not None:  # the workers sent fp16 updates: the mean state is start + their mean
+            outcome.mean = decode_mean(outcome.mean, start)
         return outcome
 
+    def _straggler_round(self, spark, ids, job: TrainJob, task: TaskSpec, result: FitResult, round_task: RoundTask,
+                         description: str) -> RoundOutcome:
+        """A straggler-tolerant round: one job per partition with rows in it, run at once; the round
+        closes when every job returned, or once ``min_workers`` returned and ``roundDeadline``
+        seconds passed since it started. A job still running then goes on in the background
+        (its Python worker and replica are kept) and its update is dropped when it comes; its
+        partition sits out the rounds that start before it ends (dropped as well). Both are
+        counted in :attr:`RoundOutcome.dropped`; jobs still running when the fit ends are cancelled."""
+        from pyspark import InheritableThread
+
+        plan, config = job.plan, job.config
+        r = round_task.round_in_epoch
+        with_rows = [p for p in range(len(plan.partition_rows)) if plan.partition_rows[p] and plan.row_range(p, r)[1] > plan.row_range(p, r)[0]]
+        with self._busy_lock:
+            busy = set(self._busy)
+        active = [p for p in with_rows if p not in busy]
+        need = min(self._min_workers, len(active))
+        arrived: queue.Queue = queue.Queue()
+        reading_data = []
+
+        def one(partition: int) -> None:
+            orders = dataclasses.replace(round_task, only=partition)
+            label = f"{description}, partition {partition}"
+            try:
+                out = self._job(spark, ids, False, job, task, orders, False, label, [partition]) if result.rounds > 0 else None
+                if out is None or out.missing:
+                    reading_data.append(partition)
+                    out = self._job(spark, job.data.df, True, job, task, orders, False, label, [partition])
+                arrived.put((partition, out, None))
+            except BaseException as exc:  # handed to the driver's thread
+                arrived.put((partition, None, exc))
+            finally:
+                with self._busy_lock:
+                    self._busy.pop(partition, None)
+
+        started = time.monotonic()
+        with self._busy_lock:
+            for partition in active:
+                self._busy[partition] = self._tag(job, round_task, partition)
+        for partition in active:
+            InheritableThread(lambda p=partition: one(p), session=spark, daemon=True).start()
+        done: dict[int, RoundOutcome] = {}
+        while len(done) < len(active):
+            now = time.monotonic()
+            deadline = started + config.round_deadline_s
+            if len(done) >= need and now >= deadline:
+                break
+            try:
+                partition, out, error = arrived.get(timeout=max(0.005, deadline - now) if len(done) >= need else 1.0)
+            except queue.Empty:
+                continue
+            if error is not None:
+                raise error
+            done[partition] = out
+        if reading_data:
+            result.info["rounds_reading_data"] += 1
+        late = [p for p in with_rows if p not in done]
+        workers, metrics, states, nbytes, resets = [], [], {}, 0, 0
+        for partition in range(len(plan.partition_rows)):
+            out = done.get(partition)
+            if out is None:
+                workers.append((partition, 0, 0))
+                continue
+            workers.extend(out.workers)
+            metrics.extend(out.metrics)
+            states.update(out.states or {})
+            nbytes += out.nbytes
+            resets += out.local_resets
+        dropped_rows = 0
+        for partition in late:
+            begin, stop = plan.row_range(partition, r)
+            dropped_rows += int(stop - begin)
+        return RoundOutcome(workers, None, sum(w[1] for w in workers), metrics, [], nbytes, states=states, local_resets=resets,
+                            dropped=late, rows_dropped=dropped_rows)
+
+    def _cancel_stragglers(self, spark) -> None:
+        """Cancel the jobs of straggler-tolerant rounds still running (the fit has ended)."""
+        with self._busy_lock:
+            tags = list(self._busy.values())
+            self._busy.clear()
+        for tag in tags:
+            spark.sparkContext.cancelJobsWithTag(tag)
+
+    @staticmethod
+    def _tag(job: TrainJob, round_task: RoundTask, partition: int | None = None) -> str:
+        tag = f"sparkdl-{job.fit_id}-round-{round_task.epoch}-{round_task.round_in_epoch}"
+        return tag if partition is None else f"{tag}-p{partition}"
+
     def _job(self, spark, df, from_data: bool, job: TrainJob, task: TaskSpec, round_task: RoundTask, reduced: bool,
-             description: str) -> RoundOutcome:
+             description: str, partitions: list[int] | None = None) -> RoundOutcome:
         """Run one round's Spark job over ``df`` (the training data when ``from_data``, else the
-        partition-id DataFrame), combining the updates on the executors when ``reduced``."""
+        partition-id DataFrame), combining the updates on the executors when ``reduced``; with
+        ``partitions``, the job of a straggler-tolerant round that trains only those."""
         out = df.mapInArrow(lambda batches: train_partition(task, round_task, batches, from_data), RESULT_DDL)
         if reduced:
             out = out.groupBy("piece").applyInArrow(reduce_pieces, RESULT_DDL)
-        tag = f"sparkdl-{job.fit_id}-round-{round_task.epoch}-{round_task.round_in_epoch}"
+        tag = self._tag(job, round_task, round_task.only)
         table = run_job(spark, out.toArrow, description, tag, job.config.round_timeout_s)
-        return _outcome(table, job.plan, description, reduced)
+        return _outcome(table, job.plan, description, reduced, partitions, separate=self._separate)

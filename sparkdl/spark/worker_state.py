@@ -1,0 +1,77 @@
+"""What a worker keeps of its own between rounds of backend ``rounds``: with ``compression`` ``"1bit"``
+or ``"threshold"``, the error-feedback residual and the optimizer state that stays on the worker.
+
+A round's tasks are placed by cache locality but may run in any Python worker of the executor,
+so the state is kept in this Python worker's cache and written to this executor's disk (Arrow
+IPC, next to the partition's copy in :func:`~sparkdl.spark.partitions.spill_dir`). Each save is
+a version: the global index of the round whose update it follows. A task reads the version the
+driver names (the last round whose update from this partition the driver applied), so a retried
+task, or a round whose update was dropped (a straggler), starts from the state the driver's
+master reflects, never from an attempt the driver did not take. Versions older than the one
+read are deleted. A partition run on another executor finds no state: the caller starts afresh
+(zero residual, the master's optimizer state) and reports it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
+from sparkdl.spark.partitions import WORKER_CACHE, spill_dir
+
+PREFIX = "local"
+
+
+def _path(fit_id: str, partition: int, version: int) -> str:
+    return os.path.join(spill_dir(fit_id), f"{PREFIX}-{partition}-v{version}.arrow")
+
+
+def save(fit_id: str, partition: int, version: int, arrays: list[np.ndarray]) -> None:
+    """Keep ``arrays`` as ``partition``'s state after round ``version`` (memory and disk; the file
+    is written whole, then renamed, so a killed task never leaves half a version)."""
+    WORKER_CACHE.put(fit_id, (PREFIX, partition), (version, arrays))
+    path = _path(fit_id, partition, version)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as f:
+        f.write(encode_arrays(arrays))
+    os.replace(temporary, path)
+
+
+def load(fit_id: str, partition: int, version: int) -> list[np.ndarray] | None:
+    """``partition``'s state saved after round ``version``, or None when neither this Python
+    worker nor this executor's disk holds it. Older versions are deleted."""
+    held = WORKER_CACHE.get(fit_id, (PREFIX, partition))
+    arrays = held[1] if held is not None and held[0] == version else None
+    if arrays is None:
+        try:
+            with open(_path(fit_id, partition, version), "rb") as f:
+                arrays = decode_arrays(f.read()).arrays
+        except FileNotFoundError:
+            arrays = None
+    _prune(fit_id, partition, version)
+    return arrays
+
+
+def _prune(fit_id: str, partition: int, keep_from: int) -> None:
+    directory = spill_dir(fit_id)
+    prefix = f"{PREFIX}-{partition}-v"
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".arrow"):
+            try:
+                if int(name[len(prefix):-len(".arrow")]) < keep_from:
+                    os.remove(os.path.join(directory, name))
+            except (ValueError, FileNotFoundError):
+                pass
+
+
+def drop(fit_id: str, partition: int) -> None:
+    """Forget ``partition``'s state (the fit's last round)."""
+    WORKER_CACHE.release(fit_id, (PREFIX, partition))
+    _prune(fit_id, partition, 2**62)

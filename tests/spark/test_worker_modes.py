@@ -1,0 +1,130 @@
+"""Modes easgd and gossip, 1bit and threshold updates, and straggler-tolerant rounds on backend rounds (issue 9)."""
+
+import time
+
+import numpy as np
+import pytest
+
+from sparkdl import KerasEstimator
+from sparkdl.errors import ConfigError
+from sparkdl.spark.backends.rounds import TEST_DELAY_PROPERTY
+
+import keras  # noqa: E402
+
+
+def _data(spark, rows=96):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows, 4)).astype(np.float32)
+    return spark.createDataFrame([(x[i].tolist(), int(np.argmax(x[i, :3]))) for i in range(rows)], "x array<float>, y int")
+
+
+def _fit(spark, df=None, hidden=None, **params):
+    keras.utils.set_random_seed(0)
+    extra = [keras.layers.Dense(hidden, activation="relu")] if hidden else []  # a (hidden, hidden) kernel
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(hidden or 8, activation="relu"), keras.layers.BatchNormalization(),
+                              *extra, keras.layers.Dense(3, activation="softmax")])
+    settings = dict(model=model, optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                    featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0)
+    settings.update(params)
+    return KerasEstimator(**settings).fit(df if df is not None else _data(spark))
+
+
+def _weights(model):
+    return model.getKerasModel().get_weights()
+
+
+def test_gossip_with_two_workers_equals_sync_and_easgd_one_round_is_the_closed_form(spark):
+    """Two workers of 48 rows each: every gossip round pairs them, so it is sync's equal-weight
+    average. One round of easgd from x̃₀: x̃ = x̃₀ + α·Σᵢ(xᵢ − x̃₀) = x̃₀ + 2α·(sync − x̃₀)."""
+    sync = _fit(spark)
+    gossip = _fit(spark, mode="gossip")
+    assert gossip.fitInfo["mode"] == "gossip" and gossip.fitInfo["backend"] == "rounds" and gossip.fitInfo["rounds"] == 6
+    for a, b in zip(_weights(sync), _weights(gossip), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(gossip.history["loss"], sync.history["loss"], atol=1e-6)
+
+    one_round = dict(epochs=1, localSteps=None)
+    sync1 = _fit(spark, **one_round)
+    easgd = _fit(spark, mode="easgd", elasticForce=0.3, **one_round)
+    keras.utils.set_random_seed(0)
+    start = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.BatchNormalization(),
+                              keras.layers.Dense(3, activation="softmax")]).get_weights()
+    for x0, s, e in zip(start, _weights(sync1), _weights(easgd), strict=True):
+        np.testing.assert_allclose(e, x0 + 0.6 * (s - x0), atol=1e-6)
+
+
+def test_easgd_and_gossip_with_three_workers_learn(spark):
+    df = _data(spark, 192)
+    for mode in ("easgd", "gossip"):
+        fitted = _fit(spark, df, mode=mode, numWorkers=3, epochs=4, optimizer=keras.optimizers.Adam(0.02))
+        assert np.isfinite(fitted.history["loss"]).all()
+        assert fitted.history["loss"][-1] < 0.75 * fitted.history["loss"][0], (mode, fitted.history["loss"])
+
+
+@pytest.mark.parametrize("compression,ratio", [("1bit", 16), ("threshold", 8)])
+def test_quantized_updates_learn_with_far_fewer_bytes(spark, compression, ratio):
+    """Bytes counted from what the tasks sent: Adam's weights and moments for the full update; the
+    quantized payload only (the optimizer state stays on the workers). The residual and optimizer
+    state are found by every worker in every round (local[2]: one executor's disk)."""
+    df = _data(spark, 192)
+    settings = dict(optimizer=keras.optimizers.Adam(0.01), epochs=4, hidden=256)  # 68k weights: Arrow's framing is small beside them
+    full = _fit(spark, df, **settings)
+    small = _fit(spark, df, compression=compression, compressionThreshold=0.01, **settings)
+    assert small.fitInfo["compression"] == compression and small.fitInfo["local_state_resets"] == 0
+    assert full.fitInfo["update_bytes"] >= ratio * small.fitInfo["update_bytes"], (full.fitInfo["update_bytes"], small.fitInfo["update_bytes"])
+    assert np.isfinite(small.history["loss"]).all()
+    assert small.history["loss"][-1] < 0.75 * small.history["loss"][0], small.history["loss"]
+    assert small.history["accuracy"][-1] > 0.8
+
+
+def test_asynchronous_pushes_quantized_with_fewer_bytes(spark):
+    """hogwild on ps with 1bit pushes: every push but each worker's last is a quantized Δ (the last
+    goes in full precision with the residual and the optimizer state, so nothing is left behind)."""
+    df = _data(spark, 192)
+    settings = dict(mode="hogwild", backend="ps", optimizer=keras.optimizers.Adam(0.01), epochs=4, hidden=256)
+    full = _fit(spark, df, **settings)
+    small = _fit(spark, df, compression="1bit", **settings)
+    assert small.fitInfo["compression"] == "1bit" and small.fitInfo["update_bytes"] == small.fitInfo["bytes_pushed"]
+    assert full.fitInfo["bytes_pushed"] >= 4 * small.fitInfo["bytes_pushed"], (full.fitInfo["bytes_pushed"], small.fitInfo["bytes_pushed"])
+    assert small.history["loss"][-1] < 0.75 * small.history["loss"][0], small.history["loss"]
+
+
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_a_straggler_is_dropped_when_the_minimum_has_arrived(spark, backend):
+    """Partition 1 sleeps 3 s before its local steps in every round (a test hook): waiting for it
+    costs 6 × 3 s; with minWorkersPerRound=1 each round closes with partition 0 alone, partition 1's
+    late update is dropped and it sits out (rounds) or skips (ps) the rounds that closed meanwhile."""
+    df = _data(spark).cache()
+    df.count()
+    settings = dict(epochs=2, localSteps=2, backend=backend)  # 3 rounds per epoch
+    _fit(spark, df, **settings)  # warm Python workers
+    sc = spark.sparkContext
+    sc.setLocalProperty(TEST_DELAY_PROPERTY, "1:3")
+    try:
+        started = time.perf_counter()
+        waiting = _fit(spark, df, **settings)
+        waited_s = time.perf_counter() - started
+        started = time.perf_counter()
+        tolerant = _fit(spark, df, minWorkersPerRound=1, **settings)
+        tolerant_s = time.perf_counter() - started
+    finally:
+        sc.setLocalProperty(TEST_DELAY_PROPERTY, None)
+    assert "updates_dropped" not in waiting.fitInfo and waited_s > 18
+    assert tolerant_s < waited_s / 2, (tolerant_s, waited_s)
+    info = tolerant.fitInfo
+    assert info["min_workers_per_round"] == 1 and info["updates_dropped"] == 6 and info["dropped_per_round"] == [[1]] * 6
+    assert info["rows_dropped"] == 96 and np.isfinite(tolerant.history["loss"]).all()
+
+
+def test_straggler_settings_are_checked():
+    with pytest.raises(ConfigError, match="minWorkersPerRound must be"):
+        KerasEstimator(minWorkersPerRound=0)._fit_config()
+    with pytest.raises(ConfigError, match="minWorkersPerRound must be"):
+        KerasEstimator(minWorkersPerRound=1.5)._fit_config()
+    with pytest.raises(ConfigError, match="roundDeadline"):
+        KerasEstimator(minWorkersPerRound=1, roundDeadline=-1.0)._fit_config()
+    assert KerasEstimator(minWorkersPerRound=0.5)._fit_config().min_workers(3) == 2
+    with pytest.raises(ConfigError, match="compressionThreshold"):
+        KerasEstimator(compression="threshold", compressionThreshold=0.0)._fit_config()
+    with pytest.raises(ConfigError, match="asynchronous modes have no rounds"):
+        KerasEstimator(mode="async", minWorkersPerRound=1)._fit_config()
