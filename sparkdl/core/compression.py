@@ -18,7 +18,9 @@ drops in one round is sent in a later one (over any number of rounds, the sum of
 plus the last residual equals the sum of the true updates). The residual never travels; the worker
 holds it between rounds, with its optimizer state, which the quantized modes do not send (Adam's
 second moments must stay positive, which a quantized difference does not guarantee). Integer and
-bool arrays travel as they are.
+bool arrays travel as they are, and so do the arrays marked ``exact`` (the backends mark the
+model's non-trainable weights, e.g. BatchNorm's moving statistics: a shared reconstruction value
+could turn a small variance negative).
 
 - ``"1bit"`` (Seide et al. 2014): each array is viewed as a matrix of columns (shape
   ``(-1, shape[-1])``; a vector is one value per row, a scalar one value); each value sends one
@@ -190,7 +192,8 @@ def _quantize_threshold(i: int, v: np.ndarray, t: np.float32, names: list[str], 
 
 
 def quantize(
-    deltas: Sequence[np.ndarray], residual: Sequence[np.ndarray] | None, method: str, threshold: float | None = None
+    deltas: Sequence[np.ndarray], residual: Sequence[np.ndarray] | None, method: str, threshold: float | None = None,
+    exact: Sequence[bool] | None = None,
 ) -> tuple[bytes, list[np.ndarray]]:
     """Encode one worker's update with error feedback.
 
@@ -201,6 +204,9 @@ def quantize(
             (``None``, or ``None`` entries: zeros; entries for non-float arrays are ignored).
         method: ``"1bit"`` or ``"threshold"``.
         threshold: t for ``"threshold"`` (required there, ignored by ``"1bit"``).
+        exact: per array, whether it travels in full precision instead (the model's non-trainable
+            weights: BatchNorm's moving variance must stay positive, which a quantized difference
+            does not guarantee); default none.
 
     Returns:
         ``(payload, new_residual)``: the Arrow IPC bytes to send (read them with :func:`dequantize`)
@@ -224,10 +230,12 @@ def quantize(
         t = np.float32(check_threshold(threshold))
         names.append("threshold")
         wire.append(np.array([t], np.float32))
+    if exact is not None and len(exact) != len(deltas):
+        raise InvariantError(f"exact must hold one flag per update array. Received: {len(exact)} for {len(deltas)}")
     new_residual: list[np.ndarray] = []
     for i, delta in enumerate(deltas):
         delta = np.asarray(delta)
-        if delta.dtype.kind != "f":
+        if delta.dtype.kind != "f" or (exact is not None and exact[i]):
             names.append(f"{i}:raw")
             wire.append(delta)
             new_residual.append(np.zeros(0, np.float32))
@@ -293,9 +301,9 @@ def dequantize(payload: bytes, like: Sequence[np.ndarray]) -> list[np.ndarray]:
         n = math.prod(shape)
         if int(sizes[i]) != n:
             raise InvariantError(f"entry {i} of the payload must hold {n} values for shape {shape}. Received: {int(sizes[i])}")
-        if dtype.kind != "f":
+        if dtype.kind != "f" or set(got) == {"raw"}:  # a non-float array, or a float one sent exactly
             raw = got.get("raw")
-            if set(got) != {"raw"} or raw.shape != shape:
+            if set(got) != {"raw"} or raw.shape != shape or (dtype.kind == "f") != (raw.dtype.kind == "f"):
                 raise InvariantError(
                     f"entry {i} of the payload must be a raw array of shape {shape}. Received: "
                     f"{sorted(got)}{'' if raw is None else f' of shape {raw.shape}'}"

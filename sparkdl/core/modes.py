@@ -250,12 +250,16 @@ class ElasticAveraging(_WorkerModelsPolicy):
     """Synchronous elastic averaging SGD (EASGD), communication every τ local steps.
 
     The master is the centre variable x̃; every worker keeps its own model x_i between rounds. With
-    x_i the worker's model after the round's local steps (its start when it did not train) and
-    elastic force α, every worker i of the p = ``workers`` and the centre move towards each other,
-    both from the values before the update:
+    x_i the worker's model after the round's local steps and elastic force α, every worker i that
+    trained in the round and the centre move towards each other, both from the values before the
+    update:
 
-        x_i ← x_i − α·(x_i − x̃)          (each worker, trained or not)
-        x̃  ← x̃ + α·Σᵢ (x_i − x̃)          (the centre, i over all p workers)
+        x_i ← x_i − α·(x_i − x̃)          (each worker that trained)
+        x̃  ← x̃ + α·Σᵢ (x_i − x̃)          (the centre, i over the workers that trained)
+
+    A worker that did not train (no rows left in the round, an empty partition, an update dropped
+    as late) neither pulls nor is pulled: its model stays as it was, as an absent update carries
+    no weight in ``sync``. With every worker training each round this is the paper's rule.
 
     Float arrays are mixed in float64 and stored back in each array's dtype and shape; non-float
     weight arrays (e.g. integer counters) are not mixed: each worker and the centre keep their own.
@@ -291,6 +295,7 @@ class ElasticAveraging(_WorkerModelsPolicy):
     def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
         """One round: the elastic moves of every worker and the centre; returns the new centre."""
         models = self._round_models(master, updates)
+        trained = {u.partition for u in updates if u.rows > 0 and u.state is not None}
         for m in models:
             if len(m.weights) != len(master.weights):
                 raise InvariantError(f"a worker's model must have as many weight arrays as the centre "
@@ -310,6 +315,9 @@ class ElasticAveraging(_WorkerModelsPolicy):
             c64 = c.astype(np.float64)
             pull = np.zeros(c.shape, np.float64)
             for i, x in enumerate(arrays):
+                if i not in trained:
+                    moved[i].append(x)
+                    continue
                 diff = np.asarray(x, np.float64) - c64
                 pull += diff
                 moved[i].append(np.asarray((np.asarray(x, np.float64) - alpha * diff).astype(x.dtype)) if _is_float(x) else x)

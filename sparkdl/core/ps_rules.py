@@ -99,17 +99,20 @@ class SyncRoundRule:
         self.dropped: list[list[int]] = []
         self.snapshots: dict[int, list[np.ndarray]] = {}
         self._clock = clock
-        self._opened = clock()
+        self._opened: float | None = None  # the first round opens at its first pull or push (not while the stage starts)
         self._starts = None  # None: the master; a ModelState shared by all; a list: one per worker
         self._reset()
 
     def _reset(self) -> None:
         self._weights, self._optimizer, self._pushes, self._all_optimizer = WeightedMean(), WeightedMean(), 0, True
+        self._trained, self._idle = 0, 0  # pushes with rows, and with none (workers with nothing to train in this round)
         self._states: dict[int, tuple[int, ModelState]] = {}
         self._seen: set = set()
 
     def served(self, worker, master: ModelState) -> ModelState:
         """The state ``worker`` starts the open round from."""
+        if self._opened is None:
+            self._opened = self._clock()
         starts = self._starts
         if starts is None:
             return master
@@ -130,6 +133,8 @@ class SyncRoundRule:
         worker = meta.get("worker")
         if worker is not None and worker in self._seen:  # raising leaves this round's sums untouched (checked before any change)
             raise ValueError(f"each worker pushes once per sync round. Received: a second push from worker {worker!r}")
+        if self._opened is None:
+            self._opened = self._clock()
         rows = int(meta.get("rows", 0))
         if rows > 0:
             encoding = meta.get("encoding")
@@ -144,16 +149,24 @@ class SyncRoundRule:
                     self._all_optimizer = False
         self._seen.add(worker)
         self._pushes += 1
-        if self._pushes >= self.workers or (self._pushes >= self.min_workers and self._clock() - self._opened >= self.deadline_s):
+        if rows > 0:
+            self._trained += 1
+        else:
+            self._idle += 1
+        if self._pushes >= self.workers or self._due():
             return self._close(master)
         return master
 
+    def _due(self) -> bool:
+        """Whether the open round may close before every push came: ``min_workers`` of the workers
+        with rows in it pushed their update (a push of no rows is no update and does not count;
+        fewer than the minimum suffice when the others said they have none) and the deadline passed."""
+        need = min(self.min_workers, self.workers - self._idle)
+        return need > 0 and self._trained >= need and self._opened is not None and self._clock() - self._opened >= self.deadline_s
+
     def close_if_due(self, master: ModelState) -> ModelState | None:
-        """The new master when the open round may close now (``min_workers`` pushes in and the
-        deadline passed), else None."""
-        if self._pushes and self._pushes >= self.min_workers and self._clock() - self._opened >= self.deadline_s:
-            return self._close(master)
-        return None
+        """The new master when the open round may close now (:meth:`_due`), else None."""
+        return self._close(master) if self._due() else None
 
     def _close(self, master: ModelState) -> ModelState:
         if self.per_worker:

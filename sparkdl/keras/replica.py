@@ -39,6 +39,8 @@ class Replica:
         self.model = compile_spec.compile(spec.build())
         self.model.optimizer.build(self.model.trainable_variables)
         self.initial_optimizer = [np.asarray(v.numpy()) for v in self.model.optimizer.variables]
+        trainable = {id(v) for v in self.model.trainable_weights}
+        self.trainable = [id(v) in trainable for v in self.model.weights]  # per weight array, in ModelState order
         # Seed generators' states are in ``variables`` (Keras documents "including random seeds") but
         # not in ``weights``, so set_state never touches them.
         weights = {id(v) for v in self.model.weights}

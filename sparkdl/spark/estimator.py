@@ -104,12 +104,14 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             see ``benchmarks/compare_modes.py``).
         minWorkersPerRound: straggler-tolerant rounds of the round modes: a round closes with
             the updates that arrived once this many workers (int) or this fraction of them (float)
-            have sent theirs and ``roundDeadline`` seconds have passed since the round started; the
-            late workers' tasks are cancelled, their updates dropped and counted
-            (``fitInfo["updates_dropped"]``, ``["rows_dropped"]``, ``["dropped_per_round"]``). On
-            backend ``rounds`` each worker then runs its own Spark job per round, and a late one
-            sits out the rounds that start before it ends; on ``ps`` the server closes the round
-            and a late worker skips to the open round. None (default) waits for every worker.
+            have sent theirs and ``roundDeadline`` seconds have passed since the round started
+            (workers with no rows in a round do not count); the late workers' updates are dropped
+            and counted (``fitInfo["updates_dropped"]``, ``["rows_dropped"]``,
+            ``["dropped_per_round"]``). On backend ``rounds`` each worker then runs its own Spark
+            job per round; a late job goes on in the background (cancelled when the fit ends) and
+            its partition sits out the rounds that start before it ends. On ``ps`` the server
+            closes the round and a late worker skips to the open round. None (default) waits for
+            every worker.
         roundDeadline: seconds a straggler-tolerant round waits for every worker (default 0: it
             closes as soon as ``minWorkersPerRound`` updates arrived).
         handleInvalid: ``"error"`` (default: rows with a null, NaN or ±inf in any model column fail
@@ -556,9 +558,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         # A model whose updates cannot reach the driver fails now, not after the data jobs.
         if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
             limit, nbytes = result_limit_bytes(spark), state_nbytes(reader.model)
-            if config.mode in ("easgd", "gossip") or config.min_workers(config.num_workers) < config.num_workers:
+            if config.compression in QUANTIZED:
+                pass  # quantized payloads come to the driver one per worker, a few percent of the state each
+            elif config.mode in ("easgd", "gossip") or config.min_workers(config.num_workers) < config.num_workers:
                 check_separate(limit, nbytes, config.num_workers)  # every worker's update comes to the driver apart
-            elif config.compression not in QUANTIZED:
+            else:
                 plan_reduction(limit, nbytes, config.num_workers)
         if policy is None:  # checked now, before any job; the defaults need the workers counted below
             self._policy(config.mode, reader.model, config.num_workers)

@@ -394,8 +394,8 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
                                  TypeConverters.toFloat)
     minWorkersPerRound = Param(
         Params._dummy(), "minWorkersPerRound",
-        "straggler-tolerant rounds (backend 'rounds'): a round may close once this many workers (int) or this fraction of "
-        "them (float in (0, 1]) sent their update; later updates are dropped and counted. None = wait for all",
+        "straggler-tolerant rounds of the round modes (either backend): a round may close once this many workers (int) or "
+        "this fraction of them (float in (0, 1]) sent their update; later updates are dropped and counted. None = wait for all",
         _workers_count_or_fraction,
     )
     roundDeadline = Param(Params._dummy(), "roundDeadline",
@@ -411,7 +411,7 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     backend = Param(
         Params._dummy(), "backend",
         "'rounds' (one Spark job per round; the round modes sync, bmuf, easgd, gossip), 'ps' (parameter server, one barrier stage) or "
-        "'auto' (rounds for sync, ps for the asynchronous modes)",
+        "'auto' (rounds for the round modes, ps for the asynchronous modes)",
         TypeConverters.toString,
     )
     staleness = Param(Params._dummy(), "staleness", "ssp: a worker more than this many clocks ahead of the slowest waits (>= 0)",

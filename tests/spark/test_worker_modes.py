@@ -128,3 +128,52 @@ def test_straggler_settings_are_checked():
         KerasEstimator(compression="threshold", compressionThreshold=0.0)._fit_config()
     with pytest.raises(ConfigError, match="asynchronous modes have no rounds"):
         KerasEstimator(mode="async", minWorkersPerRound=1)._fit_config()
+
+
+@pytest.mark.parametrize("compression", ["1bit", "threshold"])
+def test_c12_batchnorm_statistics_travel_exactly_with_quantized_updates(spark, compression):
+    """C12 with quantized updates: partition feature scales 30 and 0.01 (the moving variance of
+    feature 1 is ~900 on one worker and ~1e-4 on the other). A shared 1-bit reconstruction value
+    per vector turned the small variance negative and every prediction NaN; the non-trainable
+    weights now travel in full precision, so the statistics equal an uncompressed fit's."""
+    from tests.conftest import partitioned_df
+
+    rng = np.random.default_rng(1)
+
+    def rows(n, s0):
+        x = np.stack([rng.normal(size=n) * s0, rng.normal(size=n) * 0.01, rng.normal(size=n), rng.normal(size=n)], 1)
+        return [(x[i].astype(np.float32).tolist(), float(x[i, 2] > 0)) for i in range(n)]
+
+    df = partitioned_df(spark, [rows(60, 30.0), rows(60, 0.01)], "x array<float>, y double")
+
+    def fit(comp):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(momentum=0.5),
+                                  keras.layers.Dense(1, activation="sigmoid")])
+        return KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.1), loss="binary_crossentropy", featuresCol="x",
+                              labelCol="y", batchSize=10, keepPartitioning=True, verbose=0, numWorkers=2, epochs=2, localSteps=1,
+                              seed=7, compression=comp).fit(df)
+
+    plain, small = fit(None), fit(compression)
+    bn, bn_plain = small.getKerasModel().layers[0], plain.getKerasModel().layers[0]
+    assert (bn.moving_variance.numpy() > 0).all()
+    np.testing.assert_allclose(bn.moving_mean.numpy(), bn_plain.moving_mean.numpy(), rtol=0.05, atol=1e-3)
+    np.testing.assert_allclose(bn.moving_variance.numpy(), bn_plain.moving_variance.numpy(), rtol=0.05, atol=1e-3)
+    predictions = np.array([r["prediction"] for r in small.transform(df).select("prediction").collect()])
+    assert np.isfinite(predictions).all() and set(np.unique(predictions)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_a_round_waits_for_the_minimum_of_workers_with_rows(spark, backend):
+    """Partitions of 48 and 10 rows, batch 8, τ = 1: partition 1 has rows in rounds 1-2 only. A
+    round whose only worker with rows is still busy with a late job (rounds) waits for it, and a
+    push of no rows (ps) is no update: from round 3 on partition 0 trains in every round."""
+    from tests.conftest import partitioned_df
+
+    rng = np.random.default_rng(0)
+    parts = [[(rng.normal(size=4).astype(np.float32).tolist(), int(i % 3)) for i in range(n)] for n in (48, 10)]
+    df = partitioned_df(spark, parts, "x array<float>, y int")
+    fitted = _fit(spark, df, backend=backend, keepPartitioning=True, localSteps=1, epochs=1, minWorkersPerRound=1)
+    info = fitted.fitInfo
+    assert info["rounds"] == 6 and all(d == [] for d in info["dropped_per_round"][2:]), info["dropped_per_round"]
+    assert info["updates_dropped"] <= 2 and info["rows_dropped"] <= 16

@@ -123,12 +123,13 @@ def test_easgd_by_hand():
     assert new.optimizer[1].tolist() == [2.0]
 
 
-def test_easgd_idle_worker_is_pulled_from_its_start():
+def test_easgd_a_worker_that_did_not_train_neither_pulls_nor_is_pulled():
+    """Absent updates carry no weight (as in sync, case C05): round 2 trains worker 0 only."""
     policy = ElasticAveraging(2, 0.25)
-    centre = _model([0.0])
-    new = policy.apply(centre, [_update(0, _model([4.0])), WorkerUpdate(1, 0, 0, None)])
+    centre = policy.apply(_model([0.0]), [_update(0, _model([4.0])), _update(1, _model([8.0]))])  # starts 3, 6; centre 3
+    new = policy.apply(centre, [_update(0, _model([5.0])), WorkerUpdate(1, 0, 0, None)])
     starts = policy.starts(new)
-    assert _w(starts[0]) == [3.0] and _w(starts[1]) == [0.0] and _w(new) == [1.0]
+    assert _w(new) == [3.5] and _w(starts[0]) == [4.5] and _w(starts[1]) == [6.0]  # 3 + 0.25·(5 − 3); 5 − 0.25·2; kept
     assert new.optimizer is None
 
 

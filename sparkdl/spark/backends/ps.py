@@ -63,7 +63,7 @@ from sparkdl.spark.backends.rounds import TEST_DELAY_PROPERTY, TaskSpec, _check_
 from sparkdl.spark.partitions import load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
 
-RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint, late bigint"
+RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint, late bigint, local_resets bigint"
 ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")
 WAIT_CHUNK_S = 5.0  # a waiting worker re-asks (and so shows it is alive) at least this often
 
@@ -112,7 +112,7 @@ def _wait_round(client, round_: int, partition) -> int:
         client.heartbeat(partition)
 
 
-def _round_update(spec: PSTaskSpec, state: ModelState, start: ModelState, residual):
+def _round_update(spec: PSTaskSpec, state: ModelState, start: ModelState, residual, exact):
     """What a round-mode worker pushes: ``(update, names, encoding, new residual)``: its state, its
     fp16 update, or its quantized weight update (the residual kept here, the optimizer state too)."""
     compression = spec.task.compression
@@ -122,11 +122,11 @@ def _round_update(spec: PSTaskSpec, state: ModelState, start: ModelState, residu
         return encode_update(state, start, "fp16"), None, "fp16", residual
     deltas = [np.subtract(new, old, dtype=np.float32) if new.dtype.kind == "f" else new
               for new, old in zip(state.weights, start.weights, strict=True)]
-    payload, residual = quantize(deltas, residual, compression, spec.task.threshold)
+    payload, residual = quantize(deltas, residual, compression, spec.task.threshold, exact=exact)
     return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, residual
 
 
-def _async_update(spec: PSTaskSpec, state: ModelState, master: ModelState, residual, final: bool):
+def _async_update(spec: PSTaskSpec, state: ModelState, master: ModelState, residual, final: bool, exact):
     """What an asynchronous worker pushes: ``(update, names, encoding, new residual)``: Δ = its
     weights − the pulled ones, as they are, as float16 (fp16), or quantized with the residual kept
     here (1bit, threshold). The last push goes in full precision with the residual added (nothing
@@ -139,7 +139,7 @@ def _async_update(spec: PSTaskSpec, state: ModelState, master: ModelState, resid
         return ModelState(deltas, state.optimizer if final else None), None, None, None
     if compression == "fp16":
         return encode_update(ModelState(state.weights), ModelState(master.weights), "fp16"), None, "fp16", residual
-    payload, residual = quantize(deltas, residual, compression, spec.task.threshold)
+    payload, residual = quantize(deltas, residual, compression, spec.task.threshold, exact=exact)
     return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, residual
 
 
@@ -158,10 +158,11 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
         delay_s: a test hook: seconds slept before each slot's local steps (a straggler).
 
     Returns:
-        ``{"rows", "steps", "pushes", "dropped", "skipped", "late"}``: rows and steps this attempt
-        trained, pushes sent, pushes the server dropped (duplicates, or late for their round),
-        slots skipped because an earlier attempt's push was applied, and round-mode slots this
-        worker pushed late or skipped because their round had closed without it.
+        ``{"rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets"}``: rows and
+        steps this attempt trained, pushes sent, pushes the server dropped (duplicates, or late for
+        their round), slots skipped because an earlier attempt's push was applied, round-mode slots
+        this worker pushed late or skipped because their round had closed without it, and 1 when a
+        retry resumed without the residual and optimizer state of 1bit/threshold (else 0).
 
     Raises:
         ServerError: the server refused a call or did not answer in time (after retries).
@@ -172,6 +173,7 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
     rounds_mode, ssp = spec.mode in ROUND_MODES, spec.mode == "ssp"
     expected = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
     replica = Replica(task.spec, task.compile_spec, task.seed)
+    exact = [not t for t in replica.trainable]  # quantized updates: the non-trainable weights travel exactly
     previous_attempt, last_seq = client.progress(partition)
     if previous_attempt is None or previous_attempt >= attempt:
         last_seq = 0  # a first attempt, or a zombie of an older one (its pushes are dropped anyway)
@@ -179,7 +181,9 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
     ranges = [plan.row_range(partition, r) if expected else (0, 0) for _, r in slots]
     trained = [g for g, (start, stop) in enumerate(ranges) if stop > start]
     last_trained = trained[-1] if trained else -1
-    counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0, "late": 0}
+    # A retry of a task that had pushed starts without its residual and optimizer state (1bit/threshold): counted.
+    resumed = task.compression in QUANTIZED and last_seq > 0
+    counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0, "late": 0, "local_resets": int(resumed)}
     pulled, own_optimizer, version = 0, False, 0
     residual, local_optimizer = None, None  # 1bit/threshold: the error-feedback residual and this worker's optimizer state
     for g, (epoch, r) in enumerate(slots):
@@ -218,12 +222,12 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
             metrics = replica.train(x, y, task.batch_size, sample_weight=sample_weight, rows=order if base is None else base[order])
             state = replica.get_state()
             if rounds_mode:
-                update, names, encoding, residual = _round_update(spec, state, begin, residual)
+                update, names, encoding, residual = _round_update(spec, state, begin, residual, exact)
                 if task.compression in QUANTIZED:
                     local_optimizer = state.optimizer
             else:
                 final = g == last_trained
-                update, names, encoding, residual = _async_update(spec, state, master, residual, final)
+                update, names, encoding, residual = _async_update(spec, state, master, residual, final, exact)
                 extra.update(final=final, worker_rows=int(expected))
             extra.update(metrics=encode_metric_sums(metrics), pulled=pulled)
             rows = stop - start
@@ -291,7 +295,7 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         client.close()
     yield pa.RecordBatch.from_pylist([{"partition": partition, "attempt": attempt, **counts}], schema=pa.schema([
         ("partition", pa.int32()), ("attempt", pa.int64()), ("rows", pa.int64()), ("steps", pa.int64()),
-        ("pushes", pa.int64()), ("dropped", pa.int64()), ("skipped", pa.int64()), ("late", pa.int64()),
+        ("pushes", pa.int64()), ("dropped", pa.int64()), ("skipped", pa.int64()), ("late", pa.int64()), ("local_resets", pa.int64()),
     ]))
 
 
@@ -505,25 +509,35 @@ class PSBackend:
         if config.compression is not None:
             result.info.update(compression=config.compression, update_bytes=stats["bytes_pushed"],
                                update_bytes_per_epoch=[e["bytes_pushed"] for e in summaries])
+        if config.compression in QUANTIZED:
+            result.info["local_state_resets"] = int(sum(rows["local_resets"]))
         if rounds_mode and config.min_workers(workers) < workers:
+            dropped = self._dropped_updates(job)
             result.info.update(
-                min_workers_per_round=config.min_workers(workers), updates_dropped=sum(len(d) for d in rule.dropped),
-                rows_dropped=sum(dropped_rows), dropped_per_round=[list(d) for d in rule.dropped],
+                min_workers_per_round=config.min_workers(workers), updates_dropped=sum(len(d) for d in dropped),
+                rows_dropped=sum(dropped_rows), dropped_per_round=dropped,
                 worker_late=[s for _, s in sorted(zip(rows["partition"], rows["late"], strict=True))],
             )
         return result
 
+    def _dropped_updates(self, job: TrainJob) -> list[list[int]]:
+        """Per round, the workers with rows in it whose update the round closed without (a worker with
+        none, whose push of no rows came after the close, lost nothing)."""
+        plan, out = job.plan, []
+        for g, missing in enumerate(self._rule.dropped if self._rule is not None else []):
+            r = g % plan.rounds_per_epoch
+            out.append([p for p in missing if plan.partition_rows[p] and plan.row_range(p, r)[1] > plan.row_range(p, r)[0]])
+        return out
+
     def _dropped_rows(self, job: TrainJob) -> list[int]:
         """Per epoch, the rows of workers whose round closed without their update (straggler-tolerant rounds)."""
         out = [0] * job.config.epochs
-        if self._rule is None:
-            return out
         plan = job.plan
-        for g, missing in enumerate(self._rule.dropped):
+        for g, missing in enumerate(self._dropped_updates(job)):
             epoch, r = divmod(g, plan.rounds_per_epoch)
             for partition in missing:
-                begin, stop = plan.row_range(partition, r) if plan.partition_rows[partition] else (0, 0)
-                out[epoch] += max(0, int(stop) - int(begin))
+                begin, stop = plan.row_range(partition, r)
+                out[epoch] += int(stop) - int(begin)
         return out
 
     @staticmethod

@@ -34,6 +34,7 @@ import queue
 import shutil
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from sparkdl.core.schedule import RoundPlan, epoch_order
 from sparkdl.core.pieces import DEFAULT_PIECE_BYTES, Piece, PieceMean, assemble, split_state
 from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.state import ModelState, WorkerUpdate
-from sparkdl.errors import ConfigError, InvariantError
+from sparkdl.errors import ConfigError, FitCancelledError, InvariantError
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.serialization.columns import ModelColumns, PartitionArrays
@@ -201,7 +202,7 @@ def _quantized_update(task: TaskSpec, round_task: RoundTask, partition: int, rep
     def finish(state: ModelState) -> bytes:
         deltas = [np.subtract(new, old, dtype=np.float32) if new.dtype.kind == "f" else new
                   for new, old in zip(state.weights, start.weights, strict=True)]
-        payload, new_residual = quantize(deltas, residual, task.compression, task.threshold)
+        payload, new_residual = quantize(deltas, residual, task.compression, task.threshold, exact=[not t for t in replica.trainable])
         worker_state.save(task.fit_id, partition, round_task.index, [np.asarray(r) for r in new_residual] + list(state.optimizer))
         return payload
 
@@ -652,6 +653,25 @@ def _mean_of(states: dict[int, ModelState], rows: dict[int, int]) -> ModelState 
     return ModelState(cast, opt)
 
 
+class _SharedBroadcast:
+    """A round's broadcast, destroyed when its last user released it: the round itself and each
+    straggler job still running after the round closed (a task that reads it later would fail)."""
+
+    def __init__(self, broadcast: Broadcast) -> None:
+        self.value, self._users, self._lock = broadcast, 1, threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.value.destroy()
+
+
 def _state_bytes(state: ModelState) -> tuple[bytes, bytes | None]:
     return encode_arrays(state.weights), encode_arrays(state.optimizer) if state.optimizer is not None else None
 
@@ -663,7 +683,8 @@ class RoundsBackend:
     own start state (every executor fetches all of them: workers × state bytes down per round)
     and receive each worker's state apart; so do 1bit/threshold (each payload decoded on the
     driver) and straggler-tolerant rounds (``minWorkersPerRound``: one job per partition, the
-    round closed once the minimum arrived and ``roundDeadline`` passed, the late jobs cancelled).
+    round closed once the minimum arrived and ``roundDeadline`` passed, a late job left to end in
+    the background and its update dropped; see :meth:`_straggler_round`).
     """
 
     name = "rounds"
@@ -713,6 +734,7 @@ class RoundsBackend:
             reduced = plan_reduction(limit, state_bytes, workers)
         self._separate = separate
         self._busy, self._busy_lock = {}, threading.Lock()  # straggler-tolerant rounds: partition -> tag of its running job
+        self._late_errors: list[str] = []  # failures of jobs that ended after their round closed
         # Rounds after the first: one tiny column of the cached data, so each task is scheduled where
         # the cached block, and the partition's copies in memory and on disk, are (cache locality),
         # and receives a byte per row instead of the rows.
@@ -783,6 +805,10 @@ class RoundsBackend:
                     on_epoch_end(epoch, epoch_metrics, seconds)
         finally:
             self._cancel_stragglers(spark)
+            if self._late_errors:
+                result.info["late_job_errors"] = list(self._late_errors)
+                warnings.warn(f"{len(self._late_errors)} late straggler job(s) failed after their round closed: "
+                              f"{self._late_errors[0]}", stacklevel=2)
             # The last round's tasks delete their partitions' disk copies; after a failed fit, or
             # for copies another executor made, this removes the ones on the driver's machine (all
             # of them in local mode); Spark deletes the rest with the application's directory.
@@ -801,18 +827,18 @@ class RoundsBackend:
         else:
             start = policy.start(result.state) if hasattr(policy, "start") else result.state  # bmuf: W + η·Δ with Nesterov
             value = _state_bytes(start)
-        broadcast = spark.sparkContext.broadcast(value)
+        broadcast = _SharedBroadcast(spark.sparkContext.broadcast(value))
         try:
-            round_task = dataclasses.replace(round_task, state=broadcast)
+            round_task = dataclasses.replace(round_task, state=broadcast.value)
             if self._min_workers is not None and self._min_workers < len(job.plan.partition_rows):
-                outcome = self._straggler_round(spark, ids, job, task, result, round_task, description)
+                outcome = self._straggler_round(spark, ids, job, task, result, round_task, description, broadcast)
             else:
                 outcome = self._job(spark, ids, False, job, task, round_task, reduced, description) if result.rounds > 0 else None
                 if outcome is None or outcome.missing:
                     result.info["rounds_reading_data"] += 1
                     outcome = self._job(spark, job.data.df, True, job, task, round_task, reduced, description)
         finally:
-            broadcast.destroy()
+            broadcast.release()  # destroyed once no late job of the round still needs it
         if outcome.missing:
             raise InvariantError(f"{description} must find every partition in the training data. Received: partitions {outcome.missing} missing")
         if outcome.states is not None:
@@ -829,24 +855,23 @@ class RoundsBackend:
         return outcome
 
     def _straggler_round(self, spark, ids, job: TrainJob, task: TaskSpec, result: FitResult, round_task: RoundTask,
-                         description: str) -> RoundOutcome:
-        """A straggler-tolerant round: one job per partition with rows in it, run at once; the round
-        closes when every job returned, or once ``min_workers`` returned and ``roundDeadline``
-        seconds passed since it started. A job still running then goes on in the background
-        (its Python worker and replica are kept) and its update is dropped when it comes; its
-        partition sits out the rounds that start before it ends (dropped as well). Both are
-        counted in :attr:`RoundOutcome.dropped`; jobs still running when the fit ends are cancelled."""
+                         description: str, broadcast: _SharedBroadcast) -> RoundOutcome:
+        """A straggler-tolerant round: one job per partition with rows in it, each started as soon as
+        its partition's job of an earlier round has ended. The round closes when every such
+        partition returned, or once ``min_workers`` of them returned and ``roundDeadline`` seconds
+        passed since it started. A job still running then goes on in the background (its Python
+        worker and replica are kept, and the round's broadcast until it ends) and its update is
+        dropped when it comes; a partition whose job had not started sits out the round. Both are
+        counted in :attr:`RoundOutcome.dropped`; jobs still running when the fit ends are
+        cancelled, and a late job's failure is reported in ``fitInfo["late_job_errors"]``."""
         from pyspark import InheritableThread
 
         plan, config = job.plan, job.config
         r = round_task.round_in_epoch
         with_rows = [p for p in range(len(plan.partition_rows)) if plan.partition_rows[p] and plan.row_range(p, r)[1] > plan.row_range(p, r)[0]]
-        with self._busy_lock:
-            busy = set(self._busy)
-        active = [p for p in with_rows if p not in busy]
-        need = min(self._min_workers, len(active))
+        need = min(self._min_workers, len(with_rows))
         arrived: queue.Queue = queue.Queue()
-        reading_data = []
+        reading_data, launched, closed = [], set(), threading.Event()
 
         def one(partition: int) -> None:
             orders = dataclasses.replace(round_task, only=partition)
@@ -857,31 +882,40 @@ class RoundsBackend:
                     reading_data.append(partition)
                     out = self._job(spark, job.data.df, True, job, task, orders, False, label, [partition])
                 arrived.put((partition, out, None))
-            except BaseException as exc:  # handed to the driver's thread
+            except BaseException as exc:  # handed to the driver's thread, or recorded when the round has closed
                 arrived.put((partition, None, exc))
+                if closed.is_set() and not isinstance(exc, FitCancelledError):
+                    self._late_errors.append(f"partition {partition}, {description}: {type(exc).__name__}: {exc}"[:500])
             finally:
                 with self._busy_lock:
                     self._busy.pop(partition, None)
+                broadcast.release()
 
         started = time.monotonic()
-        with self._busy_lock:
-            for partition in active:
-                self._busy[partition] = self._tag(job, round_task, partition)
-        for partition in active:
-            InheritableThread(lambda p=partition: one(p), session=spark, daemon=True).start()
         done: dict[int, RoundOutcome] = {}
-        while len(done) < len(active):
+        while len(done) < len(with_rows):
+            with self._busy_lock:  # start the partitions whose earlier job has ended
+                ready = [p for p in with_rows if p not in launched and p not in self._busy]
+                for partition in ready:
+                    self._busy[partition] = self._tag(job, round_task, partition)
+            for partition in ready:
+                launched.add(partition)
+                broadcast.acquire()
+                InheritableThread(lambda p=partition: one(p), session=spark, daemon=True).start()
             now = time.monotonic()
             deadline = started + config.round_deadline_s
             if len(done) >= need and now >= deadline:
                 break
+            waiting_for_busy = len(launched) < len(with_rows)
+            wait = (deadline - now) if len(done) >= need else 1.0
             try:
-                partition, out, error = arrived.get(timeout=max(0.005, deadline - now) if len(done) >= need else 1.0)
+                partition, out, error = arrived.get(timeout=max(0.005, min(wait, 0.05) if waiting_for_busy else wait))
             except queue.Empty:
                 continue
             if error is not None:
                 raise error
             done[partition] = out
+        closed.set()
         if reading_data:
             result.info["rounds_reading_data"] += 1
         late = [p for p in with_rows if p not in done]
