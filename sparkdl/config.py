@@ -49,7 +49,7 @@ class FitConfig:
         compression: how updates travel: None (full state), ``"fp16"`` (float16 updates), ``"1bit"``
             or ``"threshold"`` (error-feedback quantizers; :mod:`sparkdl.core.compression`), any mode.
         compression_threshold: ``"threshold"``'s t (> 0, in weight units): residual entries with
-            \|r\| >= t are sent as ±t.
+            |r| >= t are sent as ±t.
         min_workers_per_round: straggler-tolerant rounds: a round may close once this many workers
             (an int >= 1) or this fraction of them (a float in (0, 1], rounded up) sent their
             update; None waits for every worker.

@@ -97,8 +97,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             update (error feedback; Seide et al., Interspeech 2014); ``"threshold"``: only the
             entries whose accumulated update reaches ``compressionThreshold`` t, as ±t at sparse
             uint32 indices (Strom, Interspeech 2015). With ``1bit``/``threshold`` the optimizer state
-            stays on each worker (it is not averaged; the fitted model keeps the initial one). The
-            round modes, either backend; ``fitInfo["update_bytes"]`` counts the bytes the workers sent.
+            stays on each worker (it is not averaged; the fitted model keeps the initial one). Any
+            mode, either backend (asynchronous modes: every push but each worker's last);
+            ``fitInfo["update_bytes"]`` counts the bytes of the updates the driver received.
         compressionThreshold: ``"threshold"``'s t (> 0, in weight units; default 0.01, which sends
             about 1/20 of a full update's bytes on the mnist10k CNN with Adam(0.002) and τ = 16;
             see ``benchmarks/compare_modes.py``).
@@ -599,6 +600,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                     f"{workers - data.total_rows} workers will have no rows to train on",
                     stacklevel=2,
                 )
+            if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
+                warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
+                              "waits for every worker (no straggler is dropped)", stacklevel=2)
             if policy is None:
                 policy = self._policy(config.mode, reader.model, workers)
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)

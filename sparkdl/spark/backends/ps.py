@@ -135,7 +135,9 @@ def _async_update(spec: PSTaskSpec, state: ModelState, master: ModelState, resid
     compression = spec.task.compression
     if final or compression is None:
         if residual is not None:
-            deltas = [(d + r).astype(d.dtype) if d.dtype.kind == "f" else d for d, r in zip(deltas, residual, strict=True)]
+            # (arrays sent exactly, and non-float ones, keep an empty residual)
+            deltas = [(d + r).astype(d.dtype) if d.dtype.kind == "f" and r.size == d.size else d
+                      for d, r in zip(deltas, residual, strict=True)]
         return ModelState(deltas, state.optimizer if final else None), None, None, None
     if compression == "fp16":
         return encode_update(ModelState(state.weights), ModelState(master.weights), "fp16"), None, "fp16", residual
@@ -506,9 +508,8 @@ class PSBackend:
             worker_pushes=[s for _, s in sorted(zip(rows["partition"], rows["pushes"], strict=True))],
             **({"staleness": config.staleness} if mode == "ssp" else {}),
         )
-        if config.compression is not None:
-            result.info.update(compression=config.compression, update_bytes=stats["bytes_pushed"],
-                               update_bytes_per_epoch=[e["bytes_pushed"] for e in summaries])
+        result.info.update(compression=config.compression, update_bytes=stats["bytes_pushed"],
+                           update_bytes_per_epoch=[e["bytes_pushed"] for e in summaries])
         if config.compression in QUANTIZED:
             result.info["local_state_resets"] = int(sum(rows["local_resets"]))
         if rounds_mode and config.min_workers(workers) < workers:

@@ -463,7 +463,8 @@ def _outcome(table: pa.Table, plan: RoundPlan, description: str, reduced: bool, 
     meta = _meta_rows(table).to_pydict()
     expected = list(range(len(plan.partition_rows))) if partitions is None else sorted(partitions)
     if sorted(meta["partition"]) != expected:
-        raise InvariantError(f"{description} must return one update per partition {expected}. Received partitions {sorted(meta['partition'])}")
+        named = f"0..{len(expected) - 1}" if partitions is None else str(expected)
+        raise InvariantError(f"{description} must return one update per partition {named}. Received partitions {sorted(meta['partition'])}")
     missing = sorted(p for p, m in zip(meta["partition"], meta["missing"], strict=True) if m)
     workers, metrics = [], []
     for i, partition in enumerate(meta["partition"]):
