@@ -403,7 +403,7 @@ class PSBackend:
         rounds_mode = mode in ROUND_MODES
         if rounds_mode:
             rule = SyncRoundRule(workers, policy, min_workers=config.min_workers(workers), deadline_s=config.round_deadline_s,
-                                 rounds_per_epoch=job.plan.rounds_per_epoch)
+                                 rounds_per_epoch=job.plan.rounds_per_epoch if validating else None)  # snapshots to validate
         else:
             rule = policy.rule()
         self._rule = rule if rounds_mode else None
