@@ -38,4 +38,5 @@ SCRIPT = textwrap.dedent(
 def test_results_over_max_result_size_name_the_setting(tmp_path):
     got = run_spark_script(SCRIPT, tmp_path, timeout_s=600)
     assert got["error"] == "ConfigError", got
-    assert "2 workers x" in got["message"] and "spark.driver.maxResultSize (1048576 bytes)" in got["message"], got["message"]
+    message = got["message"]  # 2 workers' updates, combined on the driver, over the limit: the size and the setting named
+    assert "must fit spark.driver.maxResultSize (1048576 bytes)" in message and "--conf spark.driver.maxResultSize=" in message, message
