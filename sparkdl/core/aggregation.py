@@ -69,11 +69,12 @@ class WeightedMean:
         for acc, dtype in zip(self._sums, self._dtypes, strict=True):
             mean = acc / self.total_weight
             if dtype == np.bool_:
-                out.append(mean >= 0.5)
+                value = mean >= 0.5
             elif np.issubdtype(dtype, np.integer):
-                out.append(np.rint(mean).astype(dtype))
+                value = np.rint(mean).astype(dtype)
             else:
-                out.append(mean.astype(dtype))
+                value = mean.astype(dtype)
+            out.append(np.asarray(value))  # a 0-d mean comes back from numpy as a scalar
         return out
 
 

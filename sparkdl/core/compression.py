@@ -258,6 +258,15 @@ def quantize(
     return encode_arrays(wire, names), new_residual
 
 
+def quantize_update(weights: Sequence[np.ndarray], start: Sequence[np.ndarray], residual: Sequence[np.ndarray] | None,
+                    method: str, threshold: float | None = None, exact: Sequence[bool] | None = None) -> tuple[bytes, list[np.ndarray]]:
+    """:func:`quantize` of a worker's weight update Δ = ``weights`` − ``start`` (float arrays, in
+    float32; the others as their values): ``(payload, new residual)``."""
+    deltas = [np.subtract(new, old, dtype=np.float32) if np.asarray(new).dtype.kind == "f" else np.asarray(new)
+              for new, old in zip(weights, start, strict=True)]
+    return quantize(deltas, residual, method, threshold, exact=exact)
+
+
 def dequantize(payload: bytes, like: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Decode a :func:`quantize` payload into one dense array per entry of ``like``.
 

@@ -47,7 +47,7 @@ class _RoundPolicy:
     list to that mean and calls :meth:`apply_mean`."""
 
     def apply(self, master: ModelState, updates: Sequence[WorkerUpdate]) -> ModelState:
-        mean, rows = _row_weighted_mean(updates)
+        mean, rows = row_weighted_mean(updates)
         return self.apply_mean(master, mean, rows)
 
 
@@ -140,7 +140,9 @@ class BlockMomentum(_RoundPolicy):
         return ModelState(weights, mean.optimizer if mean.optimizer is not None else master.optimizer)
 
 
-def _row_weighted_mean(updates: Sequence[WorkerUpdate]) -> tuple[ModelState | None, int]:
+def row_weighted_mean(updates: Sequence[WorkerUpdate]) -> tuple[ModelState | None, int]:
+    """The row-weighted mean of the trained workers' states (optimizer arrays over the workers that
+    sent them; None when none did) and the rows behind it; ``(None, 0)`` when no worker trained."""
     weights, optimizer = WeightedMean(), WeightedMean()
     for update in updates:
         if update.rows == 0 or update.state is None:

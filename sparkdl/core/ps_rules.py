@@ -49,11 +49,6 @@ def decode_metric_sums(encoded: list) -> list[np.ndarray]:
     return out
 
 
-def _arrays(values: list | None) -> list[np.ndarray] | None:
-    """numpy arrays (a 0-d mean comes back from numpy as a scalar)."""
-    return None if values is None else [np.asarray(v) for v in values]
-
-
 class SyncRoundRule:
     """Synchronous rounds of a round mode (``sync``, ``bmuf``, ``easgd``, ``gossip``) on a parameter server.
 
@@ -173,8 +168,8 @@ class SyncRoundRule:
             updates = [WorkerUpdate(p, rows, 0, state) for p, (rows, state) in sorted(self._states.items())]
             new = self.policy.apply(master, updates)
         else:
-            weights = _arrays(self._weights.result())
-            optimizer = _arrays(self._optimizer.result()) if self._all_optimizer and self._optimizer.total_weight else None
+            weights = self._weights.result()
+            optimizer = self._optimizer.result() if self._all_optimizer and self._optimizer.total_weight else None
             mean = None if weights is None else ModelState(weights, optimizer)
             new = self.policy.apply_mean(master, mean, int(self._weights.total_weight))
         arrived = {int(w) for w in self._seen if w is not None and str(w).isdigit()}

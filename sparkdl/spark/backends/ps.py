@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from sparkdl.core.compression import QUANTIZED, encode_update, quantize
+from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
 from sparkdl.core.metrics import append_epoch
 from sparkdl.core.modes import ModePolicy
 from sparkdl.core.ps_rules import EpochRecorder, SyncRoundRule, encode_metric_sums
@@ -120,9 +120,7 @@ def _round_update(spec: PSTaskSpec, state: ModelState, start: ModelState, residu
         return state, None, None, residual
     if compression == "fp16":
         return encode_update(state, start, "fp16"), None, "fp16", residual
-    deltas = [np.subtract(new, old, dtype=np.float32) if new.dtype.kind == "f" else new
-              for new, old in zip(state.weights, start.weights, strict=True)]
-    payload, residual = quantize(deltas, residual, compression, spec.task.threshold, exact=exact)
+    payload, residual = quantize_update(state.weights, start.weights, residual, compression, spec.task.threshold, exact=exact)
     return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, residual
 
 
@@ -141,7 +139,7 @@ def _async_update(spec: PSTaskSpec, state: ModelState, master: ModelState, resid
         return ModelState(deltas, state.optimizer if final else None), None, None, None
     if compression == "fp16":
         return encode_update(ModelState(state.weights), ModelState(master.weights), "fp16"), None, "fp16", residual
-    payload, residual = quantize(deltas, residual, compression, spec.task.threshold, exact=exact)
+    payload, residual = quantize_update(state.weights, master.weights, residual, compression, spec.task.threshold, exact=exact)
     return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, residual
 
 

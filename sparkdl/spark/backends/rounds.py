@@ -47,10 +47,9 @@ from pyspark.sql import functions as F
 
 from sparkdl.core.compression import QUANTIZED, decode_mean, dequantize, encode_update
 from sparkdl.core.metrics import MetricSums, append_epoch
-from sparkdl.core.modes import ModePolicy
+from sparkdl.core.modes import ModePolicy, row_weighted_mean
 from sparkdl.core.schedule import RoundPlan, epoch_order
 from sparkdl.core.pieces import DEFAULT_PIECE_BYTES, Piece, PieceMean, assemble, split_state
-from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.state import ModelState, WorkerUpdate
 from sparkdl.errors import ConfigError, FitCancelledError, InvariantError
 from sparkdl.keras.spec import CompileSpec, ModelSpec
@@ -190,7 +189,7 @@ def _quantized_update(task: TaskSpec, round_task: RoundTask, partition: int, rep
     """Train-side half of 1bit/threshold: load this partition's residual and optimizer state (the
     version the driver last applied), set the replica; returns ``(local_reset, finish)`` where ``finish(state)`` quantizes the update, saves the new residual and optimizer state as
     this round's version and returns the payload."""
-    from sparkdl.core.compression import quantize
+    from sparkdl.core.compression import quantize_update
     from sparkdl.spark import worker_state
 
     n = len(start.weights)
@@ -200,9 +199,8 @@ def _quantized_update(task: TaskSpec, round_task: RoundTask, partition: int, rep
     replica.set_state(ModelState(start.weights, optimizer))
 
     def finish(state: ModelState) -> bytes:
-        deltas = [np.subtract(new, old, dtype=np.float32) if new.dtype.kind == "f" else new
-                  for new, old in zip(state.weights, start.weights, strict=True)]
-        payload, new_residual = quantize(deltas, residual, task.compression, task.threshold, exact=[not t for t in replica.trainable])
+        payload, new_residual = quantize_update(state.weights, start.weights, residual, task.compression, task.threshold,
+                                                exact=[not t for t in replica.trainable])
         worker_state.save(task.fit_id, partition, round_task.index, [np.asarray(r) for r in new_residual] + list(state.optimizer))
         return payload
 
@@ -635,25 +633,6 @@ def _decode_update(update, start: ModelState, compression: str | None) -> ModelS
     return decode_mean(update, start) if compression is not None else update
 
 
-def _mean_of(states: dict[int, ModelState], rows: dict[int, int]) -> ModelState | None:
-    """The row-weighted mean of the workers' states (optimizer state only when every one has it)."""
-    weights, optimizer = WeightedMean(), WeightedMean()
-    with_optimizer = all(state.optimizer is not None for state in states.values())
-    for partition, state in sorted(states.items()):
-        weights.add(state.weights, rows[partition])
-        if with_optimizer:
-            optimizer.add(state.optimizer, rows[partition])
-    result = weights.result()
-    if result is None:
-        return None
-    like = next(iter(states.values()))
-    cast = [np.asarray(a).astype(np.asarray(w).dtype) for a, w in zip(result, like.weights, strict=True)]
-    opt = optimizer.result() if with_optimizer else None
-    if opt is not None:
-        opt = [np.asarray(a).astype(np.asarray(o).dtype) for a, o in zip(opt, like.optimizer, strict=True)]
-    return ModelState(cast, opt)
-
-
 class _SharedBroadcast:
     """A round's broadcast, destroyed when its last user released it: the round itself and each
     straggler job still running after the round closed (a task that reads it later would fail)."""
@@ -849,7 +828,7 @@ class RoundsBackend:
                 steps = {p: k for p, _, k in outcome.workers}
                 outcome.updates = [WorkerUpdate(p, trained[p], steps[p], states[p]) for p in sorted(states)]
             else:
-                outcome.mean = _mean_of(states, trained)
+                outcome.mean, _ = row_weighted_mean([WorkerUpdate(p, trained[p], 0, states[p]) for p in sorted(states)])
             outcome.states = None
         elif task.compression and outcome.mean is not None:  # the workers sent fp16 updates: the mean state is start + their mean
             outcome.mean = decode_mean(outcome.mean, start)
