@@ -1,6 +1,6 @@
 # sparkdl: two commands on a fresh clone (Python 3.11 and Java 17 needed):
 #   make train   create .venv, install, train conf/mnist_cnn.yaml on local[*]
-#   make test    create .venv, install, run the default test suite
+#   make test    create .venv, install, run the default test suite, then the `backends` subset under JAX
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(abspath $(VENV))/bin/python
@@ -12,13 +12,13 @@ export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install train test test-all test-min bench clean
+.PHONY: install train test test-jax test-torch test-all test-min bench clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@scripts/check_java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu,test]'
+	$(PY) -m pip install --quiet -e '.[cpu,test,jax]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -31,9 +31,23 @@ train: install
 
 test: install
 	$(PY) -m pytest
+	$(MAKE) test-jax
+
+# The core tests (`backends` marker: fit equal to plain Keras, ps, transform, save/load, the backend's
+# selection on the executors) on the other Keras 3 backends: the driver's KERAS_BACKEND is the executors'.
+test-jax: install
+	KERAS_BACKEND=jax $(PY) -m pytest -m backends
+
+# torch's CPU wheels (its own index); where that index cannot be reached, the default index's wheel.
+test-torch: install
+	$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install --quiet --retries 0 --timeout 20 torch --index-url https://download.pytorch.org/whl/cpu \
+	  || $(PY) -m pip install --quiet torch
+	KERAS_BACKEND=torch $(PY) -m pytest -m backends
 
 test-all: install
 	$(PY) -m pytest -m ''
+	$(MAKE) test-jax
+	$(MAKE) test-torch
 	$(MAKE) test-min
 
 # The core tests (tests/unit, tests/keras), plus the Spark tests that exercise version-sensitive

@@ -16,7 +16,7 @@ module:function`` with optional ``kwargs``, or ``json: path`` to a Keras model J
 batch_size, local_steps, mode, seed, backend, staleness, server_port, worker_timeout,
 sample_weight_col, class_weight, validation_col, validation_split, handle_invalid,
 max_task_memory_mb, block_momentum, block_learning_rate, nesterov, elastic_force, compression,
-compression_threshold, min_workers_per_round, round_deadline). ``data`` may also give ``validation`` (a Parquet path validated on after
+compression_threshold, min_workers_per_round, round_deadline, mixed_precision). ``data`` may also give ``validation`` (a Parquet path validated on after
 each epoch), ``features_cols``, ``label_cols`` and ``decoders``. Relative paths are read from
 the working directory.
 """
@@ -62,6 +62,7 @@ FIT_KEYS = {
     "compression_threshold": "compressionThreshold",
     "min_workers_per_round": "minWorkersPerRound",
     "round_deadline": "roundDeadline",
+    "mixed_precision": "mixedPrecision",
 }
 DATA_KEYS = {"features_cols": "featuresCols", "label_cols": "labelCols", "decoders": "decoders"}
 

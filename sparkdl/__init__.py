@@ -8,7 +8,7 @@ Importing ``sparkdl`` loads neither TensorFlow nor Spark: the two classes are
 resolved on first attribute access (PEP 562), so pure-numpy parts stay cheap to import.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["KerasEstimator", "KerasModel", "__version__"]
 

@@ -15,6 +15,7 @@ BACKENDS = ("rounds", "ps", "auto")
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
 ASYNC_DEFAULT_LOCAL_STEPS = {"async": 4, "hogwild": 4, "staleness_aware": 4, "ssp": 4}
 DEFAULT_STALENESS = 2
+MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")  # besides None: Keras dtype policies of the replicas
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> None:
@@ -56,6 +57,9 @@ class FitConfig:
         round_deadline_s: with ``min_workers_per_round``: seconds from a round's start during which
             it waits for every worker; after it, the round closes as soon as the minimum has
             arrived (0: at once). Updates that arrive later are dropped and counted.
+        mixed_precision: None (the model's dtypes), ``"mixed_float16"`` or ``"mixed_bfloat16"``: the Keras
+            dtype policy of the replicas' layers (16-bit compute, float32 variables; loss scaling for
+            float16); master weights, averaging and the Arrow wire stay float32.
 
     ``backend="auto"`` resolves to ``rounds`` for the round modes (:data:`ROUND_MODES`) and ``ps``
     for the asynchronous modes (see :attr:`resolved_backend`); ``rounds`` refuses the asynchronous
@@ -83,6 +87,7 @@ class FitConfig:
     compression_threshold: float = 0.01
     min_workers_per_round: int | float | None = None
     round_deadline_s: float = 0.0
+    mixed_precision: str | None = None
 
     def min_workers(self, workers: int) -> int:
         """The updates that may close a round of ``workers`` workers (``workers`` when not set)."""
@@ -146,6 +151,10 @@ class FitConfig:
             raise ConfigError(f"seed must be an integer. Received: seed={self.seed!r}")
         if self.verbose not in (0, 1):
             raise ConfigError(f"verbose must be 0 or 1. Received: verbose={self.verbose!r}")
+        if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISION:
+            raise ConfigError(
+                f"mixedPrecision must be None, {MIXED_PRECISION[0]!r} or {MIXED_PRECISION[1]!r}. Received: mixedPrecision={self.mixed_precision!r}"
+            )
         if not self.round_timeout_s > 0:
             raise ConfigError(
                 f"roundTimeout must be a positive number of seconds. Received: {self.round_timeout_s!r}"

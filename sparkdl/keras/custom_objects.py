@@ -38,3 +38,18 @@ def register(objects: dict[str, object]) -> None:
     """Add ``objects`` (from :func:`registered`) to this process's Keras registry."""
     if objects:
         keras_module().saving.get_custom_objects().update(objects)
+
+
+def register_custom_objects(objects: dict | None) -> None:
+    """Register ``objects`` with Keras in this process, as Keras' ``custom_objects`` argument names
+    them (``{"Scale": Scale, "my_package>swish": swish}``); fits and transforms then ship them to the
+    executors with every task (:func:`registered`). ``None`` does nothing.
+
+    Raises:
+        ConfigError: not a dict of names to classes or functions.
+    """
+    if objects is None:
+        return
+    if not isinstance(objects, dict) or not all(isinstance(k, str) and callable(v) for k, v in objects.items()):
+        raise ConfigError(f"customObjects must be a dict of names to classes or functions. Received: {objects!r}")
+    keras_module().saving.get_custom_objects().update(objects)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from sparkdl.keras.runtime import keras_module
 from sparkdl.keras.spec import ModelSpec
 
 _MAX_CACHED = 2
@@ -59,8 +60,8 @@ def predict_array(model, x, batch_size: int):
     for i in range(0, rows, batch_size):
         batch = [a[i : i + batch_size] for a in xs]
         out = model.predict_on_batch(batch[0] if len(batch) == 1 else batch)
-        if isinstance(out, dict):  # a model built with a dict of outputs: in the model's output order
-            out = [out[name] for name in model.output_names]
+        if isinstance(out, dict):  # a model built with a dict of outputs: flattened as model.outputs are (sorted keys)
+            out = keras_module().tree.flatten(out)
         parts.append([np.asarray(o) for o in out] if outputs > 1 else [np.asarray(out[0] if isinstance(out, (list, tuple)) else out)])
     joined = [np.concatenate([p[k] for p in parts]).astype(np.float32, copy=False) for k in range(outputs)]
     return joined if outputs > 1 else joined[0]

@@ -9,12 +9,19 @@ layers' seed state from the round's position, not from the process's history.
 
 from __future__ import annotations
 
+import contextlib
+import json
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from sparkdl.config import MIXED_PRECISION  # Keras dtype policies: float32 variables, 16-bit compute
 from sparkdl.core.state import ModelState
-from sparkdl.errors import ConfigError, SchemaError
+from sparkdl.errors import ConfigError, InvariantError, SchemaError
 from sparkdl.keras.runtime import keras_module
-from sparkdl.keras.spec import CompileSpec, ModelSpec
+
+if TYPE_CHECKING:  # annotations only: this module imports with numpy and Keras alone (benchmarks/gpu_check.py)
+    from sparkdl.keras.spec import CompileSpec, ModelSpec
 
 _SEED_STATE = "seed_generator_state"  # name of a keras.random.SeedGenerator's state variable
 
@@ -28,17 +35,33 @@ class Replica:
         seed: seeds Keras' random layers (dropout) through ``keras.utils.set_random_seed``; any
             integer (Spark seeds are 64-bit and may be negative), reduced modulo 2**32. Rounds
             reseed them with :meth:`seed_round`.
+        mixed_precision: ``None`` (the model's own dtypes), ``"mixed_float16"`` or ``"mixed_bfloat16"``:
+            the Keras dtype policy of the replica's layers (:func:`mixed_architecture`): variables
+            stay float32, layers compute in 16 bits. With ``"mixed_float16"`` Keras' ``compile`` wraps
+            the optimizer in a ``LossScaleOptimizer`` (dynamic loss scaling); its loss scale stays in
+            this replica, and the optimizer state that travels is the wrapped optimizer's own, the
+            same arrays as a float32 replica's. Weights and optimizer state leave the replica in
+            the master's dtypes (float32), checked by :meth:`get_state`.
+
+    Raises:
+        ConfigError: ``mixed_precision`` not one of :data:`MIXED_PRECISION` or None.
     """
 
-    def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, seed: int) -> None:
+    def __init__(self, spec: ModelSpec, compile_spec: CompileSpec, seed: int, mixed_precision: str | None = None) -> None:
         keras = keras_module()
+        check_mixed_precision(mixed_precision)
+        self.mixed_precision = mixed_precision
         # Sequence inputs (None, k): their rows come padded to the longest row of the data; each
         # batch is cut to its own longest row (see trim_padding).
         self.sequence_inputs = {i for i, (_, shape, _) in enumerate(spec.input_specs) if shape and shape[0] is None}
         keras.utils.set_random_seed(seed & 0xFFFFFFFF)
-        self.model = compile_spec.compile(spec.build())
+        with global_dtype_policy(mixed_precision):  # the model's own policy: compile wraps the optimizer for mixed_float16
+            self.model = compile_spec.compile(build_mixed(spec, mixed_precision) if mixed_precision else spec.build())
         self.model.optimizer.build(self.model.trainable_variables)
-        self.initial_optimizer = [np.asarray(v.numpy()) for v in self.model.optimizer.variables]
+        # The optimizer whose state travels: a LossScaleOptimizer's inner optimizer (same variables as without it).
+        self.optimizer = getattr(self.model.optimizer, "inner_optimizer", self.model.optimizer)
+        self.initial_optimizer = [np.asarray(v.numpy()) for v in self.optimizer.variables]
+        self.weight_dtypes = [np.dtype(v.dtype) for v in self.model.weights]  # replaced by the master's in set_state
         trainable = {id(v) for v in self.model.trainable_weights}
         self.trainable = [id(v) in trainable for v in self.model.weights]  # per weight array, in ModelState order
         # Seed generators' states are in ``variables`` (Keras documents "including random seeds") but
@@ -51,18 +74,26 @@ class Replica:
         ]
 
     def set_state(self, state: ModelState) -> None:
-        """Load master weights, and optimizer state (its initial values when ``state.optimizer`` is None)."""
+        """Load master weights, and optimizer state (its initial values when ``state.optimizer`` is None).
+        The weights' dtypes are the ones :meth:`get_state` must return."""
         for variable, array in zip(self.model.weights, state.weights, strict=True):
             variable.assign(array)
+        self.weight_dtypes = [np.asarray(a).dtype for a in state.weights]
         optimizer = state.optimizer if state.optimizer is not None else self.initial_optimizer
-        for variable, array in zip(self.model.optimizer.variables, optimizer, strict=True):
+        for variable, array in zip(self.optimizer.variables, optimizer, strict=True):
             variable.assign(array)
 
     def get_state(self) -> ModelState:
-        return ModelState(
-            weights=[np.asarray(v.numpy()) for v in self.model.weights],
-            optimizer=[np.asarray(v.numpy()) for v in self.model.optimizer.variables],
-        )
+        """The replica's weights (``model.weights`` order) and optimizer state (``optimizer.variables``
+        order, a ``LossScaleOptimizer``'s inner optimizer's), as numpy arrays.
+
+        Raises:
+            InvariantError: a weight whose dtype is not the master's (float32 under mixed precision):
+                16-bit weights must never reach the averaging.
+        """
+        weights = [np.asarray(v.numpy()) for v in self.model.weights]
+        check_state_dtypes(self.weight_dtypes, weights, f"the weights a replica returns (mixedPrecision={self.mixed_precision!r})")
+        return ModelState(weights=weights, optimizer=[np.asarray(v.numpy()) for v in self.optimizer.variables])
 
     def seed_round(self, seed: int, epoch: int, round_in_epoch: int, partition: int) -> None:
         """Set every seed generator's state (Dropout, GaussianNoise, random augmentation layers, and
@@ -190,3 +221,116 @@ def state_nbytes(model) -> int:
         model.optimizer.build(model.trainable_variables)
     variables = list(model.weights) + list(model.optimizer.variables)
     return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in variables)
+
+
+def check_mixed_precision(value) -> None:
+    """Raises ConfigError unless ``value`` is None or one of :data:`MIXED_PRECISION`."""
+    if value is not None and value not in MIXED_PRECISION:
+        raise ConfigError(f"mixedPrecision must be None, {MIXED_PRECISION[0]!r} or {MIXED_PRECISION[1]!r}. Received: mixedPrecision={value!r}")
+
+
+def check_state_dtypes(expected, arrays, what: str) -> None:
+    """Fail loudly when ``arrays`` (weights) do not have the ``expected`` dtypes, in order.
+
+    Args:
+        expected: one numpy dtype (or array, whose dtype is taken) per weight, e.g. the master's float32.
+        arrays: the weights received, numpy arrays in the same order.
+        what: names the arrays in the message.
+
+    Raises:
+        InvariantError: a count or a dtype differs, naming the first few weights that differ.
+    """
+    want = [np.dtype(getattr(e, "dtype", e)) for e in expected]
+    got = [np.asarray(a).dtype for a in arrays]
+    if len(want) != len(got):
+        raise InvariantError(f"{what} must be {len(want)} arrays, one per weight of the master. Received: {len(got)}")
+    wrong = [(i, str(w), str(g)) for i, (w, g) in enumerate(zip(want, got, strict=True)) if w != g]
+    if wrong:
+        raise InvariantError(
+            f"{what} must keep the master weights' dtypes (float32 under mixed precision: weights are averaged and sent "
+            f"in float32). Received (index, expected, got): {wrong[:5]}{' ...' if len(wrong) > 5 else ''}"
+        )
+
+
+@contextlib.contextmanager
+def global_dtype_policy(name: str | None):
+    """Keras' global dtype policy set to ``name`` inside the block and restored after it (nothing for None):
+    layers and models created inside without a dtype of their own take it."""
+    if name is None:
+        yield
+        return
+    keras = keras_module()
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def _is_float32_policy(dtype) -> bool:
+    """A layer's serialized float32 ``DTypePolicy``. A plain string is not one: it is an input's dtype or, in
+    the ``Cast`` layers Keras inserts between dtypes, the cast's target dtype."""
+    return isinstance(dtype, dict) and dtype.get("class_name") == "DTypePolicy" and (dtype.get("config") or {}).get("name") == "float32"
+
+
+def _output_layer_names(config: dict) -> set:
+    layers = [layer for layer in config.get("layers", []) if layer.get("class_name") != "InputLayer"]
+    if "output_layers" in config:  # Functional: [[name, node, tensor], ...] or one [name, node, tensor]
+        outputs = config["output_layers"]
+        outputs = [outputs] if outputs and isinstance(outputs[0], str) else outputs
+        return {entry[0] for entry in outputs}
+    return {layers[-1]["config"].get("name", layers[-1].get("name"))} if layers else set()  # Sequential: the last layer
+
+
+def mixed_architecture(architecture: str, policy: str) -> str:
+    """A model's architecture JSON with its float32 layers under the dtype policy ``policy``.
+
+    Every layer whose dtype policy is float32 (nested models' layers and wrapped layers too) gets ``policy``,
+    except input layers (their dtype is the input's) and the model's output layers, which stay float32
+    as the Keras mixed precision guide advises (a softmax or a loss computed in 16 bits loses
+    precision); layers with another dtype (float64, int, quantized) keep it. A layer under a mixed
+    policy keeps float32 variables: the weights are the same arrays in the same order.
+
+    Args:
+        architecture: ``model.to_json()`` of a Sequential or Functional model.
+        policy: ``"mixed_float16"`` or ``"mixed_bfloat16"``.
+
+    Returns:
+        The rewritten JSON, for ``keras.models.model_from_json``.
+    """
+    config = json.loads(architecture)
+
+    def policy_like(dtype):
+        return {**dtype, "config": {**(dtype.get("config") or {}), "name": policy}}
+
+    def walk(layer: dict, keep: bool) -> None:
+        if not isinstance(layer, dict) or layer.get("class_name") == "InputLayer":
+            return
+        inner = layer.get("config") or {}
+        if not keep and _is_float32_policy(inner.get("dtype")):
+            inner["dtype"] = policy_like(inner["dtype"])
+        for child in inner.get("layers") or []:
+            walk(child, False)
+        if isinstance(inner.get("layer"), dict):  # wrappers: TimeDistributed, Bidirectional
+            walk(inner["layer"], keep)
+
+    top = config.get("config") or {}
+    outputs = _output_layer_names(top)
+    if _is_float32_policy(top.get("dtype")):
+        top["dtype"] = policy_like(top["dtype"])
+    for layer in top.get("layers") or []:
+        walk(layer, (layer.get("config") or {}).get("name", layer.get("name")) in outputs)
+    return json.dumps(config)
+
+
+def build_mixed(spec: ModelSpec, policy: str):
+    """``spec.build()`` with :func:`mixed_architecture`'s dtype policies: a new, uncompiled ``keras.Model``
+    with ``spec``'s weights (float32 variables). Call it inside :func:`global_dtype_policy` so the model
+    itself has the policy (``compile`` then adds loss scaling for ``"mixed_float16"``)."""
+    keras = keras_module()
+    model = keras.models.model_from_json(mixed_architecture(spec.architecture, policy))
+    if spec.weights:
+        for variable, array in zip(model.weights, spec.weight_arrays(), strict=True):
+            variable.assign(array)
+    return model

@@ -33,6 +33,68 @@ def _root_cause(exc: BaseException) -> str:
     return found.group(0) if found else str(exc).splitlines()[0][:300]
 
 
+def missing_custom_objects(config) -> list[str]:
+    """The registered names (``"package>Name"``) in a Keras serialization config that this
+    process's Keras registry does not hold, sorted; ``config`` is a dict/list tree (config.json)."""
+    import importlib.util
+
+    keras = keras_module()
+    found, stack = set(), [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            name, module = node.get("registered_name"), node.get("module")
+            if node.get("class_name") == "function" and name == "function" and isinstance(node.get("config"), str):
+                name = node["config"]  # a function: its registered name is the config ("package>name")
+            if isinstance(name, str) and keras.saving.get_registered_object(name) is None:
+                if ">" in name:
+                    found.add(name)
+                elif isinstance(module, str) and module not in ("builtins",) and not module.startswith("keras"):
+                    root = module.split(".")[0]  # an unregistered class: Keras imports its module to find it
+                    if module == "__main__" or importlib.util.find_spec(root) is None:
+                        found.add(name)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return sorted(found)
+
+
+def load_keras_bytes(data: bytes, compile: bool = True):
+    """A ``keras.Model`` from the bytes of a ``.keras`` archive (Keras' zip of config JSON and HDF5
+    weights; no pickle), compiled as saved when ``compile`` and the archive holds compile arguments.
+
+    Raises:
+        ConfigError: the archive names custom objects that are not registered in this process: the
+            message lists each by its registered name (``"package>Name"``) and says how to register it;
+            or the bytes are not a ``.keras`` archive.
+    """
+    import io
+    import zipfile
+
+    keras = keras_module()
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise ConfigError(f"a .keras archive (a zip holding config.json) is needed. Received: {len(data)} bytes that are not one ({exc})") from None
+    missing = missing_custom_objects(config)
+    if missing:
+        raise ConfigError(
+            f"the saved model uses custom objects that are not registered here: {missing}. Import the module that defines "
+            "them with @keras.saving.register_keras_serializable (same package and name) before loading, or pass "
+            "customObjects={name: class_or_function} (KerasModel.load, KerasModel.fromKeras, KerasEstimator). "
+            "Received: a model whose config names " + ", ".join(repr(m) for m in missing)
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            return keras.saving.load_model(path, compile=compile)
+        except Exception as exc:
+            raise ConfigError(f"a .keras archive must load with keras.saving.load_model. Received: {_root_cause(exc)}") from exc
+
+
 def _tensor_name(tensor) -> str:
     """A symbolic tensor's layer name ("user" for ``keras.Input(name="user")``)."""
     history = getattr(tensor, "_keras_history", None)
@@ -85,7 +147,8 @@ def _normalize(value, kind: str):
     except Exception as exc:
         raise ConfigError(
             f"{kind} must be rebuildable from its Keras config on the executors; register custom objects with "
-            f"@keras.saving.register_keras_serializable in a module the executors can import. "
+            f"@keras.saving.register_keras_serializable in a module the executors can import, or pass "
+            f"customObjects={{name: class_or_function}} (KerasEstimator, KerasModel.load, KerasModel.fromKeras). "
             f"Received: {value!r} ({_root_cause(exc)})"
         ) from exc
     return config
@@ -396,7 +459,8 @@ class ModelSpec:
         except Exception as exc:
             raise ConfigError(
                 "model must be rebuildable from its architecture JSON on the executors; register custom layers and "
-                "functions with @keras.saving.register_keras_serializable in a module the executors can import. "
+                "functions with @keras.saving.register_keras_serializable in a module the executors can import, or pass "
+                "customObjects={name: class_or_function} (KerasEstimator, KerasModel.load, KerasModel.fromKeras). "
                 f"Received: {_root_cause(exc)}"
             ) from exc
         input_specs = []
@@ -419,6 +483,12 @@ class ModelSpec:
             inputs=tuple(input_specs),
             outputs=output_specs,
         )
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of every model input (a sequence input's steps count as one)."""
+        return sum(int(np.prod([d or 1 for d in shape], dtype=np.int64)) * np.dtype(dtype).itemsize
+                   for _, shape, dtype in self.input_specs)
 
     def with_weights(self, arrays: Sequence[np.ndarray]) -> ModelSpec:
         """The same architecture with other weights (same count, shapes and order)."""
@@ -453,12 +523,12 @@ class ModelSpec:
 
     @classmethod
     def from_keras_bytes(cls, data: bytes) -> ModelSpec:
-        """Read a ``.keras`` archive's bytes (weights restored, compile state ignored)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "model.keras")
-            with open(path, "wb") as f:
-                f.write(data)
-            return cls.from_model(keras_module().saving.load_model(path, compile=False))
+        """Read a ``.keras`` archive's bytes (weights restored, compile state ignored).
+
+        Raises:
+            ConfigError: the archive names custom objects this process has not registered (named).
+        """
+        return cls.from_model(load_keras_bytes(data, compile=False))
 
     def to_keras_bytes(self) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:

@@ -465,14 +465,19 @@ class _ColumnStats:
         return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
-def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label: float | None, skip: bool) -> Iterator[pa.RecordBatch]:
+def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label: float | None, skip: bool,
+                     backend: str | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
     rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are counted
-    per column and left out of the rest."""
+    per column and left out of the rest. ``backend``: the driver's Keras backend, selected
+    (``KERAS_BACKEND``) before a decoder may import Keras."""
     import json
 
     from pyspark import TaskContext
 
+    from sparkdl.keras.runtime import configure
+
+    configure(None, TaskContext.get().resources(), backend)  # a decoder may start the backend: on this task's GPUs only
     rows = skipped = 0
     stats = {s.name: _ColumnStats(ignore_label if s.name in labels else None) for s in specs}
     for batch in batches:
@@ -564,7 +569,10 @@ def prepare_training_data(
         ignore = getattr(loss, "ignore_class", None)
         specs = xs + ys + ([weight] if weight else [])
         labels, skip = {y.name for y in ys}, request.skip_invalid
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, labels, ignore, skip), STATS_DDL)
+        from sparkdl.keras.runtime import keras_backend
+
+        backend = keras_backend()
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, labels, ignore, skip, backend), STATS_DDL)
         description = f"sparkdl: check and count {role} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
         rows = sorted(rows, key=lambda s: s["partition"])

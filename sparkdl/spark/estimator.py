@@ -20,22 +20,17 @@ from sparkdl.errors import ConfigError
 from sparkdl.spark.backends import TrainJob, get_backend
 from sparkdl.spark.backends.rounds import check_separate, plan_reduction, result_limit_bytes
 from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
+from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
-from sparkdl.spark.params import KerasEstimatorParams
+from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
 from sparkdl.spark.partitions import row_bytes, task_budget
 from sparkdl.spark.persistence import KerasStageIO
+from sparkdl.spark.session import check_inline
 
 
 # keras.Model.compile argument -> the Param that keeps it
-_COMPILE_PARAMS = {
-    "optimizer": "optimizer",
-    "loss": "loss",
-    "metrics": "metrics",
-    "weighted_metrics": "weightedMetrics",
-    "loss_weights": "lossWeights",
-    "jit_compile": "jitCompile",
-}
+_COMPILE_PARAMS = COMPILE_PARAMS
 
 
 def _print_epoch(epochs: int):
@@ -115,6 +110,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             every worker.
         roundDeadline: seconds a straggler-tolerant round waits for every worker (default 0: it
             closes as soon as ``minWorkersPerRound`` updates arrived).
+        mixedPrecision: None (default: the model's own dtypes), ``"mixed_float16"`` or ``"mixed_bfloat16"``:
+            the Keras dtype policy of the replicas' layers (float32 variables, 16-bit compute; the output
+            layers stay float32; ``mixed_float16`` adds Keras' dynamic loss scaling). The master weights,
+            their averaging and the Arrow wire stay float32 (checked); the fitted model is float32.
+            Validated before any job. See docs/gpu.md.
         handleInvalid: ``"error"`` (default: rows with a null, NaN or ±inf in any model column fail
             before training, naming the column and the count) or ``"skip"`` (dropped, counted in a
             warning and ``fitInfo["rows_skipped"]``).
@@ -191,6 +191,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         *,
         model=None,
         initialModel=None,
+        customObjects=None,
         optimizer=None,
         loss=None,
         metrics=None,
@@ -237,6 +238,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         minWorkersPerRound=None,
         roundDeadline=0.0,
         outputCols=None,
+        mixedPrecision=None,
     ) -> None:
         super().__init__()
         self._spec = None
@@ -249,6 +251,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         *,
         model=None,
         initialModel=None,
+        customObjects=None,
         optimizer=None,
         loss=None,
         metrics=None,
@@ -295,12 +298,16 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         minWorkersPerRound=None,
         roundDeadline=0.0,
         outputCols=None,
+        mixedPrecision=None,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
-        :meth:`setInitialModel` (applied after ``model``). Compile keywords given as ``None`` are
+        :meth:`setInitialModel` (applied after ``model``), ``customObjects`` (a dict name -> class or
+        function, as Keras' ``custom_objects``) registered with Keras here and on the executors
+        (:func:`sparkdl.keras.custom_objects.register_custom_objects`). Compile keywords given as ``None`` are
         ignored. Returns ``self``."""
         kwargs = {k: v for k, v in self._input_kwargs.items() if not (k in _COMPILE_PARAMS.values() and v is None)}
         model, initial_model = kwargs.pop("model", None), kwargs.pop("initialModel", None)
+        register_custom_objects(kwargs.pop("customObjects", None))  # before the model is captured
         self._set(**kwargs)
         if model is not None:
             self.setModel(model)
@@ -412,6 +419,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             compression_threshold=self.getCompressionThreshold(),
             min_workers_per_round=self.getMinWorkersPerRound(),
             round_deadline_s=self.getRoundDeadline(),
+            mixed_precision=self.getMixedPrecision(),
         )
 
     def setValidationData(self, df: DataFrame | None) -> KerasEstimator:
@@ -507,8 +515,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
+        from sparkdl.core.gpu import gpu_conf_warnings
         from sparkdl.keras.metrics import MetricReader
-        from sparkdl.keras.replica import state_nbytes
+        from sparkdl.keras.replica import check_state_dtypes, state_nbytes
         from sparkdl.keras.spec import infer_task
 
         started = time.perf_counter()
@@ -525,9 +534,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if config.resolved_backend == "ps":  # before any job: Spark's own barrier checks fail late or after a long wait
             from sparkdl.spark.backends.ps import check_barrier_ready
 
-            check_barrier_ready(spark.sparkContext, config.num_workers)
+            check_barrier_ready(spark, config.num_workers)
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=2)
+        for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks
+            warnings.warn(problem, stacklevel=2)
         spec = self._spec
         task = infer_task(self.getTask(), compile_spec)
         if task == "classification" and len(spec.output_shape) != 1:
@@ -565,6 +576,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 check_separate(limit, nbytes, config.num_workers)  # every worker's update comes to the driver apart
             else:
                 plan_reduction(limit, nbytes, config.num_workers)
+            # Spark Connect has no broadcast: each round's start state rides in its task closure.
+            per_worker = config.mode in ("easgd", "gossip")
+            check_inline(spark, nbytes * (config.num_workers if per_worker else 1), "a round's start weights and optimizer state")
+        if validation_df is not None:
+            check_inline(spark, len(spec.weights), "the master weights to validate")
         if policy is None:  # checked now, before any job; the defaults need the workers counted below
             self._policy(config.mode, reader.model, config.num_workers)
         budget = task_budget(spark, self.getMaxTaskMemoryMB())
@@ -610,6 +626,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             prepared = time.perf_counter()
             report = _print_epoch(config.epochs) if config.verbose else None
             result = backend.run(job, policy, start, on_epoch_end=report)
+            check_state_dtypes(start.weights, result.state.weights, "the fitted master weights")  # float32 in, float32 out
         finally:
             data.df.unpersist()
             if validation is not None:

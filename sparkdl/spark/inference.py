@@ -12,7 +12,8 @@ Which columns a loss and task give, and their values, is decided by the loss fam
 ``rawPrediction`` and ``probability`` are ``pyspark.ml.linalg`` DenseVector columns (VectorUDT),
 as Spark's own classifiers write them, built in Arrow as VectorUDT's struct
 (``type=1`` dense, ``size`` and ``indices`` null, ``values`` a list of doubles), or
-``array<double>`` columns on request.
+``array<double>`` columns on request. A model with several outputs gets one column per output
+instead (its values), each classifier output followed by its own ``<column>_probability``.
 
 Bad feature rows (nulls, null elements, wrong lengths) can only be seen in the data, so
 ``transform`` runs one aggregate job over the features column before it returns (no Python
@@ -34,15 +35,16 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.broadcast import Broadcast
 from pyspark.ml.linalg import VectorUDT
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkdl.errors import SchemaError
 from sparkdl.keras.losses import LossInfo, OutputLayout
+from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import TensorSpec, tensor_to_numpy
-from sparkdl.spark.data import as_array, col, input_column, map_inputs, read_dtype
+from sparkdl.spark.data import _SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -88,6 +90,10 @@ class PredictSpec:
     vectors: bool
     output_names: tuple[str, ...]
     multi_output: bool = False
+    # multi-output: per output, the (loss, task) whose probabilities follow its values, or None for no probability column
+    output_probabilities: tuple = ()
+    # the driver's Keras backend, set in each worker before Keras is imported (sparkdl.keras.runtime.configure)
+    keras_backend: str = dataclasses.field(default_factory=keras_backend)
 
 
 def _list_column(values: np.ndarray) -> pa.Array:
@@ -124,14 +130,14 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
     from sparkdl.keras import runtime
 
     context = TaskContext.get()
-    runtime.configure(context.cpus())
+    runtime.configure(context.cpus(), context.resources(), job.keras_backend)
     from sparkdl.keras.custom_objects import register
     from sparkdl.keras.predict import cached_model, predict_array
 
     register(job.custom_objects)
     model = cached_model(job.spec, weights=job.weights.value, key=job.model_key)
     scores = _vector_column if job.vectors else _list_column
-    temporary = sum(len(t.columns) for t in job.inputs)
+    temporary = sum(c.name.startswith(_TMP_FEATURES) for t in job.inputs for c in t.columns)
     for batch in batches:
         inputs = batch.num_columns - temporary  # the temporary input columns come last
         try:
@@ -141,9 +147,13 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
         predicted = predict_array(model, x if len(x) > 1 else x[0], job.batch_size)
         columns = [batch.column(i) for i in range(inputs)]
         if job.multi_output:  # one column per output: its values (double, or array<double> for a wider output)
-            for values in predicted:
+            for k, values in enumerate(predicted):
                 flat = values.reshape(len(values), -1).astype(np.float64)
                 columns.append(pa.array(flat[:, 0], pa.float64()) if flat.shape[1] == 1 else _list_column(flat))
+                probability = job.output_probabilities[k] if k < len(job.output_probabilities) else None
+                if probability is not None:  # a classifier output: its class probabilities next
+                    info, task = probability
+                    columns.append(scores(info.spark_outputs(values, task).probability))
             yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
             continue
         out = job.loss.spark_outputs(predicted, job.task)
@@ -191,7 +201,7 @@ _broadcasts: OrderedDict[tuple[int, str], tuple[object, Broadcast]] = OrderedDic
 _MAX_SENT = 8  # models whose weights stay on the executors; older ones are fetched again on use
 
 
-def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
+def weights_broadcast(spark, spec: ModelSpec) -> Broadcast:
     """The Spark broadcast of ``spec``'s Arrow IPC weights: one per model digest and SparkContext.
 
     Every ``transform`` of a model, and of its copies and reloads, reuses it, so scoring leaves no
@@ -199,8 +209,17 @@ def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
     A lazy DataFrame from ``transform`` may run long after its ``KerasModel`` is gone, so the driver
     keeps each model's copy (one temp file per distinct model) while the SparkContext lives; beyond
     the 8 most recently used models the executors' copies are unpersisted (fetched again if used).
-    Entries of stopped SparkContexts are dropped.
+    Entries of stopped SparkContexts are dropped. On Spark Connect (no broadcast) the weights ride
+    in the scoring plan's task closure instead (:func:`sparkdl.spark.session.share`).
+
+    Raises:
+        ConfigError: on Spark Connect, weights too large for a Connect plan, naming the limit.
     """
+    from sparkdl.spark.session import is_connect, share
+
+    if is_connect(spark):
+        return share(spark, spec.weights, "the model's weights")
+    sc = spark.sparkContext
     for stale in [k for k, (owner, _) in _broadcasts.items() if getattr(owner, "_jsc", None) is None]:
         del _broadcasts[stale]
     key = (id(sc), spec.digest)
@@ -210,6 +229,24 @@ def weights_broadcast(sc, spec: ModelSpec) -> Broadcast:
     for _, old in list(_broadcasts.values())[:-_MAX_SENT]:
         old.unpersist()
     return _broadcasts[key][1]
+
+
+def _reads_as_is(df: DataFrame, column: str, dtype: str) -> bool:
+    """Whether ``column`` is already ``array<T>`` of the Spark type T that model dtype ``dtype`` reads as."""
+    data_type = df.schema[column].dataType
+    element = _SPARK_TYPES.get(read_dtype(df, column, dtype), T.FloatType())
+    return isinstance(data_type, T.ArrayType) and data_type.elementType == element
+
+
+def _has_null_element(values, data_type) -> Column:
+    """Whether a non-null array row holds a null element, without a lambda on every row:
+    ``array_contains`` is null exactly when the row holds a null and not the probe (-inf), and a
+    row that holds -inf is checked element by element (``exists``). Three times faster than
+    ``exists`` alone on 784-value rows; ``False`` for types that cannot hold null elements."""
+    if isinstance(data_type, T.ArrayType) and not data_type.containsNull:
+        return F.lit(False)
+    contains = F.array_contains(values, F.lit(float("-inf")).cast(T.FloatType()))
+    return F.when(contains.isNull(), True).when(contains, F.exists(values, lambda v: v.isNull())).otherwise(False)
 
 
 def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
@@ -246,7 +283,7 @@ def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
         wrong = present & (F.size(values) != F.lit(size)) if size is not None else F.lit(False)
         counters += [
             F.count(F.when(~present, 1)).alias(f"nulls_{i}"),
-            F.count(F.when(present & F.exists(values, lambda v: v.isNull()), 1)).alias(f"element_nulls_{i}"),
+            F.count(F.when(present & _has_null_element(values, field.dataType), 1)).alias(f"element_nulls_{i}"),
             F.count(F.when(wrong, 1)).alias(f"wrong_{i}"),
             F.min(F.when(wrong, F.size(values))).alias(f"shortest_{i}"),
             F.max(F.when(wrong, F.size(values))).alias(f"longest_{i}"),
@@ -269,8 +306,45 @@ def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
             raise SchemaError(f"features column {source!r} must hold {rule} to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}")
 
 
+def output_losses(spec: ModelSpec, loss) -> list[LossInfo]:
+    """The loss of each output of a multi-output model, in output order: ``loss`` itself for every
+    output, or its entry per output when ``loss`` is a list (output order) or a dict by output name.
+
+    Raises:
+        SchemaError: a list or dict that does not give one loss per output.
+    """
+    names = [name for name, _ in spec.output_specs]
+    if isinstance(loss, LossInfo):
+        return [loss] * len(names)
+    if isinstance(loss, dict):
+        if sorted(loss) != sorted(names):
+            raise SchemaError(f"per-output losses must map every model output by name: the outputs are {names}. Received: {sorted(loss)}")
+        return [loss[name] for name in names]
+    if len(loss) != len(names):
+        raise SchemaError(f"per-output losses must give one loss per model output {names}. Received: {len(loss)}")
+    return list(loss)
+
+
+def output_probabilities(spec: ModelSpec, loss, task: str) -> list[tuple[LossInfo, str] | None]:
+    """Per output of a multi-output model, ``(loss, task)`` when ``transform`` writes its probability
+    column (a classifier output whose loss gives probabilities, :meth:`LossInfo.layout`), else None.
+
+    Args:
+        spec: the model.
+        loss: one :class:`LossInfo` for every output, or one per output (see :func:`output_losses`).
+        task: ``"classification"``, ``"regression"``, or ``"auto"`` (each output's loss family decides).
+    """
+    decided = []
+    for info, (_, shape) in zip(output_losses(spec, loss), spec.output_specs, strict=True):
+        output_task = info.infer_task(task)
+        width = info.layout(output_task, int(np.prod(shape, dtype=np.int64))).probability_width
+        decided.append((info, output_task) if width else None)
+    return decided
+
+
 def output_columns(spec: ModelSpec, output_cols) -> list[str]:
-    """The column of each output of a multi-output model, in output order.
+    """The column of each output of a multi-output model, in output order (each classifier output's
+    probability column, ``<column>_<probabilityCol>``, comes from :func:`transform`).
 
     Raises:
         SchemaError: ``output_cols`` not naming every output exactly once (a list of another length,
@@ -307,8 +381,13 @@ def transform(
     regressor with several outputs or a multi-label classifier's 0/1 decisions) and, for
     classifiers, ``columns.raw_prediction`` and ``columns.probability`` (DenseVector, or
     ``array<double>`` when ``columns.vectors`` is False) where :meth:`LossInfo.layout` has them.
-    A model with several outputs gets one column per output instead, named after the output:
-    its values, double (one value) or ``array<double>``.
+    A model with several outputs gets one column per output instead, named after the output (or as
+    ``output_cols`` says): its values, double (one value) or ``array<double>`` (as the model outputs
+    them, flattened per row); each classifier output (decided per output by its loss, as for a
+    single output: :meth:`LossInfo.layout`) is followed by its class probabilities in
+    ``<column>_<columns.probability>`` (e.g. ``cls_probability``; DenseVector, or ``array<double>``
+    when ``columns.vectors`` is False; none when ``columns.probability`` is empty), the values of a
+    single output's ``probability`` column (softmax of logits, ``[1 - p, p]`` for one sigmoid).
 
     Args:
         df: the DataFrame to score.
@@ -316,8 +395,10 @@ def transform(
         features_col: numeric, ``array<numeric>`` or vector column of ``prod(spec.input_shape)`` values.
         columns: names and type of the output columns.
         batch_size: rows per ``predict_on_batch`` call.
-        task: ``"classification"`` or ``"regression"`` (already inferred).
-        loss: the loss family that turns outputs into columns.
+        task: ``"classification"`` or ``"regression"`` (already inferred); for a multi-output model
+            given one loss per output, ``"auto"`` lets each output's loss decide.
+        loss: the loss family that turns outputs into columns; for a multi-output model also a list
+            (output order) or dict (output name) of them, one per output.
         check_features: count bad feature rows over the whole input now (one Spark-SQL pass), or leave
             them to the tasks (lazy; the first bad batch raises ``SchemaError``).
         features_cols: the model inputs' columns as in ``fit`` (a list assembled into the one input,
@@ -335,9 +416,14 @@ def transform(
     decoders = dict(decoders or {})
     mapping = map_inputs(df, spec, features_col, features_cols, decoders)
     multi_output = len(spec.output_specs) > 1
+    probabilities = []
     if multi_output:
         layout, write_raw, write_probability = None, False, False
-        added = output_columns(spec, output_cols)
+        probabilities = output_probabilities(spec, loss, task) if columns.probability else [None] * len(spec.output_specs)
+        values = output_columns(spec, output_cols)
+        added = []
+        for name, probability in zip(values, probabilities, strict=True):
+            added += [name] + [f"{name}_{columns.probability}"] * (probability is not None)
     else:
         outputs = int(np.prod(spec.output_shape, dtype=np.int64))
         layout: OutputLayout = loss.layout(task, outputs)
@@ -353,9 +439,11 @@ def transform(
             )
     fields = list(df.schema.fields)
     if multi_output:
-        for name, (_, shape) in zip(added, spec.output_specs, strict=True):
+        for name, (_, shape), probability in zip(values, spec.output_specs, probabilities, strict=True):
             wide = int(np.prod(shape, dtype=np.int64)) != 1
             fields.append(T.StructField(name, T.ArrayType(T.DoubleType(), containsNull=False) if wide else T.DoubleType(), nullable=False))
+            if probability is not None:
+                fields.append(T.StructField(f"{name}_{columns.probability}", _score_type(columns.vectors), nullable=False))
     else:
         prediction_type = T.DoubleType() if layout.prediction_width == 0 else T.ArrayType(T.DoubleType(), containsNull=False)
         fields.append(T.StructField(columns.prediction, prediction_type, nullable=False))
@@ -375,7 +463,10 @@ def transform(
             part = dataclasses.replace(part, source=c, shape=(tuple(shape) if len(cols) == 1 else (-1,)) if plain else part.shape)
             if check_features and plain:
                 checks.append((where, tuple(shape) if len(cols) == 1 else None, read_dtype(positional, where, dtype), c))
-            exprs.append(expr)
+            if plain and _reads_as_is(positional, where, dtype):  # the column itself: not sent twice to Python
+                part = dataclasses.replace(part, name=where)
+            else:
+                exprs.append(expr)
             parts.append(part)
         tensors.append(TensorSpec(name, tuple(shape), dtype, tuple(parts)))
     check_feature_rows(positional, checks)  # one job for every feature column (none without checkFeatures)
@@ -383,7 +474,7 @@ def transform(
 
     job = PredictSpec(
         spec=spec.architecture_only(),
-        weights=weights_broadcast(df.sparkSession.sparkContext, spec),
+        weights=weights_broadcast(df.sparkSession, spec),
         model_key=spec.digest,
         custom_objects=registered(),
         inputs=tuple(tensors),
@@ -395,6 +486,7 @@ def transform(
         vectors=columns.vectors,
         output_names=tuple(names),
         multi_output=multi_output,
+        output_probabilities=tuple(probabilities),
     )
     with_features = positional.select("*", *exprs)
     schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])

@@ -4,7 +4,9 @@ and with Spark's failures turned into sparkdl errors that name the cause and the
 The action runs in a :class:`pyspark.InheritableThread`, so its jobs keep the caller's
 scheduler pool, job group and job tags (a notebook's "cancel" reaches them), and gets one more
 job tag of its own. A timeout cancels only that tag's jobs (``cancelJobsWithTag``), never the
-user's job group.
+user's job group. On Spark Connect the tag is a session tag (``SparkSession.addTag``, inherited
+by the thread as the caller's tags are) and a timeout interrupts it (``interruptTag``); Connect
+has no job descriptions (:mod:`sparkdl.spark.session`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from sparkdl import errors
 from sparkdl.errors import FitCancelledError, RoundTimeoutError, SparkDLError, WorkerError
+from sparkdl.spark.session import cancel_tag, tag_jobs
 
 T = TypeVar("T")
 
@@ -70,12 +73,20 @@ def task_error(exc: BaseException, description: str) -> BaseException:
 
 
 def _is_spark_failure(exc: BaseException) -> bool:
-    """A failure of the job (a JVM exception, a task's Python exception), not a driver-side
-    analysis error, which keeps its own class."""
+    """A failure of the job (a JVM exception, a task's Python exception, a Spark Connect server
+    error), not a driver-side analysis error, which keeps its own class."""
     from py4j.protocol import Py4JJavaError
-    from pyspark.errors.exceptions.captured import AnalysisException, CapturedException
+    from pyspark.errors import AnalysisException
+    from pyspark.errors.exceptions.captured import CapturedException
 
-    return isinstance(exc, Py4JJavaError) or (isinstance(exc, CapturedException) and not isinstance(exc, AnalysisException))
+    failures: tuple[type, ...] = (CapturedException,)
+    try:
+        from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+        failures += (SparkConnectGrpcException,)
+    except ImportError:  # no Spark Connect client installed (grpc): no Connect errors either
+        pass
+    return isinstance(exc, Py4JJavaError) or (isinstance(exc, failures) and not isinstance(exc, AnalysisException))
 
 
 def _first_line(text: str) -> str:
@@ -114,17 +125,11 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
         WorkerError: a task failed for good, naming Spark's reason and the setting to change.
         SchemaError, ...: a sparkdl error raised inside a task, as its own class.
     """
-    sc = spark.sparkContext
     outcome: dict = {}
 
     def target() -> None:
         try:
-            sc.addJobTag(tag)
-            sc.setJobDescription(description)
-            # The call site names the stages in the UI (else every one reads "copy_local_properties").
-            sc.setLocalProperty("callSite.short", description)
-            sc.setLocalProperty("callSite.long", description)
-            sc.setInterruptOnCancel(True)
+            tag_jobs(spark, tag, description)
             outcome["value"] = action()
         except BaseException as exc:  # handed to the calling thread below
             outcome["error"] = exc
@@ -134,10 +139,10 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
     try:
         thread.join(timeout_s)
     except BaseException:  # KeyboardInterrupt (a notebook's interrupt): stop this action's jobs too
-        sc.cancelJobsWithTag(tag)
+        cancel_tag(spark, tag)
         raise
     if thread.is_alive():
-        sc.cancelJobsWithTag(tag)
+        cancel_tag(spark, tag)
         thread.join(30.0)
         raise RoundTimeoutError(f"each Spark job of a fit must finish within {timeout_s} s (roundTimeout). Received: {description} still running; its jobs were cancelled")
     if "error" in outcome:

@@ -9,12 +9,13 @@ from pyspark.mllib.linalg import Vector as MLlibVector
 from pyspark.sql import DataFrame
 
 from sparkdl.errors import ConfigError, SchemaError
+from sparkdl.spark.evaluate import HasEvaluationColumns
 from sparkdl.spark.inference import OutputColumns, transform
-from sparkdl.spark.params import KerasSharedParams
+from sparkdl.spark.params import COMPILE_PARAMS, KerasSharedParams
 from sparkdl.spark.persistence import KerasStageIO
 
 
-class KerasModel(Model, KerasSharedParams, KerasStageIO):
+class KerasModel(Model, KerasSharedParams, HasEvaluationColumns, KerasStageIO):
     """A trained Keras model as a Spark ML Model (a Transformer).
 
     ``transform(df)`` runs batched inference on the executors and returns ``df`` with every
@@ -29,6 +30,10 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
     - ``probabilityCol`` (classifiers whose outputs are probabilities, not hinge losses): class
       probabilities in [0, 1] as a DenseVector of k (``[1 - p, p]`` for one output; softmax or
       sigmoid of logits when the loss has ``from_logits=True``).
+
+    A model with several outputs gets one column per output instead (``outputCols``), each classifier
+    output followed by ``<column>_<probabilityCol>`` (:func:`sparkdl.spark.inference.transform`);
+    :meth:`evaluate` computes the compiled loss and metrics over a DataFrame.
 
     The loss family decides these rules (:mod:`sparkdl.keras.losses`); ``scoreColumnType="array"``
     writes ``array<double>`` instead of vectors, and an empty ``rawPredictionCol`` or
@@ -83,6 +88,81 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         model.fitInfo = fit_info
         return model
 
+    @classmethod
+    def fromKeras(cls, model, **params) -> KerasModel:
+        """Wrap a trained ``keras.Model``, or a ``.keras`` file written by plain Keras, for scoring
+        on Spark without training: ``KerasModel.fromKeras("cnn.keras", featuresCol="pixels").transform(df)``.
+
+        A compiled model supplies its compile arguments (``loss`` decides the task and the
+        classifier columns, see :mod:`sparkdl.keras.losses`; ``metrics`` are what :meth:`evaluate`
+        reports); for an uncompiled one pass ``loss=`` (or ``task=``) to get classifier columns.
+        The optimizer state is not kept (``optimizerState`` is None).
+
+        Args:
+            model: a built Functional or Sequential ``keras.Model``, or the path of a ``.keras``
+                archive: a local path, or any Hadoop-filesystem URI (``hdfs://``, ``s3a://``,
+                ``dbfs:/``) read through the active SparkSession.
+            **params: Params of this model, e.g. ``featuresCol="pixels"``, ``inferenceBatchSize=1024``,
+                ``loss="sparse_categorical_crossentropy"``, ``outputCols=[...]``; and ``customObjects``
+                (a dict name -> class or function, as Keras' ``custom_objects``), registered here and
+                shipped to the executors.
+
+        Raises:
+            ConfigError: not a Keras model nor a path, no ``.keras`` file at the path, a model that
+                is not a built Functional/Sequential model, or custom objects that are not registered
+                (the message names the object).
+        """
+        import os
+        import warnings
+        from urllib.parse import urlparse
+
+        from sparkdl.keras.custom_objects import register_custom_objects
+        from sparkdl.keras.runtime import keras_module
+        from sparkdl.keras.spec import ModelSpec, compile_args_of, load_keras_bytes
+
+        keras = keras_module()
+        register_custom_objects(params.pop("customObjects", None))
+        unknown = sorted(name for name in params if not cls().hasParam(name))
+        if unknown:
+            raise ConfigError(f"fromKeras takes Params of KerasModel and customObjects. Received unknown names: {unknown}")
+        if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            scheme = urlparse(path).scheme
+            data = None
+            if len(scheme) > 1 and scheme != "file" or path.startswith("dbfs:"):  # a Hadoop-filesystem URI
+                from pyspark.sql import SparkSession
+
+                from sparkdl.spark.persistence import read_bytes
+
+                spark = SparkSession.getActiveSession()
+                data = read_bytes(path, spark) if spark is not None else None
+            else:
+                local = urlparse(path).path if scheme == "file" else path
+                if os.path.isfile(local):
+                    with open(local, "rb") as f:
+                        data = f.read()
+            if data is None:
+                raise ConfigError(f"fromKeras needs a .keras file written by keras.Model.save. Received: no file at {path!r}")
+            keras_model = load_keras_bytes(data, compile=True)
+        elif isinstance(model, keras.Model):
+            keras_model = model
+        else:
+            raise ConfigError(f"fromKeras takes a keras.Model or the path of a .keras file. Received: {type(model).__name__}")
+        wrapped = cls()
+        wrapped._spec = ModelSpec.from_model(keras_model)
+        wrapped._optimizer_state = None
+        wrapped._set(**params)
+        for keras_name, value in compile_args_of(keras_model).items():
+            name = COMPILE_PARAMS[keras_name]
+            if name in params:  # given explicitly: the caller's value wins
+                continue
+            try:
+                wrapped._set(**{name: value})
+            except (ConfigError, ValueError, TypeError) as exc:  # e.g. per-output losses: scoring needs none of them
+                warnings.warn(f"fromKeras leaves the model's compile argument {keras_name!r} out ({exc}); pass {name}= "
+                              "to set one, e.g. for evaluate or classifier columns", stacklevel=2)
+        return wrapped
+
     def getKerasModel(self):
         """A new ``keras.Model`` with the trained weights, compiled with the fit's compile arguments
         (optimizer, loss, metrics, weighted metrics, loss weights, jit_compile), its optimizer built
@@ -115,9 +195,61 @@ class KerasModel(Model, KerasSharedParams, KerasStageIO):
         columns = OutputColumns(
             self.getPredictionCol(), self.getRawPredictionCol(), self.getProbabilityCol(), self.getScoreColumnType() == "vector"
         )
-        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getBatchSize(), task, info,
+        from sparkdl.spark.session import check_inline
+
+        check_inline(dataset.sparkSession, len(self._spec.weights), "the model's weights")  # Spark Connect: before any job
+        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self._inference_rows(self._spec.row_bytes), task, info,
                          check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
                          output_cols=self.getOutputCols())
+
+    def evaluate(self, df: DataFrame, batchSize: int | None = None) -> dict[str, float]:
+        """The compiled loss and metrics over every row of ``df``, as ``keras.Model.evaluate(x, y,
+        return_dict=True)`` on the collected rows gives them (within float32 rounding), computed on the
+        executors: each partition's Keras metric variables (sums and counts) are added up on the driver,
+        never averaged per partition (:mod:`sparkdl.spark.evaluate`).
+
+        Reads what ``fit`` reads: features from ``featuresCol``/``featuresCols`` (and ``decoders``),
+        labels from ``labelCol`` or, for a multi-output model, ``labelCols`` (one column per output:
+        a scalar class index or value, or an array/vector of ``prod(output_shape)`` values), and
+        Keras' ``sample_weight`` from ``sampleWeightCol`` when set (``classWeight`` is never applied,
+        as in Keras' ``evaluate``). ``fit`` copies these Params from the estimator; set them on a
+        loaded or wrapped model. Runs two Spark jobs over the input's own partitions (no shuffle):
+        the check job of ``fit`` (nulls, NaN, lengths, label ranges, rows) and the evaluation.
+
+        Args:
+            df: the DataFrame to evaluate (any partitioning; empty partitions are fine).
+            batchSize: rows per ``test_on_batch`` call (> 0); None: the ``batchSize`` Param. The
+                values do not depend on it (the loss is Σ w·l / rows over all rows).
+
+        Returns:
+            ``{name: float}`` sorted by name: ``"loss"`` (the mean over all rows of the per-row
+            loss times its sample weight, plus regularization losses), each compiled metric under
+            its Keras name (``"accuracy"``, ``"auc"``, ``"mae"``, ...), and for a model with several
+            outputs each output's ``"<output>_loss"`` as Keras names it, e.g.
+            ``{"accuracy": 0.75, "loss": 0.5423}``.
+
+        Raises:
+            ConfigError: an empty KerasModel; a model without a loss (``fromKeras`` of an uncompiled
+                model: pass ``loss=``); a ``batchSize`` that is not a positive integer; compile
+                arguments that do not fit these labels. All before any Spark job.
+            SchemaError: a missing or mistyped feature, label or weight column, or an output without a
+                label column (before any job); nulls, NaN, wrong lengths, labels out of the loss's
+                range, negative weights or no rows (the check job, before the evaluation job).
+            WorkerError: the evaluation job failed on an executor.
+        """
+        from sparkdl.spark.evaluate import evaluate
+
+        self._require_model("evaluate")
+        if not self.isDefined(self.loss):
+            raise ConfigError(
+                "evaluate needs the model's loss: compile the Keras model before KerasModel.fromKeras, or pass "
+                "loss= to fromKeras (or call setLoss). Received: a KerasModel without a loss"
+            )
+        return evaluate(
+            df, self._spec, self._compile_spec(), self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(),
+            self.getLabelCols(), self.getSampleWeightCol(), self.getDecoders(),
+            self.getBatchSize() if batchSize is None else batchSize,
+        )
 
     def _outputs(self) -> int:
         return int(np.prod(self._spec.output_shape, dtype=np.int64))

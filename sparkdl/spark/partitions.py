@@ -31,6 +31,7 @@ from sparkdl.core.cache import WorkerCache
 from sparkdl.core.schedule import RowFingerprints
 from sparkdl.errors import InvariantError
 from sparkdl.serialization.columns import ModelColumns, PartitionArrays, class_weights_to_sample_weights, table_to_arrays
+from sparkdl.spark.session import conf_get, conf_size, default_parallelism, master
 
 WORKER_CACHE = WorkerCache(max_fits=4)
 
@@ -321,20 +322,24 @@ def task_budget(spark, max_task_memory_mb: float | None) -> int:
     """A task's memory budget for its partition (bytes): ``maxTaskMemoryMB`` when set; else the
     Python memory of an executor (``spark.executor.pyspark.memory``, else ``spark.executor.memory``;
     in local mode ``spark.driver.memory``; default 1g) divided by its task slots
-    (``spark.executor.cores`` / ``spark.task.cpus``; in local mode the default parallelism)."""
+    (``spark.executor.cores`` / ``spark.task.cpus``; in local mode the default parallelism).
+    Settings are read through ``spark.conf`` (classic and Spark Connect alike), sizes as Spark
+    reads them (a bare number in MiB).
+
+    Raises:
+        ConfigError: a memory setting that is not a size such as ``512m`` or ``2g``.
+    """
     if max_task_memory_mb is not None:
         return max(1, int(max_task_memory_mb * 2**20))
-    sc = spark.sparkContext
-    conf = sc._jsc.sc().conf()
-    local = sc.master.startswith("local")
 
     def size_mb(key: str) -> int | None:
-        return int(conf.getSizeAsMb(key)) if conf.contains(key) else None
+        size = conf_size(spark, key, None, unit="m")
+        return None if size is None else size // 2**20
 
-    if local:
+    if master(spark).startswith("local"):
         memory = size_mb("spark.driver.memory") or 1024
-        slots = sc.defaultParallelism
+        slots = default_parallelism(spark)
     else:
         memory = size_mb("spark.executor.pyspark.memory") or size_mb("spark.executor.memory") or 1024
-        slots = int(conf.get("spark.executor.cores", "1")) // max(1, int(conf.get("spark.task.cpus", "1")))
+        slots = int(conf_get(spark, "spark.executor.cores", "1")) // max(1, int(conf_get(spark, "spark.task.cpus", "1")))
     return max(1, memory * 2**20 // max(1, slots))

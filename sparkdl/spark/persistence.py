@@ -20,6 +20,16 @@ py4j, so there is no JVM array and no 2 GiB limit (the driver's Python and JVM s
 local disk, as PySpark's py4j gateway runs beside the driver). No pickle is involved anywhere. Works inside
 ``Pipeline`` and ``PipelineModel`` save/load, which call these writers and readers per stage.
 
+On Spark Connect there is no driver JVM in this process to reach: ``model.keras`` and
+``optimizer.arrow`` go through ``pyarrow.fs`` from this client (``FileSystem.from_uri``:
+``s3a://``/``s3://``, ``gs://``, ``abfs(s)://``, ``hdfs://`` where libhdfs is installed), while
+the Connect server writes and reads the metadata with its DataFrame writer, so both must reach the
+same place. A path without a scheme (or ``file:``) is a local path, accepted only when the Connect
+server runs on this machine (:func:`sparkdl.spark.session.is_local_server`): it is made absolute
+against this process's working directory and handed to the server as ``file:/...``. Other schemes
+pyarrow cannot open (``dbfs:/``, ``viewfs://``) are refused before anything is written, naming
+Spark Connect. ``write().overwrite()`` deletes the old save through the same filesystem.
+
 Guarantee: the metadata is written last, so a directory with readable metadata holds a complete
 save. A save that stopped early (a crash, a lost connection, a full disk) leaves a directory
 without metadata: ``load`` refuses it naming what is missing, and
@@ -37,80 +47,221 @@ import importlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
+from urllib.parse import urlparse
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
-from sparkdl.errors import IncompleteSaveError, SavePathExistsError, StageClassError
+from sparkdl.errors import ConfigError, IncompleteSaveError, SavePathExistsError, StageClassError
+from sparkdl.spark.session import is_connect, is_local_server
 
 MODEL_FILE = "model.keras"
 OPTIMIZER_FILE = "optimizer.arrow"
 METADATA_DIR = "metadata"
 
 
-def _hadoop_path(path: str, sc):
-    """``(FileSystem, qualified Path)`` of ``path`` through the JVM's Hadoop configuration."""
-    jpath = sc._jvm.org.apache.hadoop.fs.Path(path)
-    fs = jpath.getFileSystem(sc._jsc.hadoopConfiguration())
-    return fs, fs.makeQualified(jpath)
+COPY_CHUNK_BYTES = 8 * 2**20  # pyarrow.fs copies (Spark Connect) stream in pieces of this size
+# Hadoop schemes and the pyarrow.fs scheme that opens the same store (Spark Connect only)
+_ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 
 
-def qualify(path: str, sc) -> str:
-    """``path`` qualified by Hadoop (scheme and authority added), as ``DefaultParamsWriter`` resolves it."""
-    return _hadoop_path(path, sc)[1].toString()
+class _HadoopFiles:
+    """A classic session's files: the Hadoop ``FileSystem`` of each path, through the driver's JVM."""
+
+    def __init__(self, sc) -> None:
+        self.sc = sc
+
+    def _resolve(self, path: str):
+        """``(FileSystem, qualified Path)`` of ``path`` through the JVM's Hadoop configuration."""
+        jpath = self.sc._jvm.org.apache.hadoop.fs.Path(path)
+        fs = jpath.getFileSystem(self.sc._jsc.hadoopConfiguration())
+        return fs, fs.makeQualified(jpath)
+
+    def qualify(self, path: str) -> str:
+        return self._resolve(path)[1].toString()
+
+    def server_path(self, path: str) -> str:
+        return path  # Spark's writers and readers qualify it as the JVM does for these files
+
+    def exists(self, path: str) -> bool:
+        fs, qpath = self._resolve(path)
+        return bool(fs.exists(qpath))
+
+    def is_dir(self, path: str) -> bool:
+        fs, qpath = self._resolve(path)
+        return bool(fs.exists(qpath) and fs.getFileStatus(qpath).isDirectory())
+
+    def listing(self, path: str) -> list[str]:
+        fs, qpath = self._resolve(path)
+        if not fs.exists(qpath):
+            return []
+        return sorted(status.getPath().getName() for status in fs.listStatus(qpath))
+
+    def _local_path(self, local: str):
+        return self.sc._jvm.org.apache.hadoop.fs.Path(pathlib.Path(local).absolute().as_uri())
+
+    def upload(self, local: str, path: str) -> None:
+        fs, qpath = self._resolve(path)
+        fs.copyFromLocalFile(False, True, self._local_path(local), qpath)
+
+    def download(self, path: str, local: str) -> bool:
+        fs, qpath = self._resolve(path)
+        if not fs.exists(qpath) or not fs.getFileStatus(qpath).isFile():
+            return False
+        fs.copyToLocalFile(False, qpath, self._local_path(local), True)  # raw local filesystem: no .crc next to ``local``
+        return True
 
 
-def exists(path: str, sc) -> bool:
+class _ArrowFiles:
+    """A Spark Connect session's files, written and read by this client through ``pyarrow.fs``
+    (see the module docstring); the metadata goes to :meth:`server_path` through the server."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+
+    def _resolve(self, path: str):
+        """``(pyarrow FileSystem, its path, the URI the Connect server is given)`` of ``path``.
+
+        Raises:
+            ConfigError: a local path with a remote Connect server, or a scheme pyarrow cannot open.
+        """
+        import pyarrow as pa
+        from pyarrow import fs as pafs
+
+        scheme = urlparse(path).scheme.lower()
+        if scheme in ("", "file"):
+            if not is_local_server(self.spark):
+                raise ConfigError(
+                    "on Spark Connect a path without a scheme (or file:) must name a disk the Connect server shares: this "
+                    "client writes the model files, the server the metadata, and a remote server does not see this "
+                    "machine's disk. Use a URI both reach (s3a://, gs://, abfss://, hdfs://), or a classic SparkSession. "
+                    f"Received: {path!r} with a remote Connect server"
+                )
+            local = os.path.abspath(urlparse(path).path if scheme == "file" else path)
+            return pafs.LocalFileSystem(), local, f"file:{local}"
+        uri = _ARROW_SCHEMES[scheme] + path[len(scheme):] if scheme in _ARROW_SCHEMES else path
+        try:
+            fs, fs_path = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise ConfigError(
+                "on Spark Connect a stage's files are read and written from this client through pyarrow.fs, which must "
+                "open the path's scheme (s3a:// or s3://, gs://, abfs(s)://, hdfs:// with libhdfs, or a local path with "
+                "a Connect server on this machine): use such a path, or a classic SparkSession, whose driver reaches any "
+                f"Hadoop filesystem. Received: {path!r} ({type(exc).__name__}: {exc})"
+            ) from exc
+        return fs, fs_path, path
+
+    def _info(self, path: str):
+        fs, fs_path, _ = self._resolve(path)
+        return fs, fs_path, fs.get_file_info(fs_path)
+
+    def qualify(self, path: str) -> str:
+        return self._resolve(path)[2]
+
+    def server_path(self, path: str) -> str:
+        return self._resolve(path)[2]
+
+    def exists(self, path: str) -> bool:
+        from pyarrow.fs import FileType
+
+        return self._info(path)[2].type != FileType.NotFound
+
+    def is_dir(self, path: str) -> bool:
+        from pyarrow.fs import FileType
+
+        return self._info(path)[2].type == FileType.Directory
+
+    def listing(self, path: str) -> list[str]:
+        from pyarrow.fs import FileSelector, FileType
+
+        fs, fs_path, info = self._info(path)
+        if info.type != FileType.Directory:
+            return []
+        return sorted(entry.base_name for entry in fs.get_file_info(FileSelector(fs_path)))
+
+    def upload(self, local: str, path: str) -> None:
+        fs, fs_path, _ = self._resolve(path)
+        parent = fs_path.rstrip("/").rpartition("/")[0]
+        if parent:
+            fs.create_dir(parent, recursive=True)
+        with open(local, "rb") as source, fs.open_output_stream(fs_path) as target:
+            shutil.copyfileobj(source, target, COPY_CHUNK_BYTES)
+
+    def download(self, path: str, local: str) -> bool:
+        from pyarrow.fs import FileType
+
+        fs, fs_path, info = self._info(path)
+        if info.type != FileType.File:
+            return False
+        with fs.open_input_stream(fs_path) as source, open(local, "wb") as target:
+            shutil.copyfileobj(source, target, COPY_CHUNK_BYTES)
+        return True
+
+    def delete(self, path: str) -> None:
+        from pyarrow.fs import FileType
+
+        fs, fs_path, info = self._info(path)
+        if info.type == FileType.Directory:
+            fs.delete_dir(fs_path)
+        elif info.type != FileType.NotFound:
+            fs.delete_file(fs_path)
+
+
+def _files(spark) -> _HadoopFiles | _ArrowFiles:
+    """The filesystem access of ``spark``: Hadoop through the driver's JVM on a classic session,
+    ``pyarrow.fs`` from this client on Spark Connect."""
+    return _ArrowFiles(spark) if is_connect(spark) else _HadoopFiles(spark.sparkContext)
+
+
+def qualify(path: str, spark) -> str:
+    """``path`` qualified (scheme and authority added) as the session's filesystem resolves it: by
+    Hadoop, as ``DefaultParamsWriter`` does (classic); a local path as ``file:/...`` on Spark Connect."""
+    return _files(spark).qualify(path)
+
+
+def exists(path: str, spark) -> bool:
     """Whether a file or directory is at ``path`` (any Hadoop-supported URI or a path without scheme)."""
-    fs, qpath = _hadoop_path(path, sc)
-    return bool(fs.exists(qpath))
+    return _files(spark).exists(path)
 
 
-def _listing(path: str, sc) -> list[str]:
-    fs, qpath = _hadoop_path(path, sc)
-    if not fs.exists(qpath):
-        return []
-    return sorted(status.getPath().getName() for status in fs.listStatus(qpath))
+def _listing(path: str, spark) -> list[str]:
+    return _files(spark).listing(path)
 
 
-def _local_path(local: str, sc):
-    return sc._jvm.org.apache.hadoop.fs.Path(pathlib.Path(local).absolute().as_uri())
-
-
-def upload_file(local: str, path: str, sc) -> None:
+def upload_file(local: str, path: str, spark) -> None:
     """Copy the driver-local file ``local`` to ``path`` (overwriting it), parent folders created.
 
-    The driver's JVM streams the bytes (``FileSystem.copyFromLocalFile``; S3A uploads in parts):
-    nothing crosses py4j but the two paths, so no file size limit applies. Measured on the local
-    filesystem: 743 MiB/s, where 4 MiB ``byte[]`` chunks through py4j wrote 28 MiB/s and read 11 MiB/s.
+    Classic: the driver's JVM streams the bytes (``FileSystem.copyFromLocalFile``; S3A uploads in
+    parts): nothing crosses py4j but the two paths, so no file size limit applies. Measured on the
+    local filesystem: 743 MiB/s, where 4 MiB ``byte[]`` chunks through py4j wrote 28 MiB/s and read
+    11 MiB/s. Spark Connect: ``pyarrow.fs`` streams it from this client in 8 MiB pieces.
+
+    Raises:
+        ConfigError: on Spark Connect, a path this client cannot reach (see the module docstring).
     """
-    fs, qpath = _hadoop_path(path, sc)
-    fs.copyFromLocalFile(False, True, _local_path(local, sc), qpath)
+    _files(spark).upload(local, path)
 
 
-def download_file(path: str, local: str, sc) -> bool:
+def download_file(path: str, local: str, spark) -> bool:
     """Copy the file at ``path`` to the driver-local path ``local``; ``False`` when no file is at ``path``."""
-    fs, qpath = _hadoop_path(path, sc)
-    if not fs.exists(qpath) or not fs.getFileStatus(qpath).isFile():
-        return False
-    fs.copyToLocalFile(False, qpath, _local_path(local, sc), True)  # raw local filesystem: no .crc next to ``local``
-    return True
+    return _files(spark).download(path, local)
 
 
-def write_bytes(path: str, data: bytes, sc) -> None:
-    """Write ``data`` to ``path`` through Hadoop (via a driver-local temporary file)."""
+def write_bytes(path: str, data: bytes, spark) -> None:
+    """Write ``data`` to ``path`` through the session's filesystem (via a driver-local temporary file)."""
     with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
         local = os.path.join(tmp, "data")
         with open(local, "wb") as f:
             f.write(data)
-        upload_file(local, path, sc)
+        upload_file(local, path, spark)
 
 
-def read_bytes(path: str, sc) -> bytes | None:
-    """The bytes of the file at ``path`` read through Hadoop, or ``None`` when no file is there."""
+def read_bytes(path: str, spark) -> bytes | None:
+    """The bytes of the file at ``path`` read through the session's filesystem, or ``None`` when no file is there."""
     with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
         local = os.path.join(tmp, "data")
-        if not download_file(path, local, sc):
+        if not download_file(path, local, spark):
             return None
         with open(local, "rb") as f:
             return f.read()
@@ -136,6 +287,31 @@ def _is_subclass(saved: str, cls) -> bool:
     return isinstance(found, type) and issubclass(found, cls)
 
 
+# The layout of a saved stage (files, metadata keys). A later sparkdl reads every format up to its
+# own; a save in a newer format than this sparkdl knows is refused, naming both versions.
+SAVE_FORMAT = 1
+
+
+def saved_versions() -> dict:
+    """What wrote a save: ``{"format": SAVE_FORMAT, "sparkdl": "0.2.0", "keras": "3.15.1",
+    "backend": "tensorflow", "backendVersion": "2.21.0", "python": "3.11.9"}``."""
+    import platform
+
+    import sparkdl
+    from sparkdl.keras.runtime import keras_module
+
+    keras = keras_module()
+    backend = keras.backend.backend()
+    try:
+        from importlib.metadata import version
+
+        backend_version = getattr(__import__(backend), "__version__", None) or version(backend)
+    except Exception:
+        backend_version = None
+    return {"format": SAVE_FORMAT, "sparkdl": sparkdl.__version__, "keras": keras.__version__, "backend": backend,
+            "backendVersion": backend_version, "python": platform.python_version()}
+
+
 class KerasStageWriter(MLWriter):
     """Writes a ``KerasEstimator`` or ``KerasModel``: ``model.keras``, ``optimizer.arrow``, then metadata.
 
@@ -151,7 +327,7 @@ class KerasStageWriter(MLWriter):
         """Save to ``path``; with ``overwrite()`` an existing ``path`` is deleted first (see the module docstring)."""
         if self.shouldOverwrite:
             self._handleOverwrite(path)
-        elif exists(path, self.sc):
+        elif exists(path, self.sparkSession):
             raise self._exists_error(path)
         try:
             self.saveImpl(path)
@@ -165,8 +341,16 @@ class KerasStageWriter(MLWriter):
         return SavePathExistsError(
             f"save(path) writes only to a new path; to replace what is there use "
             f"{'model' if name == 'KerasModel' else 'stage'}.write().overwrite().save(path). Received: path {path!r} "
-            f"exists ({qualify(path, self.sc)})"
+            f"exists ({qualify(path, self.sparkSession)})"
         )
+
+    def _handleOverwrite(self, path: str) -> None:
+        """Delete ``path`` before an overwrite: Spark's ``FileSystemOverwrite`` on a classic session;
+        on Spark Connect through ``pyarrow.fs``, where the files are written."""
+        if is_connect(self.sparkSession):
+            _files(self.sparkSession).delete(path)
+        else:
+            super()._handleOverwrite(path)
 
     def saveImpl(self, path: str) -> None:
         # The metadata JSON is built before anything is written, so a stage whose metadata cannot
@@ -184,6 +368,7 @@ class KerasStageWriter(MLWriter):
             files.append(OPTIMIZER_FILE)
             extra["optimizerState"] = {"file": OPTIMIZER_FILE, "optimizer": self.instance._state_optimizer()}
         extra["sparkdlFiles"] = files
+        extra["versions"] = saved_versions()
         return extra
 
     def _write_files(self, path: str) -> None:
@@ -194,18 +379,17 @@ class KerasStageWriter(MLWriter):
             with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
                 local = os.path.join(tmp, MODEL_FILE)
                 spec.to_keras_file(local)
-                upload_file(local, f"{root}/{MODEL_FILE}", self.sc)
+                upload_file(local, f"{root}/{MODEL_FILE}", self.sparkSession)
         state = self.instance._optimizer_state
         if state is not None:
             from sparkdl.serialization.arrow_codec import encode_arrays
 
-            write_bytes(f"{root}/{OPTIMIZER_FILE}", encode_arrays(state), self.sc)
+            write_bytes(f"{root}/{OPTIMIZER_FILE}", encode_arrays(state), self.sparkSession)
 
     def _write_metadata(self, path: str, metadata: str) -> None:
         """Step 2 of a save: the metadata, as ``DefaultParamsWriter.saveMetadata`` writes it."""
-        self.sparkSession.createDataFrame([(metadata,)], schema=["value"]).coalesce(1).write.text(
-            f"{path.rstrip('/')}/{METADATA_DIR}"
-        )
+        target = _files(self.sparkSession).server_path(f"{path.rstrip('/')}/{METADATA_DIR}")
+        self.sparkSession.createDataFrame([(metadata,)], schema=["value"]).coalesce(1).write.text(target)
 
 
 class KerasStageReader(MLReader):
@@ -222,24 +406,24 @@ class KerasStageReader(MLReader):
         self.cls = cls
 
     def _incomplete(self, path: str, missing: str) -> IncompleteSaveError:
-        found = _listing(path, self.sc)
+        found = _listing(path, self.sparkSession)
         return IncompleteSaveError(
             f"a saved {self.cls.__name__} must contain {missing}; the metadata is written last, so a save that "
             f"stopped early has none: save again with {'model' if self.cls.__name__ == 'KerasModel' else 'stage'}"
-            f".write().overwrite().save(path). Received: {qualify(path, self.sc)} holding {found or 'nothing'}"
+            f".write().overwrite().save(path). Received: {qualify(path, self.sparkSession)} holding {found or 'nothing'}"
         )
 
     def _metadata(self, path: str) -> dict:
         root = path.rstrip("/")
-        if not exists(root, self.sc):
+        files = _files(self.sparkSession)
+        if not files.exists(root):
             raise IncompleteSaveError(
-                f"load(path) needs a saved {self.cls.__name__} at path. Received: nothing at {qualify(root, self.sc)}"
+                f"load(path) needs a saved {self.cls.__name__} at path. Received: nothing at {files.qualify(root)}"
             )
         metadata_path = f"{root}/{METADATA_DIR}"
-        fs, qpath = _hadoop_path(metadata_path, self.sc)
-        if not fs.exists(qpath) or not fs.getFileStatus(qpath).isDirectory():
+        if not files.is_dir(metadata_path):
             raise self._incomplete(root, f"{METADATA_DIR}/")
-        row = self.sparkSession.read.text(metadata_path).first()
+        row = self.sparkSession.read.text(files.server_path(metadata_path)).first()
         try:
             metadata = json.loads(row[0]) if row is not None else None
         except ValueError:
@@ -259,28 +443,35 @@ class KerasStageReader(MLReader):
             raise StageClassError(
                 f"{self.cls.__name__}.load(path) reads only a saved {self.cls.__name__}; this path holds a "
                 f"{saved.rsplit('.', 1)[-1]}: load it with {_reader_name(saved)}.load(path). Received: class {saved!r} "
-                f"at {qualify(root, self.sc)}"
+                f"at {qualify(root, self.sparkSession)}"
+            )
+        versions = metadata.get("versions") or {}
+        if int(versions.get("format", 1)) > SAVE_FORMAT:
+            raise IncompleteSaveError(
+                f"{self.cls.__name__}.load(path) reads saves of format {SAVE_FORMAT} or older; this one was written by "
+                f"sparkdl {versions.get('sparkdl')} in format {versions.get('format')}: upgrade sparkdl. Received: "
+                f"{qualify(root, self.sparkSession)}"
             )
         files = metadata.get("sparkdlFiles")
         instance = self.cls()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
         model_path = f"{root}/{MODEL_FILE}"
-        data = read_bytes(model_path, self.sc)
+        data = read_bytes(model_path, self.sparkSession)
         if data is None and (self.cls._requires_model or (files is not None and MODEL_FILE in files)):
             raise IncompleteSaveError(
                 f"a saved {self.cls.__name__} must contain {MODEL_FILE}. Received: no file at "
-                f"{qualify(model_path, self.sc)} (holding {_listing(root, self.sc)})"
+                f"{qualify(model_path, self.sparkSession)} (holding {_listing(root, self.sparkSession)})"
             )
         instance._spec = ModelSpec.from_keras_bytes(data) if data is not None else None
         state_info = metadata.get("optimizerState")
         if state_info is not None:
             state_path = f"{root}/{state_info['file']}"
-            payload = read_bytes(state_path, self.sc)
+            payload = read_bytes(state_path, self.sparkSession)
             if payload is None:
                 raise IncompleteSaveError(
                     f"a saved {self.cls.__name__} with optimizer state must contain {state_info['file']}. Received: "
-                    f"no file at {qualify(state_path, self.sc)} (holding {_listing(root, self.sc)})"
+                    f"no file at {qualify(state_path, self.sparkSession)} (holding {_listing(root, self.sparkSession)})"
                 )
             instance._optimizer_state = decode_arrays(payload).arrays
             instance._optimizer_state_source = state_info.get("optimizer")
@@ -304,6 +495,20 @@ class KerasStageIO(MLReadable, MLWritable):
 
     def write(self) -> KerasStageWriter:
         return KerasStageWriter(self)
+
+    @classmethod
+    def load(cls, path: str, customObjects: dict | None = None):
+        """Read a saved stage (see the module docstring); ``customObjects`` (a dict name -> class or
+        function, as Keras' ``custom_objects``) are registered first, here and for the executors.
+
+        Raises:
+            IncompleteSaveError, StageClassError: see :class:`KerasStageReader`.
+            ConfigError: the saved model uses custom objects not registered here (named).
+        """
+        from sparkdl.keras.custom_objects import register_custom_objects
+
+        register_custom_objects(customObjects)
+        return cls.read().load(path)
 
     @classmethod
     def read(cls) -> KerasStageReader:

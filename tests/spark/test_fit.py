@@ -44,6 +44,7 @@ def _plain_keras(model_fn, x, y, optimizer, epochs, batch_size, loss="sparse_cat
     return model.get_weights()
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 @pytest.mark.parametrize("local_steps", [None, 2])
 def test_one_worker_equals_plain_keras_fit(spark, local_steps):
     x, y = _toy()
@@ -62,6 +63,7 @@ def test_one_worker_equals_plain_keras_fit(spark, local_steps):
     assert len(fitted.history["loss"]) == 3
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_two_workers_on_identical_partitions_equal_one_replica(spark):
     x, y = _toy(seed=1)
     df = partitioned_df(spark, [_rows(x, y), _rows(x, y)], XY)
@@ -110,6 +112,7 @@ def _bn_model():
     return keras.Sequential([keras.Input((2,)), keras.layers.Dense(4), keras.layers.BatchNormalization(), keras.layers.Dense(1)])
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_c12_batchnorm_moving_statistics_are_row_weighted_averages(spark):
     rng = np.random.default_rng(0)
     xa = rng.normal(0.0, 1.0, size=(32, 2)).astype(np.float32)
@@ -137,7 +140,7 @@ def test_c12_batchnorm_moving_statistics_are_row_weighted_averages(spark):
         assert np.all(np.isfinite(got))
         assert np.all(got >= np.minimum(a, b) - 1e-6) and np.all(got <= np.maximum(a, b) + 1e-6)
     assert not np.allclose(refs[0].moving_mean.numpy(), refs[1].moving_mean.numpy())  # the partitions did differ
-    out = fitted(np.concatenate([xa, xb]), training=False).numpy()
+    out = keras.ops.convert_to_numpy(fitted(np.concatenate([xa, xb]), training=False))
     assert np.all(np.isfinite(out))
 
 

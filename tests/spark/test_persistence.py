@@ -50,6 +50,7 @@ def fitted(spark):
     return est, est.fit(df), df
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_c25_save_then_load_in_a_fresh_process_predicts_identically(spark, fitted, tmp_path):
     _, model, df = fitted
     before = [r["score"] for r in model.transform(df).orderBy("id").collect()]

@@ -31,6 +31,7 @@ def _unequal_df(spark):
     return partitioned_df(spark, [_rows(xa, ya), _rows(xb, yb)], XY)
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_sync_on_ps_equals_sync_on_rounds(spark):
     # 48 and 30 rows, batch 10: 5 and 3 steps per epoch; τ = 2: 3 rounds, partition 1 has no rows in round 3
     df = _unequal_df(spark)
@@ -48,6 +49,7 @@ def test_sync_on_ps_equals_sync_on_rounds(spark):
     assert [e["updates_applied"] for e in ps.fitInfo["ps_epochs"]] == [6, 6]
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_async_one_worker_with_tau_one_epoch_equals_plain_keras(spark, tmp_path):
     x, y = _toy()
     df = partitioned_df(spark, [_rows(x, y)], XY)

@@ -22,6 +22,7 @@ def _identity_model(spark):
     return est.fit(df)
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_c22_predictions_stay_paired_with_rows_on_shuffled_uncached_input(spark):
     fitted = _identity_model(spark)
     assert fitted.getTask() == "regression"
@@ -43,6 +44,7 @@ def test_c22_row_order_within_partitions_is_kept(spark):
     assert [r["prediction"] for r in out] == [float(r["id"]) for r in out]
 
 
+@pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_classifier_outputs_class_index_and_probabilities(spark):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="softmax")])

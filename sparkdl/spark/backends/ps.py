@@ -37,6 +37,14 @@ silent longer than ``workerTimeout`` seconds. Before any job the driver checks t
 has a task slot per worker and that dynamic allocation is off (Spark refuses barrier stages with
 it, after a wait of minutes). Each task returns one small Arrow row; the driver checks that every
 partition finished and that each epoch trained every counted row once.
+
+Spark Connect: the server runs in the Connect client's process, so the executors must reach this
+machine. With a Connect server on this machine (``remote("local[...]")``, or a loopback URL and a
+``local`` master) it binds 127.0.0.1; with a remote Connect server it binds the address set in
+``spark.sparkdl.ps.host`` (:data:`PS_HOST_CONF`), and without one the fit is refused before any
+job. The task slots are counted from the settings (a ``local`` master's threads,
+``local-cluster``, or executor instances × cores); when they do not tell, Spark's own barrier
+check applies.
 """
 
 from __future__ import annotations
@@ -62,10 +70,12 @@ from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
 from sparkdl.spark.backends.rounds import TEST_DELAY_PROPERTY, TaskSpec, _check_finite, validate_epoch
 from sparkdl.spark.partitions import load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
+from sparkdl.spark.session import cancel_tag, cluster_cores, conf_get, describe, is_connect, is_local_server
 
 RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint, late bigint, local_resets bigint"
 ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")
 WAIT_CHUNK_S = 5.0  # a waiting worker re-asks (and so shows it is alive) at least this often
+PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the parameter server binds, when set (needed on a remote Connect server)
 
 
 @dataclass(frozen=True)
@@ -172,7 +182,7 @@ def run_worker(spec: PSTaskSpec, client, partition: int, attempt: int, x, y, sam
     task, plan = spec.task, spec.task.plan
     rounds_mode, ssp = spec.mode in ROUND_MODES, spec.mode == "ssp"
     expected = len(x[0]) if isinstance(x, (list, tuple)) else len(x)
-    replica = Replica(task.spec, task.compile_spec, task.seed)
+    replica = Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
     exact = [not t for t in replica.trainable]  # quantized updates: the non-trainable weights travel exactly
     previous_attempt, last_seq = client.progress(partition)
     if previous_attempt is None or previous_attempt >= attempt:
@@ -265,7 +275,7 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
         client.heartbeat(partition)
         from sparkdl.keras import runtime
 
-        runtime.configure(context.cpus())
+        runtime.configure(context.cpus(), context.resources(), spec.task.keras_backend)
         from sparkdl.keras.custom_objects import register
 
         register(spec.task.custom_objects)
@@ -302,42 +312,71 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
 # ---- driver side -----------------------------------------------------------------------------
 
 
-def task_slots(sc) -> int:
-    """Tasks the cluster can run at once (Spark's own count for barrier stages, with the default
-    resource profile); ``defaultParallelism // spark.task.cpus`` when that is unavailable."""
+def task_slots(spark) -> int | None:
+    """Tasks the cluster can run at once. Classic: Spark's own count for barrier stages, with the
+    default resource profile (``defaultParallelism // spark.task.cpus`` when that is unavailable).
+    Spark Connect: the cores its settings tell (:func:`~sparkdl.spark.session.cluster_cores`)
+    divided by ``spark.task.cpus``, or None when they do not tell."""
+    cpus = max(1, int(conf_get(spark, "spark.task.cpus", "1")))
+    if is_connect(spark):
+        cores = cluster_cores(spark)
+        return None if cores is None else cores // cpus
+    sc = spark.sparkContext
     try:
         jsc = sc._jsc.sc()
         return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
     except Exception:
-        cpus = int(sc.getConf().get("spark.task.cpus", "1") or 1)
-        return max(0, sc.defaultParallelism // max(1, cpus))
+        return max(0, sc.defaultParallelism // cpus)
 
 
-def check_barrier_ready(sc, workers: int) -> None:
-    """Fail at once, before any job, when a barrier stage of ``workers`` tasks cannot start.
+def check_barrier_ready(spark, workers: int) -> None:
+    """Fail at once, before any job, when a barrier stage of ``workers`` tasks cannot start, or
+    (Spark Connect) when the executors could not reach the parameter server (:func:`server_host`).
 
     Raises:
         ConfigError: dynamic allocation is on (Spark refuses barrier stages with it), or the
             cluster has fewer task slots than workers (Spark would wait about 10 minutes before
-            failing), naming both numbers.
+            failing), naming both numbers; on Spark Connect, a remote server and no
+            ``spark.sparkdl.ps.host``.
     """
-    if sc.getConf().get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+    if conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
         raise ConfigError(
             "backend 'ps' runs one barrier stage, which Spark refuses under dynamic allocation: set "
             "spark.dynamicAllocation.enabled=false, or use backend='rounds' (mode 'sync'), which works with dynamic "
             "allocation. Received: spark.dynamicAllocation.enabled=true"
         )
-    slots = task_slots(sc)
-    if slots < workers:
+    slots = task_slots(spark)
+    if slots is not None and slots < workers:
         raise ConfigError(
             f"backend 'ps' needs one task slot per worker at once (a barrier stage): numWorkers={workers} workers, "
             f"but the cluster has {slots} free task slots. Lower numWorkers to {slots} or less, add executors or "
             f"cores, or use backend='rounds'. Received: numWorkers={workers}, task slots={slots}"
         )
+    server_host(spark)  # on Spark Connect: the executors must be able to reach this client
 
 
-def server_host(sc) -> str:
-    """Where the driver's server binds: loopback for a local master, else ``spark.driver.host``."""
+def server_host(spark) -> str:
+    """Where the parameter server binds (the address the executors connect to): ``spark.sparkdl.ps.host``
+    when set; else, on a classic session, loopback for a local master and ``spark.driver.host``
+    otherwise; on Spark Connect (the server runs in this client process) loopback when the Connect
+    server runs on this machine.
+
+    Raises:
+        ConfigError: on Spark Connect with a remote server and no ``spark.sparkdl.ps.host``.
+    """
+    configured = conf_get(spark, PS_HOST_CONF)
+    if configured is not None:
+        return configured.strip()
+    if is_connect(spark):
+        if is_local_server(spark):
+            return "127.0.0.1"
+        raise ConfigError(
+            "backend 'ps' on Spark Connect runs its parameter server in this client process, which the executors of a "
+            f"remote Connect server must reach: set {PS_HOST_CONF} to an address of this machine they can connect to "
+            f"(spark.conf.set({PS_HOST_CONF!r}, '10.0.0.5')), or use backend='rounds' (mode 'sync'), which needs no server. "
+            f"Received: {describe(spark)} with master {conf_get(spark, 'spark.master', 'unknown')!r} and no {PS_HOST_CONF}"
+        )
+    sc = spark.sparkContext
     if sc.master.startswith("local"):
         return "127.0.0.1"
     return sc.getConf().get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
@@ -347,9 +386,9 @@ class _Monitor(threading.Thread):
     """Watches a running ps fit: reports finished epochs and cancels the job when a worker is silent
     longer than ``worker_timeout_s``."""
 
-    def __init__(self, backend, sc, server, tag: str, workers: int, worker_timeout_s: float) -> None:
+    def __init__(self, backend, spark, server, tag: str, workers: int, worker_timeout_s: float) -> None:
         super().__init__(name=f"{tag}-monitor", daemon=True)
-        self.backend, self.sc, self.server, self.tag = backend, sc, server, tag
+        self.backend, self.spark, self.server, self.tag = backend, spark, server, tag
         self.workers, self.worker_timeout_s = workers, worker_timeout_s
         self.stop = threading.Event()
         self.silent: tuple[int, float] | None = None
@@ -369,7 +408,7 @@ class _Monitor(threading.Thread):
                     silent = contact["seconds"] if contact is not None else since_start
                     if silent > self.worker_timeout_s:
                         self.silent = (partition, silent)
-                        self.sc.cancelJobsWithTag(self.tag)
+                        cancel_tag(self.spark, self.tag)
                         return
         except BaseException as exc:  # handed to the driver's thread
             self.error = exc
@@ -390,9 +429,8 @@ class PSBackend:
         mode = config.mode
         reader = job.reader or MetricReader.for_columns(job.spec, job.compile_spec, job.data.columns)
         spark = job.data.df.sparkSession
-        sc = spark.sparkContext
         workers = len(job.plan.partition_rows)
-        check_barrier_ready(sc, workers)
+        check_barrier_ready(spark, workers)
         state_nbytes(reader.model)  # builds the optimizer: its fresh variables are the server's initial optimizer state
         optimizer = state.optimizer if state.optimizer is not None else [np.asarray(v.numpy()) for v in reader.model.optimizer.variables]
         initial = ModelState(list(state.weights), list(optimizer))
@@ -413,6 +451,7 @@ class PSBackend:
             budget_bytes=job.budget_bytes,
             validation=job.validation.columns if job.validation is not None else None,
             compression=config.compression, threshold=config.compression_threshold,
+            mixed_precision=config.mixed_precision,
         )
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_slots = config.epochs * rounds_per_epoch
@@ -420,7 +459,7 @@ class PSBackend:
         self._result = result = FitResult(state=state)
         self._reported, self._epoch_started = 0, time.perf_counter()
         self._report_lock = threading.Lock()
-        server = ParameterServer(initial, recorder, names=names, host=server_host(sc), port=config.server_port)
+        server = ParameterServer(initial, recorder, names=names, host=server_host(spark), port=config.server_port)
         try:
             server.start()
         except ServerError as exc:
@@ -435,7 +474,7 @@ class PSBackend:
             out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_DDL, barrier=True)
             tag = f"sparkdl-{job.fit_id}-ps"
             description = f"sparkdl fit {job.fit_id[:8]}: {mode} on ps, {config.epochs} epochs x {rounds_per_epoch} rounds"
-            monitor = _Monitor(self, sc, server, tag, workers, config.worker_timeout_s)
+            monitor = _Monitor(self, spark, server, tag, workers, config.worker_timeout_s)
             monitor.start()
             try:
                 table = run_job(spark, out.toArrow, description, tag, config.round_timeout_s * max(1, total_slots))

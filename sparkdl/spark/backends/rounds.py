@@ -2,7 +2,9 @@
 
 Per round the driver encodes the master state as Arrow IPC bytes and sends it once as a Spark
 broadcast (torrent-distributed, destroyed when the round ends); the task closure carries only
-plain settings (:class:`TaskSpec`, :class:`RoundTask`). Each task loads the master state into the
+plain settings (:class:`TaskSpec`, :class:`RoundTask`). On Spark Connect, which has no broadcast,
+the bytes ride in the round's task closure instead, inside the plan (:func:`sparkdl.spark.session.share`;
+the fit is refused before any job when they cannot fit Connect's message limit). Each task loads the master state into the
 replica its Python worker keeps for the fit, seeds its random layers from (seed, epoch, round,
 partition), runs its τ local steps and returns one meta row (rows, steps, metric variables) and
 its weights and optimizer state cut into pieces of at most 16 MiB (:mod:`sparkdl.core.pieces`), so
@@ -42,7 +44,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.broadcast import Broadcast
 from pyspark.sql import functions as F
 
 from sparkdl.core.compression import QUANTIZED, decode_mean, dequantize, encode_update
@@ -52,12 +53,14 @@ from sparkdl.core.schedule import RoundPlan, epoch_order
 from sparkdl.core.pieces import DEFAULT_PIECE_BYTES, Piece, PieceMean, assemble, split_state
 from sparkdl.core.state import ModelState, WorkerUpdate
 from sparkdl.errors import ConfigError, FitCancelledError, InvariantError
+from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.serialization.columns import ModelColumns, PartitionArrays
 from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
 from sparkdl.spark.partitions import WORKER_CACHE, Partition, load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
+from sparkdl.spark.session import cancel_tag, conf_size, share
 
 RESULT_DDL = (
     "partition int, piece int, rows bigint, partition_rows bigint, steps bigint, missing boolean, "
@@ -121,6 +124,9 @@ class TaskSpec:
     compression: str | None = None
     threshold: float = 1e-3
     per_worker: bool = False
+    mixed_precision: str | None = None  # the replicas' Keras dtype policy (FitConfig.mixed_precision)
+    # the driver's Keras backend, set in each worker before Keras is imported (sparkdl.keras.runtime.configure)
+    keras_backend: str = dataclasses.field(default_factory=keras_backend)
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ class RoundTask:
     epoch: int
     round_in_epoch: int
     last: bool
-    state: Broadcast | None
+    state: object | None  # a Broadcast or a session.Inline: .value on the executors
     index: int = 0
     accepted: tuple[int, ...] = ()
     only: int | None = None
@@ -158,10 +164,10 @@ def _replica(task: TaskSpec):
     replica = WORKER_CACHE.get(task.fit_id, "replica")
     if replica is None:
         if task.custom_objects:  # a redefined custom layer or loss keeps its name: never reuse then
-            replica = Replica(task.spec, task.compile_spec, task.seed)
+            replica = Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
         else:
-            key = (task.spec.digest, json.dumps(dataclasses.asdict(task.compile_spec), sort_keys=True, default=repr))
-            replica = _REPLICAS.pop(key, None) or Replica(task.spec, task.compile_spec, task.seed)
+            key = (task.spec.digest, task.mixed_precision, json.dumps(dataclasses.asdict(task.compile_spec), sort_keys=True, default=repr))
+            replica = _REPLICAS.pop(key, None) or Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
             _REPLICAS[key] = replica
             while len(_REPLICAS) > _MAX_REPLICAS:
                 _REPLICAS.popitem(last=False)
@@ -251,7 +257,7 @@ def train_partition(
         for _ in batches:
             pass
         return
-    runtime.configure(context.cpus())
+    runtime.configure(context.cpus(), context.resources(), task.keras_backend)
     from sparkdl.keras.custom_objects import register
 
     register(task.custom_objects)
@@ -335,7 +341,7 @@ def _test_delay(context, partition: int) -> None:
 VALIDATION_DDL = "partition int, rows bigint, payload binary"
 
 
-def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights: Broadcast, last: bool,
+def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: bool,
                        batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Evaluate the master weights on one validation partition: the loss and compiled metrics of
     ``test_on_batch`` over its rows in batches, as summed metric variables (exact when summed
@@ -343,7 +349,8 @@ def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights: Broadcast
     The rows are put in an order defined by their values (they came through a round-robin
     repartition, in shuffle-fetch order), so the batches, and the metrics that depend on them
     (a multi-output model's per-output losses are means of batch means in Keras), are the same
-    in every run. Rows are weighted by the sample-weight column, if any, never by ``class_weight``
+    in every run. ``weights`` is the master weights' Arrow IPC bytes as ``.value`` (a broadcast,
+    or inlined on Spark Connect). Rows are weighted by the sample-weight column, if any, never by ``class_weight``
     (Keras applies ``class_weight`` to training rows only).
 
     Raises:
@@ -352,7 +359,7 @@ def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights: Broadcast
     from sparkdl.keras import runtime
 
     context = TaskContext.get()
-    runtime.configure(context.cpus())
+    runtime.configure(context.cpus(), context.resources(), task.keras_backend)
     from sparkdl.keras.custom_objects import register
 
     register(task.custom_objects)
@@ -540,8 +547,13 @@ def _mib(n: int) -> int:
 
 
 def result_limit_bytes(spark) -> int:
-    """``spark.driver.maxResultSize`` in bytes, read by Spark's own size parser (0: no limit)."""
-    return int(spark.sparkContext._jsc.sc().conf().getSizeAsBytes("spark.driver.maxResultSize", "1g"))
+    """``spark.driver.maxResultSize`` in bytes (0: no limit; default 1g), parsed as Spark parses
+    sizes (a bare number in bytes), read through ``spark.conf`` on classic and Connect sessions.
+
+    Raises:
+        ConfigError: a value that is not a size such as ``512m`` or ``4g``.
+    """
+    return conf_size(spark, "spark.driver.maxResultSize", "1g")
 
 
 def plan_reduction(limit: int, state_bytes: int, workers: int) -> bool:
@@ -605,7 +617,7 @@ def validate_epoch(spark, job: TrainJob, task: TaskSpec, reader, weights: list, 
     ``last`` releases the executors' copies of the validation data."""
     data = job.validation
     rows = data.partition_rows
-    broadcast = spark.sparkContext.broadcast(encode_arrays(weights))
+    broadcast = share(spark, encode_arrays(weights), "the master weights to validate")
     try:
         out = data.df.mapInArrow(lambda batches: evaluate_partition(task, rows, broadcast, last, batches), VALIDATION_DDL)
         description = f"sparkdl fit {job.fit_id[:8]}: validation after epoch {epoch + 1}"
@@ -635,9 +647,11 @@ def _decode_update(update, start: ModelState, compression: str | None) -> ModelS
 
 class _SharedBroadcast:
     """A round's broadcast, destroyed when its last user released it: the round itself and each
-    straggler job still running after the round closed (a task that reads it later would fail)."""
+    straggler job still running after the round closed (a task that reads it later would fail).
+    On Spark Connect it holds an inlined value (:class:`sparkdl.spark.session.Inline`), whose
+    destroy does nothing."""
 
-    def __init__(self, broadcast: Broadcast) -> None:
+    def __init__(self, broadcast) -> None:
         self.value, self._users, self._lock = broadcast, 1, threading.Lock()
 
     def acquire(self) -> None:
@@ -697,6 +711,7 @@ class RoundsBackend:
             compression=config.compression,
             threshold=config.compression_threshold,
             per_worker=per_worker,
+            mixed_precision=config.mixed_precision,
         )
         reader = job.reader or MetricReader.for_columns(job.spec, job.compile_spec, job.data.columns)
         self._policy = policy
@@ -807,7 +822,7 @@ class RoundsBackend:
         else:
             start = policy.start(result.state) if hasattr(policy, "start") else result.state  # bmuf: W + η·Δ with Nesterov
             value = _state_bytes(start)
-        broadcast = _SharedBroadcast(spark.sparkContext.broadcast(value))
+        broadcast = _SharedBroadcast(share(spark, value, "the round's start weights and optimizer state"))
         try:
             round_task = dataclasses.replace(round_task, state=broadcast.value)
             if self._min_workers is not None and self._min_workers < len(job.plan.partition_rows):
@@ -923,7 +938,7 @@ class RoundsBackend:
             tags = list(self._busy.values())
             self._busy.clear()
         for tag in tags:
-            spark.sparkContext.cancelJobsWithTag(tag)
+            cancel_tag(spark, tag)
 
     @staticmethod
     def _tag(job: TrainJob, round_task: RoundTask, partition: int | None = None) -> str:
