@@ -102,29 +102,6 @@ def load_digits(rows: int | None):
     return x_train.astype(np.float32), y_train.astype(np.int32), x_test.astype(np.float32), y_test.astype(np.int32)
 
 
-def mnist_cnn(seed: int = 1):
-    """``examples.models.mnist_cnn`` (copied: importing ``examples`` is fine, but this file stands alone)."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential(
-        [
-            keras.Input((784,), name="pixels"),
-            keras.layers.Rescaling(1.0 / 255.0),
-            keras.layers.Reshape((28, 28, 1)),
-            keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(64, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dropout(0.25, seed=seed),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ],
-        name="mnist_cnn",
-    )
-
-
 class _Spec:
     """What :class:`~sparkdl.keras.replica.Replica` reads of a ``sparkdl.keras.spec.ModelSpec`` (whose Arrow
     weights need pyarrow): the architecture JSON, the initial weights, the inputs."""
@@ -174,6 +151,8 @@ def run_one(device: str, precision: str, data, epochs: int, batch_size: int, lea
     scope = keras.device(device) if device.startswith("gpu") else contextlib.nullcontext()  # CPU: the GPUs are hidden
     with scope:
         started = time.perf_counter()
+        from examples.models import mnist_cnn  # keras only; ROOT is on sys.path
+
         spec = _Spec(mnist_cnn(seed=1))
         replica = Replica(spec, _Compile(learning_rate), seed=seed, mixed_precision=mixed)
         replica.set_state(ModelState(spec.weight_arrays(), None))  # the master weights, float32, as a round starts

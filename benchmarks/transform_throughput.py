@@ -26,19 +26,10 @@ import os
 import statistics
 import time
 
-from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before pyspark/keras)
+import setup_env  # noqa: F401  (sys.path and the environment, before pyspark/keras)
 
 import numpy as np  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-TRAIN = os.path.join(ROOT, "data", "mnist10k", "train.parquet")
-TEST = os.path.join(ROOT, "data", "mnist10k", "test.parquet")
-
-
-def load(path):
-    table = pq.read_table(path)
-    x = np.stack(table.column("pixels").to_numpy(zero_copy_only=False)).astype(np.float32)
-    return x, table.column("label").to_numpy().astype(np.int64)
+from fit_throughput import TEST, TRAIN, load  # noqa: E402  (mnist10k Parquet -> float32 pixels, int64 labels)
 
 
 def trained_model():

@@ -53,3 +53,15 @@ def run_spark_script(script, tmp_path, timeout_s=900):
     result = subprocess.run([sys.executable, "-c", script, str(out)], env=env, timeout=timeout_s, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+def jobs_started(spark, call, group: str = "sparkdl-test-jobs") -> int:
+    """Spark jobs that ``call()`` started, counted through a job group of its own."""
+    sc = spark.sparkContext
+    before = len(sc.statusTracker().getJobIdsForGroup(group))
+    sc.setJobGroup(group, group)
+    try:
+        call()
+    finally:
+        sc.setJobGroup("", "")
+    return len(sc.statusTracker().getJobIdsForGroup(group)) - before

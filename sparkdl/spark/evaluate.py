@@ -25,52 +25,9 @@ from __future__ import annotations
 
 import uuid
 
-from pyspark.ml.param import Param, Params
-from pyspark.ml.param.shared import HasLabelCol
 from pyspark.sql import DataFrame
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
-from sparkdl.spark.params import _label_cols, _optional_string
-
-
-class HasEvaluationColumns(HasLabelCol):
-    """The label and weight columns ``KerasModel.evaluate`` reads, as ``fit`` reads them.
-
-    ``fit`` copies the estimator's ``labelCol``, ``labelCols`` and ``sampleWeightCol`` into the
-    fitted model; a loaded or wrapped model takes them as Params too.
-    """
-
-    labelCols = Param(
-        Params._dummy(), "labelCols",
-        "labels of a multi-output model: a list of columns in output order or a dict output name -> column "
-        "(instead of labelCol)",
-        _label_cols,
-    )
-    sampleWeightCol = Param(
-        Params._dummy(), "sampleWeightCol",
-        "column of per-row loss weights (numeric, finite, >= 0), Keras' sample_weight, used in training, validation "
-        "and evaluate",
-        _optional_string,
-    )
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._setDefault(labelCols=None, sampleWeightCol=None)
-
-    def setLabelCol(self, value: str):
-        return self._set(labelCol=value)
-
-    def getLabelCols(self):
-        return self.getOrDefault(self.labelCols)
-
-    def setLabelCols(self, value):
-        return self._set(labelCols=value)
-
-    def getSampleWeightCol(self) -> str | None:
-        return self.getOrDefault(self.sampleWeightCol)
-
-    def setSampleWeightCol(self, value: str | None):
-        return self._set(sampleWeightCol=value)
 
 
 def evaluate(

@@ -9,9 +9,8 @@ from pyspark.mllib.linalg import Vector as MLlibVector
 from pyspark.sql import DataFrame
 
 from sparkdl.errors import ConfigError, SchemaError
-from sparkdl.spark.evaluate import HasEvaluationColumns
 from sparkdl.spark.inference import OutputColumns, transform
-from sparkdl.spark.params import COMPILE_PARAMS, KerasSharedParams
+from sparkdl.spark.params import COMPILE_PARAMS, HasEvaluationColumns, KerasSharedParams
 from sparkdl.spark.persistence import KerasStageIO
 
 

@@ -414,7 +414,47 @@ class KerasSharedParams(
         return self._set(rawPredictionCol=value)
 
 
-class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
+class HasEvaluationColumns(HasLabelCol):
+    """The label and weight columns ``KerasModel.evaluate`` reads, as ``fit`` reads them.
+
+    ``fit`` copies the estimator's ``labelCol``, ``labelCols`` and ``sampleWeightCol`` into the
+    fitted model; a loaded or wrapped model takes them as Params too.
+    """
+
+    labelCols = Param(
+        Params._dummy(), "labelCols",
+        "labels of a multi-output model: a list of columns in output order or a dict output name -> column "
+        "(instead of labelCol)",
+        _label_cols,
+    )
+    sampleWeightCol = Param(
+        Params._dummy(), "sampleWeightCol",
+        "column of per-row loss weights (numeric, finite, >= 0), Keras' sample_weight, used in training, validation "
+        "and evaluate",
+        _optional_string,
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(labelCols=None, sampleWeightCol=None)
+
+    def setLabelCol(self, value: str):
+        return self._set(labelCol=value)
+
+    def getLabelCols(self):
+        return self.getOrDefault(self.labelCols)
+
+    def setLabelCols(self, value):
+        return self._set(labelCols=value)
+
+    def getSampleWeightCol(self) -> str | None:
+        return self.getOrDefault(self.sampleWeightCol)
+
+    def setSampleWeightCol(self, value: str | None):
+        return self._set(sampleWeightCol=value)
+
+
+class KerasEstimatorParams(KerasSharedParams, HasEvaluationColumns, HasSeed):
     """Training Params of :class:`~sparkdl.spark.estimator.KerasEstimator`."""
 
     numWorkers = Param(Params._dummy(), "numWorkers", "model replicas, one Spark task each (> 0)", TypeConverters.toInt)
@@ -485,17 +525,6 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
         TypeConverters.toBoolean,
     )
 
-    labelCols = Param(
-        Params._dummy(), "labelCols",
-        "labels of a multi-output model: a list of columns in output order or a dict output name -> column "
-        "(instead of labelCol)",
-        _label_cols,
-    )
-    sampleWeightCol = Param(
-        Params._dummy(), "sampleWeightCol",
-        "column of per-row loss weights (numeric, finite, >= 0), Keras' sample_weight, used in training and validation",
-        _optional_string,
-    )
     classWeight = Param(
         Params._dummy(), "classWeight",
         "Keras class_weight: dict class index -> weight, each row's loss weighted by its class's weight",
@@ -528,7 +557,6 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(
-            labelCols=None,
             blockMomentum=None,
             blockLearningRate=1.0,
             nesterov=True,
@@ -538,7 +566,6 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
             mixedPrecision=None,
             minWorkersPerRound=None,
             roundDeadline=0.0,
-            sampleWeightCol=None,
             classWeight=None,
             validationCol=None,
             validationSplit=0.0,
@@ -611,9 +638,6 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
     def setKeepPartitioning(self, value: bool):
         return self._set(keepPartitioning=value)
 
-    def setLabelCol(self, value: str):
-        return self._set(labelCol=value)
-
     def getBlockMomentum(self):
         return self.getOrDefault(self.blockMomentum)
 
@@ -667,18 +691,6 @@ class KerasEstimatorParams(KerasSharedParams, HasLabelCol, HasSeed):
 
     def setNesterov(self, value: bool):
         return self._set(nesterov=value)
-
-    def getLabelCols(self):
-        return self.getOrDefault(self.labelCols)
-
-    def setLabelCols(self, value):
-        return self._set(labelCols=value)
-
-    def getSampleWeightCol(self):
-        return self.getOrDefault(self.sampleWeightCol)
-
-    def setSampleWeightCol(self, value):
-        return self._set(sampleWeightCol=value)
 
     def getClassWeight(self):
         return self.getOrDefault(self.classWeight)

@@ -5,20 +5,9 @@ import pytest
 
 from sparkdl import KerasEstimator
 from sparkdl.errors import ConfigError, SchemaError
-from tests.conftest import partitioned_df
+from tests.conftest import jobs_started, partitioned_df
 
 import keras  # noqa: E402
-
-
-def _no_job(spark, group, call):
-    """Run ``call`` (which must raise) and return how many Spark jobs it started."""
-    sc = spark.sparkContext
-    sc.setJobGroup(group, group)
-    try:
-        call()
-    finally:
-        sc.setJobGroup("", "")
-    return len(sc.statusTracker().getJobIdsForGroup(group))
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +50,12 @@ def test_evaluate_refuses_bad_input_before_any_job(spark, binary):
     fitted, df, *_ = binary
     with pytest.raises(SchemaError, match=r"label column 'label' must exist in the DataFrame"):
         fitted.copy().setLabelCol("label").evaluate(df)
-    assert _no_job(spark, "evaluate-no-label", lambda: pytest.raises(SchemaError, fitted.evaluate, df.drop("y"))) == 0
+    assert jobs_started(spark, lambda: pytest.raises(SchemaError, fitted.evaluate, df.drop("y"))) == 0
     no_loss = fitted.copy()
     no_loss.clear(no_loss.loss)  # as fromKeras of an uncompiled model: no loss
     with pytest.raises(ConfigError, match=r"evaluate needs the model's loss.*Received: a KerasModel without a loss"):
         no_loss.evaluate(df)
-    assert _no_job(spark, "evaluate-no-loss", lambda: pytest.raises(ConfigError, no_loss.evaluate, df)) == 0
+    assert jobs_started(spark, lambda: pytest.raises(ConfigError, no_loss.evaluate, df)) == 0
     with pytest.raises(ConfigError, match=r"batchSize must be a positive integer.*Received: 0"):
         fitted.evaluate(df, batchSize=0)
     with pytest.raises(SchemaError, match=r"sampleWeightCol 'w' must be a numeric column"):
@@ -111,7 +100,7 @@ def test_c41_transform_writes_one_column_per_output_equal_to_keras(spark, c41):
     wrong = fitted.copy().setOutputCols(["only_one"])
     with pytest.raises(SchemaError, match=r"outputCols must name one column per model output \['cls', 'reg'\]"):
         wrong.transform(df)
-    assert _no_job(spark, "c41-wrong-outputCols", lambda: pytest.raises(SchemaError, wrong.transform, df)) == 0
+    assert jobs_started(spark, lambda: pytest.raises(SchemaError, wrong.transform, df)) == 0
 
 
 def test_c41_classifier_outputs_get_their_probability_column(c41):

@@ -7,18 +7,7 @@ from pyspark.sql import types as T
 
 import keras
 from sparkdl import KerasEstimator
-
-
-def _jobs_during(spark, call) -> int:
-    """Spark jobs that ``call`` started (counted through a job group of its own)."""
-    sc = spark.sparkContext
-    group = f"sparkdl-test-{id(call)}"
-    sc.setJobGroup(group, group)
-    try:
-        call()
-    finally:
-        sc.setJobGroup("", "")
-    return len(sc.statusTracker().getJobIdsForGroup(group))
+from tests.conftest import jobs_started
 
 
 def test_c31_sparse_and_dense_vectors_score_alike(spark):
@@ -31,7 +20,7 @@ def test_c31_sparse_and_dense_vectors_score_alike(spark):
     fitted = KerasEstimator(model=model, loss="sparse_categorical_crossentropy", numWorkers=1, epochs=1, batchSize=3,
                             verbose=0, checkFeatures=False).fit(df)
     scored = []
-    assert _jobs_during(spark, lambda: scored.append(fitted.transform(df.repartition(4)))) == 0  # the schema without a job
+    assert jobs_started(spark, lambda: scored.append(fitted.transform(df.repartition(4)))) == 0  # the schema without a job
     assert [f.name for f in scored[0].schema.fields] == ["features", "label", "prediction", "rawPrediction", "probability"]
     out = scored[0].collect()
     assert len(out) == 6
