@@ -92,7 +92,11 @@ def load_keras_bytes(data: bytes, compile: bool = True):
         try:
             return keras.saving.load_model(path, compile=compile)
         except Exception as exc:
-            raise ConfigError(f"a .keras archive must load with keras.saving.load_model. Received: {_root_cause(exc)}") from exc
+            raise ConfigError(
+                "a .keras archive must load with keras.saving.load_model; a custom layer or function it cannot locate must be "
+                "registered (@keras.saving.register_keras_serializable, in an imported module) or given as "
+                f"customObjects={{name: class_or_function}}. Received: {_root_cause(exc)}"
+            ) from exc
 
 
 def _tensor_name(tensor) -> str:
@@ -205,6 +209,12 @@ def normalize_metrics(values) -> list:
     """
     if values is None:
         return []
+    if isinstance(values, dict) and "class_name" not in values or (
+            isinstance(values, (list, tuple)) and any(isinstance(m, (list, tuple, dict)) and not (isinstance(m, dict) and "class_name" in m) for m in values)):
+        raise ConfigError(
+            "metrics must be one list for every output: per-output metrics (a dict output -> metrics, or a list of lists) are "
+            f"not supported yet; a multi-output model reports each output's loss. Received: {values!r}"
+        )
     if isinstance(values, (str, dict)):
         values = [values]
     for metric in values:

@@ -528,6 +528,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             raise ConfigError("KerasEstimator needs a loss (a name, a keras.losses.Loss or a config). Received: no loss")
         compile_spec = self._compile_spec()
         start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
+        if len(self._spec.output_specs) > 1 and self.getOutputCols() is not None:  # transform's columns, checked now
+            from sparkdl.spark.inference import output_columns
+
+            output_columns(self._spec, self.getOutputCols())
         policy = None if config.mode in ("bmuf", "easgd", "gossip") else get_policy(config.mode)  # built below, with the workers
         backend = get_backend(config.resolved_backend)
         spark = dataset.sparkSession

@@ -410,7 +410,9 @@ class KerasStageReader(MLReader):
         return IncompleteSaveError(
             f"a saved {self.cls.__name__} must contain {missing}; the metadata is written last, so a save that "
             f"stopped early has none: save again with {'model' if self.cls.__name__ == 'KerasModel' else 'stage'}"
-            f".write().overwrite().save(path). Received: {qualify(path, self.sparkSession)} holding {found or 'nothing'}"
+            f".write().overwrite().save(path)"
+            + (f"; {path!r} names a file of a save: load its folder" if path.rstrip("/").endswith((".keras", ".arrow")) else "")
+            + f". Received: {qualify(path, self.sparkSession)} holding {found or 'nothing'}"
         )
 
     def _metadata(self, path: str) -> dict:

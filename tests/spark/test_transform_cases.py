@@ -39,3 +39,21 @@ def test_c31_sparse_and_dense_vectors_score_alike(spark):
     assert fitted.transform(df.limit(1).repartition(4)).count() == 1
     with pytest.raises(Exception):
         fitted.transform(df.withColumnRenamed("features", "f")).collect()
+
+
+def test_c41_output_cols_of_the_wrong_length_and_per_output_metrics_fail_fit_before_any_job(spark, tmp_path):
+    from sparkdl import KerasModel
+    from sparkdl.errors import ConfigError, IncompleteSaveError, SchemaError
+
+    inp = keras.Input((3,))
+    hidden = keras.layers.Dense(4)(inp)
+    model = keras.Model(inp, [keras.layers.Dense(2, activation="softmax", name="cls")(hidden), keras.layers.Dense(1, name="reg")(hidden)])
+    df = spark.createDataFrame([([0.1, 0.2, 0.3], 1, 0.5)], "features array<float>, y1 int, y2 float")
+    est = KerasEstimator(model=model, loss="mse", labelCols=["y1", "y2"], outputCols=["only"], verbose=0)
+    assert jobs_started(spark, lambda: pytest.raises(SchemaError, est.fit, df)) == 0
+    with pytest.raises(ConfigError, match="per-output metrics .* are not supported yet"):
+        KerasEstimator(model=model, loss="mse", metrics={"cls": ["accuracy"]})
+    fitted = KerasModel.fromKeras(model, loss="mse")
+    fitted.save(str(tmp_path / "m"))
+    with pytest.raises(IncompleteSaveError, match="names a file of a save: load its folder"):
+        KerasModel.load(str(tmp_path / "m" / "model.keras"))
