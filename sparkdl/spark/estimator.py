@@ -29,10 +29,6 @@ from sparkdl.spark.persistence import KerasStageIO
 from sparkdl.spark.session import check_inline
 
 
-# keras.Model.compile argument -> the Param that keeps it
-_COMPILE_PARAMS = COMPILE_PARAMS
-
-
 def _print_epoch(epochs: int):
     def report(epoch: int, metrics: dict, seconds: float) -> None:
         names = sorted(metrics, key=lambda name: (name != "loss", name))
@@ -305,7 +301,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         function, as Keras' ``custom_objects``) registered with Keras here and on the executors
         (:func:`sparkdl.keras.custom_objects.register_custom_objects`). Compile keywords given as ``None`` are
         ignored. Returns ``self``."""
-        kwargs = {k: v for k, v in self._input_kwargs.items() if not (k in _COMPILE_PARAMS.values() and v is None)}
+        kwargs = {k: v for k, v in self._input_kwargs.items() if not (k in COMPILE_PARAMS.values() and v is None)}
         model, initial_model = kwargs.pop("model", None), kwargs.pop("initialModel", None)
         register_custom_objects(kwargs.pop("customObjects", None))  # before the model is captured
         self._set(**kwargs)
@@ -331,8 +327,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         self._spec = ModelSpec.from_model(model)
         self._optimizer_state, self._optimizer_state_source = None, None
         for keras_name, value in compile_args_of(model).items():
-            if not self.isSet(getattr(self, _COMPILE_PARAMS[keras_name])):
-                self._set(**{_COMPILE_PARAMS[keras_name]: value})
+            if not self.isSet(getattr(self, COMPILE_PARAMS[keras_name])):
+                self._set(**{COMPILE_PARAMS[keras_name]: value})
         return self
 
     def setInitialModel(self, model: KerasModel) -> KerasEstimator:
@@ -367,7 +363,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                     f"{[(tuple(s), str(d)) for s, d in mine]}"
                 )
             spec = self._spec.with_weights(spec.weight_arrays())
-        for name in _COMPILE_PARAMS.values():
+        for name in COMPILE_PARAMS.values():
             param = getattr(self, name)
             if not self.isSet(param) and model.isSet(name):
                 self._set(**{name: model.getOrDefault(name)})

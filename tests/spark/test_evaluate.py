@@ -42,6 +42,9 @@ def test_evaluate_equals_keras_over_uneven_partitions_with_sample_weights(binary
     for name in unweighted:
         assert unweighted[name] == pytest.approx(want_unweighted[name], abs=1e-5), name
     assert abs(unweighted["loss"] - got["loss"]) > 1e-3
+    shuffled = fitted.evaluate(df.orderBy("y", ascending=False))  # an input out of a shuffle (AQE-coalesced partitions)
+    for name in want:
+        assert shuffled[name] == pytest.approx(want[name], abs=1e-5), name
     per_partition = [plain.evaluate(x[a:b], y[a:b], sample_weight=w[a:b], return_dict=True, verbose=0)["loss"] for a, b in ((0, 7), (7, 8), (8, 12))]
     assert abs(np.mean(per_partition) - got["loss"]) > 1e-3
 
