@@ -18,7 +18,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	@scripts/check_java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu,test,jax]'
+	$(PY) -m pip install --quiet -e '.[cpu,test,jax,plot]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -39,7 +39,8 @@ class FitConfig:
         backend: round transport, one of ``BACKENDS``.
         seed: seed of the per-epoch shuffles and of the replicas' random layers.
         shuffle: shuffle each partition's rows at every epoch, as ``keras.Model.fit(shuffle=True)``.
-        verbose: 0 silent, 1 one line per epoch on the driver.
+        verbose: 0 silent, 1 a live progress bar on the driver (a line per epoch when stdout is not a
+            terminal), 2 one line per epoch.
         round_timeout_s: seconds one round may take before its Spark jobs are cancelled.
         keep_partitioning: train on the input's own partitions (one worker each) instead of
             spreading rows round-robin over ``num_workers`` partitions.
@@ -149,8 +150,8 @@ class FitConfig:
             raise ConfigError(f"workerTimeout must be a positive number of seconds. Received: {self.worker_timeout_s!r}")
         if not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an integer. Received: seed={self.seed!r}")
-        if self.verbose not in (0, 1):
-            raise ConfigError(f"verbose must be 0 or 1. Received: verbose={self.verbose!r}")
+        if isinstance(self.verbose, bool) or self.verbose not in (0, 1, 2):
+            raise ConfigError(f"verbose must be 0, 1 or 2. Received: verbose={self.verbose!r}")
         if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISION:
             raise ConfigError(
                 f"mixedPrecision must be None, {MIXED_PRECISION[0]!r} or {MIXED_PRECISION[1]!r}. Received: mixedPrecision={self.mixed_precision!r}"

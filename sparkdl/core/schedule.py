@@ -54,6 +54,10 @@ class RoundPlan:
         stop = min(n, (round_in_epoch + 1) * self.tau * self.batch_size)
         return start, stop
 
+    def round_rows(self, round_in_epoch: int) -> int:
+        """Rows all workers together train on in round ``round_in_epoch`` of an epoch."""
+        return sum(stop - start for start, stop in (self.row_range(p, round_in_epoch) for p in range(len(self.partition_rows))))
+
 
 def epoch_order(rows: int, seed: int, epoch: int, partition: int, shuffle: bool) -> np.ndarray:
     """Row order of one partition in one epoch: a seeded permutation, or ``arange`` without shuffle.

@@ -83,6 +83,11 @@ class Replica:
         for variable, array in zip(self.optimizer.variables, optimizer, strict=True):
             variable.assign(array)
 
+    def set_learning_rate(self, value: float) -> None:
+        """Assign the optimizer's learning rate (a callback on the driver changed it); a
+        ``LossScaleOptimizer``'s inner optimizer's. The value travels on in the optimizer state."""
+        self.optimizer.learning_rate = float(value)
+
     def get_state(self) -> ModelState:
         """The replica's weights (``model.weights`` order) and optimizer state (``optimizer.variables``
         order, a ``LossScaleOptimizer``'s inner optimizer's), as numpy arrays.

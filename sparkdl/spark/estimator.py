@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 import warnings
 
+import numpy as np
 from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
@@ -28,15 +30,7 @@ from sparkdl.spark.partitions import row_bytes, task_budget
 from sparkdl.spark.persistence import KerasStageIO
 from sparkdl.spark.session import check_inline
 
-
-def _print_epoch(epochs: int):
-    def report(epoch: int, metrics: dict, seconds: float) -> None:
-        names = sorted(metrics, key=lambda name: (name != "loss", name))
-        shown = " - ".join(f"{name}: {metrics[name]:.4f}" for name in names)
-        print(f"Epoch {epoch + 1}/{epochs} - {seconds:.1f}s - {shown}", flush=True)
-
-    return report
-
+log = logging.getLogger("sparkdl")
 
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     """Spark ML Estimator that trains a Keras 3 model on a DataFrame across Spark executors.
@@ -158,7 +152,16 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             replica build).
         shuffle: reshuffle each partition every epoch with a seeded permutation (default True).
         seed: seed of the shuffles and of random layers (default 0).
-        verbose: 1 prints ``Epoch e/E - seconds - loss: ... - metric: ...`` per epoch; 0 is silent.
+        verbose: as Keras: 0 silent; 1 (default) a live progress bar on the driver (rich: epoch, round,
+            running loss and metrics, samples/s, time left) when stdout is a terminal or a notebook,
+            else one line ``Epoch e/E - seconds - samples/s - loss: ... - metric: ...`` per epoch;
+            2 one such line per epoch. Each line also goes to the ``sparkdl`` logger (DEBUG).
+        callbacks: Keras callbacks run on the driver, see :meth:`setCallbacks` (backend ``rounds``).
+        logDir: a folder for TensorBoard event files (``train/``, ``validation/``): ``epoch_*``
+            scalars per epoch and ``round_*`` per round; needs TensorFlow on the driver.
+        mlflow: True logs the Params, per-epoch metrics and the fitted model (an artifact folder
+            ``model`` that :meth:`KerasModel.load` reads) to MLflow (the ``mlflow`` extra); None
+            (default) does so when mlflow is installed and a run is active; False never.
         roundTimeout: seconds a round may run before its jobs are cancelled (default 3600).
         task: ``"auto"``, ``"classification"`` or ``"regression"``, how ``transform`` reads outputs.
         keepPartitioning: train on the input's own partitions, one worker each, instead of spreading
@@ -235,10 +238,14 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         roundDeadline=0.0,
         outputCols=None,
         mixedPrecision=None,
+        callbacks=None,
+        logDir=None,
+        mlflow=None,
     ) -> None:
         super().__init__()
         self._spec = None
         self._validation_data = None
+        self._callbacks = []
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -295,6 +302,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         roundDeadline=0.0,
         outputCols=None,
         mixedPrecision=None,
+        callbacks=None,
+        logDir=None,
+        mlflow=None,
     ) -> KerasEstimator:
         """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
         :meth:`setInitialModel` (applied after ``model``), ``customObjects`` (a dict name -> class or
@@ -303,6 +313,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         ignored. Returns ``self``."""
         kwargs = {k: v for k, v in self._input_kwargs.items() if not (k in COMPILE_PARAMS.values() and v is None)}
         model, initial_model = kwargs.pop("model", None), kwargs.pop("initialModel", None)
+        if "callbacks" in kwargs:
+            self.setCallbacks(kwargs.pop("callbacks"))
         register_custom_objects(kwargs.pop("customObjects", None))  # before the model is captured
         self._set(**kwargs)
         if model is not None:
@@ -310,6 +322,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if initial_model is not None:
             self.setInitialModel(initial_model)
         return self
+
+    def setCallbacks(self, callbacks) -> KerasEstimator:
+        """Keras callbacks (``keras.callbacks.Callback`` objects, a list; None for none) run on the
+        driver during ``fit``, against a model holding the master weights, with the fit's global
+        metrics: see :mod:`sparkdl.keras.callbacks` (``EarlyStopping`` with ``restore_best_weights``,
+        ``ModelCheckpoint``, ``ReduceLROnPlateau``, ``LearningRateScheduler``, ``CSVLogger``,
+        ``TerminateOnNaN``, your own). ``self.model.stop_training = True`` stops every worker after
+        the same round. Backend ``rounds`` only (``ps`` workers run on their own). Not a Param: the
+        objects stay on the driver, are never pickled and are not saved; a copy of the estimator
+        (``CrossValidator``) shares them. Also the ``callbacks=`` keyword of the constructor.
+
+        Raises:
+            ConfigError: when an element is not a ``keras.callbacks.Callback``.
+        """
+        from sparkdl.keras.callbacks import check_callbacks
+
+        self._callbacks = check_callbacks(callbacks)
+        return self
+
+    def getCallbacks(self) -> list:
+        """The Keras callbacks set by :meth:`setCallbacks` (a list, maybe empty)."""
+        return list(self._callbacks)
 
     def setModel(self, model) -> KerasEstimator:
         """Use ``model`` (a built ``keras.Model``): its architecture and current weights are the start
@@ -539,6 +573,16 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=2)
         for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks
             warnings.warn(problem, stacklevel=2)
+        from sparkdl.keras.callbacks import check_callbacks
+
+        user_callbacks = check_callbacks(self._callbacks)
+        if user_callbacks and config.resolved_backend == "ps":
+            raise ConfigError(
+                "callbacks run between the rounds that the driver starts (backend 'rounds'); on backend 'ps' the workers "
+                f"run on their own and could not all stop at the same round. Received: {len(user_callbacks)} callbacks with "
+                f"mode={config.mode!r}, backend='ps' (use backend='rounds' with a round mode, or no callbacks)"
+            )
+        trackers = self._trackers()  # TensorBoard and MLflow, checked before any job
         spec = self._spec
         task = infer_task(self.getTask(), compile_spec)
         if task == "classification" and len(spec.output_shape) != 1:
@@ -624,9 +668,25 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
             job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader, validation=validation, budget_bytes=budget)
             prepared = time.perf_counter()
-            report = _print_epoch(config.epochs) if config.verbose else None
-            result = backend.run(job, policy, start, on_epoch_end=report)
+            from sparkdl.keras.callbacks import DriverCallbacks
+            from sparkdl.keras.progress import FitProgress
+
+            progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")] if config.verbose else []
+            callbacks = DriverCallbacks([*user_callbacks, *trackers, *progress], reader.model, config.epochs, plan.rounds_per_epoch,
+                                        live=backend.name == "rounds")
+            log.info("fit %s: %d rows on %d workers, mode %s on backend %s, %d epochs x %d rounds", fit_id[:8], data.total_rows,
+                     workers, config.mode, backend.name, config.epochs, plan.rounds_per_epoch)
+            result = backend.run(job, policy, start, callbacks=callbacks)
+            restored = callbacks.weights_changed()  # EarlyStopping(restore_best_weights=True) and the like
+            if restored is not None:
+                result.state = ModelState([np.asarray(w) for w in restored], result.state.optimizer)
+                result.info["weights_from_callbacks"] = True
             check_state_dtypes(start.weights, result.state.weights, "the fitted master weights")  # float32 in, float32 out
+        except BaseException:
+            for tracker in trackers:
+                if hasattr(tracker, "end_run"):  # an MLflow run this fit started ends as failed, not left active
+                    tracker.end_run("FAILED")
+            raise
         finally:
             data.df.unpersist()
             if validation is not None:
@@ -662,4 +722,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         model = KerasModel._from_fit(spec.with_weights(result.state.weights), result.history, fit_info, optimizer_state=result.state.optimizer)
         self._copyValues(model)
         model._set(task=task)
+        for tracker in trackers:
+            if hasattr(tracker, "log_model"):  # MLflow: the fitted model as an artifact folder KerasModel.load reads
+                model.fitInfo["mlflow_model_uri"] = tracker.log_model(model)
+        log.info("fit %s: done in %.1f s, %d rounds%s", fit_id[:8], fit_info["seconds"]["total"], result.rounds,
+                 f", stopped by a callback after epoch {result.info['stopped']['epoch']}" if result.info.get("stopped") else "")
         return model
+
+    def _trackers(self) -> list:
+        """The driver-side loggers the Params ask for: TensorBoard event files (``logDir``) and MLflow
+        (``mlflow``), built now so that a missing package fails before any job.
+
+        Raises:
+            ConfigError: ``logDir`` without TensorFlow, ``mlflow=True`` without mlflow.
+        """
+        trackers = []
+        if self.getLogDir() is not None:
+            from sparkdl.tracking.tensorboard import TensorBoardLogger
+
+            trackers.append(TensorBoardLogger(self.getLogDir()))
+        from sparkdl.tracking.mlflow_run import MlflowLogger, mlflow_requested
+
+        if mlflow_requested(self.getMlflow()):
+            params = {param.name: value for param, value in self.extractParamMap().items()}
+            trackers.append(MlflowLogger(params=params))
+        return trackers

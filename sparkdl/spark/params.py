@@ -515,7 +515,15 @@ class KerasEstimatorParams(KerasSharedParams, HasEvaluationColumns, HasSeed):
     workerTimeout = Param(Params._dummy(), "workerTimeout",
                           "ps: seconds a worker may stay silent before the fit fails naming its partition", TypeConverters.toFloat)
     shuffle = Param(Params._dummy(), "shuffle", "shuffle each partition's rows every epoch (seeded)", TypeConverters.toBoolean)
-    verbose = Param(Params._dummy(), "verbose", "0 silent, 1 one line per epoch", TypeConverters.toInt)
+    verbose = Param(Params._dummy(), "verbose",
+                    "0 silent, 1 a live progress bar (one line per epoch when stdout is not a terminal), 2 one line per epoch",
+                    TypeConverters.toInt)
+    logDir = Param(Params._dummy(), "logDir",
+                   "folder of TensorBoard event files (train/, validation/: scalars per epoch and per round); None = none",
+                   lambda v: None if v is None else TypeConverters.toString(v))
+    mlflow = Param(Params._dummy(), "mlflow",
+                   "log params, per-epoch metrics and the fitted model to MLflow: True, False, or None = when mlflow is "
+                   "installed and a run is active", lambda v: None if v is None else TypeConverters.toBoolean(v))
     roundTimeout = Param(Params._dummy(), "roundTimeout", "seconds a round may take before it is cancelled", TypeConverters.toFloat)
     keepPartitioning = Param(
         Params._dummy(),
@@ -579,6 +587,8 @@ class KerasEstimatorParams(KerasSharedParams, HasEvaluationColumns, HasSeed):
             mode="sync",
             shuffle=True,
             verbose=1,
+            logDir=None,
+            mlflow=None,
             roundTimeout=3600.0,
             keepPartitioning=False,
             backend="auto",
@@ -742,6 +752,18 @@ class KerasEstimatorParams(KerasSharedParams, HasEvaluationColumns, HasSeed):
 
     def setVerbose(self, value: int):
         return self._set(verbose=value)
+
+    def getLogDir(self) -> str | None:
+        return self.getOrDefault(self.logDir)
+
+    def setLogDir(self, value: str | None):
+        return self._set(logDir=value)
+
+    def getMlflow(self) -> bool | None:
+        return self.getOrDefault(self.mlflow)
+
+    def setMlflow(self, value: bool | None):
+        return self._set(mlflow=value)
 
     def setRoundTimeout(self, value: float):
         return self._set(roundTimeout=value)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -63,16 +62,15 @@ class FitResult:
     info: dict = field(default_factory=dict)
 
 
-EpochCallback = Callable[[int, dict, float], None]
-
-
 class Backend(Protocol):
     """Runs the rounds of one fit."""
 
     name: str
 
-    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
-        """Train from ``state`` and return the final state and history.
+    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, callbacks=None) -> FitResult:
+        """Train from ``state`` and return the final state and history, running ``callbacks`` (a
+        :class:`~sparkdl.keras.callbacks.DriverCallbacks`, or None) on the driver: ``rounds`` at every
+        round and epoch (they may stop the fit and change the learning rate), ``ps`` at each epoch's end.
 
         Raises:
             WorkerError: when a task fails for good (after Spark's own retries).

@@ -66,7 +66,7 @@ from sparkdl.core.schedule import epoch_order
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.serialization.arrow_codec import decode_arrays
-from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
+from sparkdl.spark.backends.base import FitResult, TrainJob
 from sparkdl.spark.backends.rounds import TEST_DELAY_PROPERTY, TaskSpec, _check_finite, validate_epoch
 from sparkdl.spark.partitions import load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
@@ -419,7 +419,7 @@ class PSBackend:
 
     name = "ps"
 
-    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
+    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, callbacks=None) -> FitResult:
         from sparkdl.keras.custom_objects import registered
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.replica import state_nbytes
@@ -455,7 +455,7 @@ class PSBackend:
         )
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_slots = config.epochs * rounds_per_epoch
-        self._job, self._reader, self._on_epoch_end = job, reader, on_epoch_end
+        self._job, self._reader, self._callbacks = job, reader, callbacks
         self._result = result = FitResult(state=state)
         self._reported, self._epoch_started = 0, time.perf_counter()
         self._report_lock = threading.Lock()
@@ -465,6 +465,8 @@ class PSBackend:
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
         monitor = None
+        if callbacks is not None:
+            callbacks.train_begin(state)
         try:
             if mode == "ssp":
                 server.register_clocks([str(p) for p in range(workers)])
@@ -556,6 +558,8 @@ class PSBackend:
                 rows_dropped=sum(dropped_rows), dropped_per_round=dropped,
                 worker_late=[s for _, s in sorted(zip(rows["partition"], rows["late"], strict=True))],
             )
+        if callbacks is not None:
+            callbacks.train_end({name: values[-1] for name, values in result.history.items() if values})
         return result
 
     def _dropped_updates(self, job: TrainJob) -> list[list[int]]:
@@ -610,9 +614,9 @@ class PSBackend:
                 now = time.perf_counter()
                 seconds = now - self._epoch_started
                 self._epoch_started = now
+                if self._callbacks is not None:  # observers only (progress, TensorBoard, MLflow): val_* come after the stage
+                    metrics = self._callbacks.epoch_end(epoch, metrics, None)
                 append_epoch(self._result.history, metrics)
                 self._result.epoch_seconds.append(seconds)
                 self._reported += 1
-                if self._on_epoch_end is not None:
-                    self._on_epoch_end(epoch, metrics, seconds)
 

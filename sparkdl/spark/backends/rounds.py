@@ -57,7 +57,7 @@ from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.serialization.columns import ModelColumns, PartitionArrays
-from sparkdl.spark.backends.base import EpochCallback, FitResult, TrainJob
+from sparkdl.spark.backends.base import FitResult, TrainJob
 from sparkdl.spark.partitions import WORKER_CACHE, Partition, load_partition, release, spill_dir
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.session import cancel_tag, conf_size, share
@@ -144,6 +144,7 @@ class RoundTask:
     index: int = 0
     accepted: tuple[int, ...] = ()
     only: int | None = None
+    learning_rate: float | None = None  # set by a driver callback: every replica trains the round with it
 
 
 # ---- executor side ---------------------------------------------------------------------------
@@ -296,6 +297,8 @@ def train_partition(
         local_reset, finish = _quantized_update(task, round_task, partition, replica, start) if quantized else (False, None)
         if not quantized:
             replica.set_state(start)
+        if round_task.learning_rate is not None:
+            replica.set_learning_rate(round_task.learning_rate)
         replica.seed_round(task.seed, round_task.epoch, round_task.round_in_epoch, partition)
         order = epoch_order(expected, task.seed, round_task.epoch, partition, task.shuffle)[begin:stop]
         arrays = data.arrays
@@ -686,7 +689,7 @@ class RoundsBackend:
     _min_workers: int | None = None  # set by run(): below the workers, straggler-tolerant rounds
     _separate = False
 
-    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, on_epoch_end: EpochCallback | None = None) -> FitResult:
+    def run(self, job: TrainJob, policy: ModePolicy, state: ModelState, callbacks=None) -> FitResult:
         from sparkdl.keras.custom_objects import registered
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.replica import state_nbytes
@@ -745,15 +748,25 @@ class RoundsBackend:
         accepted = [-1] * workers  # per partition: the round whose update was last applied (1bit/threshold)
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_rounds = config.epochs * rounds_per_epoch
+        if callbacks is not None:
+            callbacks.train_begin(result.state)
+        logs: dict = {}
         try:
             for epoch in range(config.epochs):
                 started = time.perf_counter()
+                if callbacks is not None:
+                    callbacks.epoch_begin(epoch)
                 sums, rows, dropped, nbytes = MetricSums(), 0, 0, 0
+                expected_rows = 0  # rows of the rounds run (all of the epoch's unless a callback stopped the fit)
                 for r in range(rounds_per_epoch):
-                    description = f"sparkdl fit {job.fit_id[:8]}: round {result.rounds + 1}/{total_rounds} (epoch {epoch + 1})"
+                    if callbacks is not None:
+                        callbacks.round_begin(r)
+                    description = (f"sparkdl fit {job.fit_id[:8]}: round {result.rounds + 1}/{total_rounds} "
+                                   f"(epoch {epoch + 1}/{config.epochs}, round {r + 1}/{rounds_per_epoch})")
                     last = result.rounds + 1 == total_rounds
                     round_started = time.perf_counter()
-                    orders = RoundTask(epoch, r, last, None, index=result.rounds, accepted=tuple(accepted))
+                    learning_rate = callbacks.learning_rate if callbacks is not None else None
+                    orders = RoundTask(epoch, r, last, None, index=result.rounds, accepted=tuple(accepted), learning_rate=learning_rate)
                     outcome = self._round(spark, ids, job, task, result, orders, reduced, description)
                     if result.rounds == 0:
                         result.info["first_round_s"] = time.perf_counter() - round_started
@@ -763,10 +776,17 @@ class RoundsBackend:
                             f"{0 if outcome.mean is None else len(outcome.mean.weights)}"
                         )
                     if per_worker:
-                        result.state = policy.apply(result.state, outcome.updates)
+                        new_state = policy.apply(result.state, outcome.updates)
                     else:
-                        result.state = policy.apply_mean(result.state, outcome.mean, outcome.rows)
-                    _check_finite(result.state, names, description)
+                        new_state = policy.apply_mean(result.state, outcome.mean, outcome.rows)
+                    not_finite = None
+                    try:
+                        _check_finite(new_state, names, description)
+                        result.state = new_state
+                    except InvariantError as exc:  # the master keeps the last finite state; a callback may stop (TerminateOnNaN)
+                        if callbacks is None:
+                            raise
+                        not_finite = exc
                     for partition, n, _ in outcome.workers:
                         if n:
                             accepted[partition] = result.rounds
@@ -782,22 +802,44 @@ class RoundsBackend:
                         result.info["dropped_per_round"].append(list(outcome.dropped))
                     for variables in outcome.metrics:
                         sums.add(variables)
-                if rows + dropped != job.data.total_rows:
+                    expected_rows += job.plan.round_rows(r)
+                    if callbacks is not None:
+                        total = sums.total()
+                        callbacks.round_end(r, reader.results(total) if total is not None else {})
+                        if learning_rate is not None:  # what the replicas trained with, read back from their optimizer state
+                            result.info.setdefault("learning_rates", []).append(
+                                (result.rounds - 1, learning_rate, callbacks.master_learning_rate(result.state)))
+                        if not_finite is not None:
+                            if not callbacks.stop_training:
+                                raise not_finite
+                            result.info["stopped_reason"] = f"not finite: {not_finite}"[:300]
+                        if callbacks.stop_training:
+                            break
+                stopped = callbacks is not None and callbacks.stop_training
+                if rows + dropped != expected_rows or (not stopped and expected_rows != job.data.total_rows):
                     raise InvariantError(
                         f"each epoch must train on every row once. Received: {rows} rows trained and {dropped} dropped "
-                        f"(late workers) in epoch {epoch + 1}, {job.data.total_rows} rows counted in the input"
+                        f"(late workers) in epoch {epoch + 1}, {expected_rows} rows in its rounds, {job.data.total_rows} "
+                        "rows counted in the input"
                     )
-                epoch_metrics = reader.results(sums.total())
+                total = sums.total()
+                epoch_metrics = reader.results(total) if total is not None else {}
                 if job.validation is not None and job.validation.total_rows:
                     last_epoch = epoch + 1 == config.epochs
                     epoch_metrics.update(validate_epoch(spark, job, task, reader, result.state.weights, epoch, last_epoch))
                 seconds = time.perf_counter() - started
+                if callbacks is not None:
+                    epoch_metrics = callbacks.epoch_end(epoch, epoch_metrics, result.state)
+                logs = epoch_metrics
                 append_epoch(result.history, epoch_metrics)
                 result.info.setdefault("update_bytes_per_epoch", []).append(nbytes)  # what the workers sent (bytes)
                 result.info["update_bytes"] = result.info.get("update_bytes", 0) + nbytes
                 result.epoch_seconds.append(seconds)
-                if on_epoch_end is not None:
-                    on_epoch_end(epoch, epoch_metrics, seconds)
+                if callbacks is not None and callbacks.stop_training:  # every worker stops here: the driver starts no more rounds
+                    result.info["stopped"] = {"epoch": epoch + 1, "round": result.rounds, "rows_in_epoch": expected_rows}
+                    break
+            if callbacks is not None:
+                callbacks.train_end(logs)
         finally:
             self._cancel_stragglers(spark)
             if self._late_errors:

@@ -1,0 +1,11 @@
+"""Command line tools: ``sparkdl-train`` (a YAML job config -> fit, test accuracy, saved model,
+metrics, history plot) and ``sparkdl-predict`` (a saved ``KerasModel`` scores a file into another).
+
+- :mod:`sparkdl.cli.config`: the job config's schema, ``load_config`` (validated up front, with
+  ``--set section.key=value`` overrides) and the builders of the model and callbacks;
+- :mod:`sparkdl.cli.train`: ``sparkdl-train`` (also ``spark-submit jobs/train.py``);
+- :mod:`sparkdl.cli.predict`: ``sparkdl-predict`` (also ``spark-submit jobs/predict.py``);
+- :mod:`sparkdl.cli.plot`: ``plot_history`` (matplotlib, the ``plot`` extra).
+
+Importing this package loads neither Spark nor Keras.
+"""

@@ -1,0 +1,509 @@
+"""The job config of ``sparkdl-train`` / ``jobs/train.py``: its schema, validation and builders.
+
+A config is a YAML mapping with the sections of :data:`SCHEMA`::
+
+    name: mnist_cnn                      # optional: default the file's name without .yaml
+    data:  {train: ..., test: ..., features_col: pixels, label_col: label}
+    model: {factory: examples.models:mnist_cnn, kwargs: {seed: 1}}
+    fit:   {loss: sparse_categorical_crossentropy, epochs: 8, ...}   # KerasEstimator Params, snake_case
+    callbacks:                           # optional: Keras callbacks run on the driver during fit
+      - {class: keras.callbacks.EarlyStopping, kwargs: {monitor: val_loss, patience: 2}}
+    output: {dir: runs/mnist_cnn, plot: true}
+
+:func:`load_config` applies ``--set section.key=value`` overrides (values parsed as YAML), then
+checks every key before anything starts: an unknown key (named with its section, the closest
+valid key and every valid key), a value of the wrong type or outside its choices, a missing
+required key all raise :class:`~sparkdl.errors.ConfigError`. ``conf/README.md`` documents every
+key; its tables are :func:`schema_markdown`'s output (``python -m sparkdl.cli.config`` prints
+them; a test checks they match).
+
+Pure Python: importing this module loads neither Spark nor Keras.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from sparkdl.config import BACKENDS, MIXED_PRECISION, MODES
+from sparkdl.errors import ConfigError
+
+# type name -> check; "float" accepts integers, "int" and "float" refuse booleans
+_TYPE_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "list": lambda v: isinstance(v, list),
+    "dict": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: its type names (of ``str int float bool list dict null``), default, meaning,
+    an example value, and where it goes (``param``: the ``KerasEstimator`` keyword)."""
+
+    types: tuple[str, ...]
+    doc: str
+    default: Any = None
+    example: Any = None
+    required: bool = False
+    param: str | None = None
+    choices: tuple | None = None
+
+    def type_name(self) -> str:
+        return " or ".join(self.types)
+
+
+@dataclass(frozen=True)
+class Section:
+    doc: str
+    keys: dict[str, Key] = field(default_factory=dict)
+
+
+_NULL = ("null",)
+
+DATA = Section(
+    "Where the rows come from. Relative paths are read from the working directory (on a cluster: give "
+    "paths every executor reaches, `hdfs://`, `s3a://`, `/Volumes/...`, `dbfs:/`).",
+    {
+        "train": Key(("str",), "rows trained on (any path `spark.read` reads in `format`)", None,
+                     "data/mnist10k/train.parquet", required=True),
+        "test": Key(("str",), "rows scored after the fit: `test_accuracy` in metrics.json", None,
+                    "data/mnist10k/test.parquet", required=True),
+        "validation": Key(("str", "null"), "rows validated on after each epoch (`val_*` in the history)", None,
+                          "data/mnist10k/test.parquet"),
+        "format": Key(("str",), "`spark.read` format of train, test and validation (parquet, orc, json, delta, ...)",
+                      "parquet", "orc"),
+        "features_col": Key(("str",), "the model input's column (array or vector)", "features", "pixels",
+                            param="featuresCol"),
+        "label_col": Key(("str",), "the label column; `test_accuracy` compares `prediction` with it", "label",
+                         "label", param="labelCol"),
+        "features_cols": Key(("list", "dict", "null"),
+                             "instead of features_col: columns concatenated into the input, or input name -> column(s)",
+                             None, ["x1", "x2"], param="featuresCols"),
+        "label_cols": Key(("list", "dict", "null"), "labels of a multi-output model: list in output order or "
+                          "output name -> column", None, {"digit": "label"}, param="labelCols"),
+        "decoders": Key(("dict", "null"), "binary columns' decoders: column -> `module:function` (bytes -> array), "
+                        "importable on the executors", None, {"image": "mypkg.decode:png"}, param="decoders"),
+    },
+)
+
+MODEL = Section(
+    "The Keras model: `factory` or `json` (exactly one). The working directory is on `sys.path`, so "
+    "`examples.models:mnist_cnn` imports from the repository root.",
+    {
+        "factory": Key(("str", "null"), "`module:function` (or `module.function`) returning a built `keras.Model`",
+                       None, "examples.models:mnist_cnn"),
+        "kwargs": Key(("dict",), "keyword arguments of the factory", {}, {"seed": 1}),
+        "json": Key(("str", "null"), "path of a Keras model JSON (`model.to_json()`), instead of factory", None,
+                    "models/mlp.json"),
+    },
+)
+
+FIT = Section(
+    "`KerasEstimator` Params in snake_case (each key's Param in brackets); a key left out keeps the "
+    "estimator's default, shown here. See `KerasEstimator`'s docstring for the details of each.",
+    {
+        "optimizer": Key(("str", "dict"), "Keras optimizer: a name or a config `{class_name, config}` [optimizer]",
+                         "adam", {"class_name": "Adam", "config": {"learning_rate": 0.002}}, param="optimizer"),
+        "loss": Key(("str", "dict"), "Keras loss: a name or a config; needed unless the factory compiles the model "
+                    "[loss]", None, "sparse_categorical_crossentropy", param="loss"),
+        "metrics": Key(("list",), "Keras metrics: names or configs [metrics]", [], ["accuracy"], param="metrics"),
+        "num_workers": Key(("int",), "model replicas, one Spark task each [numWorkers]", 2, 4, param="numWorkers"),
+        "epochs": Key(("int",), "passes over the data [epochs]", 1, 8, param="epochs"),
+        "batch_size": Key(("int",), "rows per training step [batchSize]", 32, 64, param="batchSize"),
+        "local_steps": Key(("int", "null"), "τ: local steps between averaging rounds (or pushes); null = one round "
+                           "per epoch [localSteps]", None, 16, param="localSteps"),
+        "mode": Key(("str",), "training mode [mode]", "sync", "bmuf", param="mode", choices=MODES),
+        "backend": Key(("str",), "`rounds` (a Spark job per round), `ps` (parameter server) or `auto` [backend]",
+                       "auto", "ps", param="backend", choices=BACKENDS),
+        "seed": Key(("int",), "seed of the shuffles and random layers [seed]", 0, 1, param="seed"),
+        "shuffle": Key(("bool",), "reshuffle each partition every epoch [shuffle]", True, False, param="shuffle"),
+        "verbose": Key(("int",), "0 silent; 1 and 2 one line per epoch [verbose]", 1, 0, param="verbose",
+                       choices=(0, 1, 2)),
+        "log_dir": Key(("str", "null"), "folder of TensorBoard event files (train/, validation/) [logDir]", None,
+                       "runs/mnist_cnn/tb", param="logDir"),
+        "mlflow": Key(("bool", "null"), "log Params, per-epoch metrics and the model to MLflow; null = when mlflow is "
+                      "installed and a run is active [mlflow]", None, True, param="mlflow"),
+        "task": Key(("str",), "how transform reads outputs: auto, classification or regression [task]", "auto",
+                    "classification", param="task", choices=("auto", "classification", "regression")),
+        "staleness": Key(("int",), "ssp: clocks a worker may run ahead of the slowest [staleness]", 2, 3,
+                         param="staleness"),
+        "server_port": Key(("int",), "ps: the parameter server's port on the driver, 0 = a free port [serverPort]", 0,
+                           7078, param="serverPort"),
+        "worker_timeout": Key(("float",), "ps: seconds a worker may stay silent before the fit fails [workerTimeout]",
+                              600.0, 900, param="workerTimeout"),
+        "round_timeout": Key(("float",), "seconds a round may run before its jobs are cancelled [roundTimeout]",
+                             3600.0, 1800, param="roundTimeout"),
+        "keep_partitioning": Key(("bool",), "train on the input's own partitions, one worker each "
+                                 "[keepPartitioning]", False, True, param="keepPartitioning"),
+        "sample_weight_col": Key(("str", "null"), "column of per-row loss weights [sampleWeightCol]", None, "weight",
+                                 param="sampleWeightCol"),
+        "class_weight": Key(("dict", "null"), "class index -> loss weight [classWeight]", None, {0: 1.0, 1: 5.0},
+                            param="classWeight"),
+        "validation_col": Key(("str", "null"), "boolean column: true rows are validated on, not trained on "
+                              "[validationCol]", None, "is_val", param="validationCol"),
+        "validation_split": Key(("float",), "fraction of rows held out for validation, by a seeded hash "
+                                "[validationSplit]", 0.0, 0.1, param="validationSplit"),
+        "handle_invalid": Key(("str",), "rows with null/NaN/inf: `error` or `skip` [handleInvalid]", "error", "skip",
+                              param="handleInvalid", choices=("error", "skip")),
+        "max_task_memory_mb": Key(("float", "null"), "a task's memory budget for its partition, MB; larger spills to "
+                                  "disk; null = derived from the executor memory [maxTaskMemoryMB]", None, 2048,
+                                  param="maxTaskMemoryMB"),
+        "block_momentum": Key(("float", "null"), "bmuf: block momentum η in [0, 1); null = 1 - 1/num_workers "
+                              "[blockMomentum]", None, 0.5, param="blockMomentum"),
+        "block_learning_rate": Key(("float",), "bmuf: block learning rate ζ [blockLearningRate]", 1.0, 1.0,
+                                   param="blockLearningRate"),
+        "nesterov": Key(("bool",), "bmuf: workers start each block from W + η·Δ [nesterov]", True, False,
+                        param="nesterov"),
+        "elastic_force": Key(("float", "null"), "easgd: elastic force α; null = 0.9/num_workers [elasticForce]", None,
+                             0.3, param="elasticForce"),
+        "compression": Key(("str", "null"), "update compression: null, fp16, 1bit or threshold [compression]", None,
+                           "fp16", param="compression", choices=(None, "fp16", "1bit", "threshold")),
+        "compression_threshold": Key(("float",), "compression threshold: t of ±t [compressionThreshold]", 0.01,
+                                     0.001, param="compressionThreshold"),
+        "min_workers_per_round": Key(("int", "float", "null"), "a round closes once this many workers (int) or this "
+                                     "fraction (float) sent updates; null = all [minWorkersPerRound]", None, 3,
+                                     param="minWorkersPerRound"),
+        "round_deadline": Key(("float",), "with min_workers_per_round: seconds a round waits for every worker "
+                              "[roundDeadline]", 0.0, 30, param="roundDeadline"),
+        "mixed_precision": Key(("str", "null"), "Keras dtype policy of the replicas [mixedPrecision]", None,
+                               "mixed_bfloat16", param="mixedPrecision", choices=(None, *MIXED_PRECISION)),
+    },
+)
+
+CALLBACK = Section(
+    "Each entry of the top-level `callbacks:` list: a Keras callback built on the driver and passed as "
+    "`KerasEstimator(callbacks=[...])` (backend `rounds`).",
+    {
+        "class": Key(("str",), "an importable class: `module.Class` or `module:Class`", None,
+                     "keras.callbacks.EarlyStopping", required=True),
+        "kwargs": Key(("dict",), "its constructor's keyword arguments", {}, {"monitor": "val_loss", "patience": 2}),
+    },
+)
+
+OUTPUT = Section(
+    "What the job writes. `--output DIR` on the command line overrides `dir`.",
+    {
+        "dir": Key(("str", "null"), "folder of `model/`, `metrics.json`, `history.png`; a URI (hdfs://, s3a://, "
+                   "dbfs:/) is written through Spark's Hadoop filesystem; null = `runs/<name>`", None,
+                   "/tmp/runs/mnist_cnn"),
+        "plot": Key(("bool",), "write `history.png` (needs matplotlib: the `plot` extra)", True, False),
+    },
+)
+
+TOP = Section(
+    "The top-level keys.",
+    {
+        "name": Key(("str", "null"), "the run's name (Spark app name, default output folder); null = the config "
+                    "file's name without `.yaml`", None, "mnist_cnn"),
+        "data": Key(("dict",), "the `data` section", None,
+                    {"train": "data/mnist10k/train.parquet", "test": "data/mnist10k/test.parquet"}, required=True),
+        "model": Key(("dict",), "the `model` section", None, {"factory": "examples.models:mnist_mlp"}, required=True),
+        "fit": Key(("dict", "null"), "the `fit` section", {}, {"loss": "sparse_categorical_crossentropy", "epochs": 2}),
+        "callbacks": Key(("list", "null"), "Keras callbacks: a list of `callbacks[]` entries (below)", [],
+                         [{"class": "keras.callbacks.EarlyStopping", "kwargs": {"patience": 2}}]),
+        "output": Key(("dict", "null"), "the `output` section", {}, {"plot": False}),
+    },
+)
+
+#: every section, in the order conf/README.md documents them ("" = the top level)
+SCHEMA: dict[str, Section] = {"": TOP, "data": DATA, "model": MODEL, "fit": FIT, "callbacks[]": CALLBACK,
+                              "output": OUTPUT}
+
+#: ``fit`` key -> KerasEstimator Param, as jobs/train.py had it (plus the keys added since)
+FIT_KEYS = {key: spec.param for key, spec in FIT.keys.items()}
+#: ``data`` keys that are KerasEstimator Params
+DATA_KEYS = {key: spec.param for key, spec in DATA.keys.items() if spec.param}
+
+
+# ---------------------------------------------------------------------------------------------
+# loading and validation
+
+
+def load_config(path: str, overrides: Iterable[str] = ()) -> dict:
+    """The validated job config of the YAML file ``path``, with ``overrides`` (``section.key=value``
+    strings, values parsed as YAML) applied first.
+
+    The result has every section (``fit``, ``callbacks`` and ``output`` possibly empty), ``name``
+    set (default: the file name without extension), ``data`` and ``output`` with their defaults
+    filled in; ``fit`` holds only the keys given (the others keep the estimator's defaults).
+
+    Raises:
+        ConfigError: an unreadable file, an override without ``=``, an unknown key, a value of the
+            wrong type or out of its choices, a missing required key; the message names the key.
+    """
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read the job config {path!r}: {e.strerror}. Received: {path!r}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"the job config {path!r} is not valid YAML: {e}") from None
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"the job config {path!r} must be a YAML mapping of sections. Received: {type(config).__name__}")
+    apply_overrides(config, overrides)
+    config = validate_config(config, source=path)
+    if not config.get("name"):
+        config["name"] = os.path.splitext(os.path.basename(path))[0]
+    return config
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"fit.epochs=1"`` -> ``(["fit", "epochs"], 1)``: the dotted path and the YAML-parsed value."""
+    key, sep, value = text.partition("=")
+    path = [part.strip() for part in key.strip().split(".")]
+    if not sep or not all(path):
+        raise ConfigError(f"an override must be section.key=value (e.g. fit.epochs=1). Received: {text!r}")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"the value of override {key!r} is not valid YAML: {e}. Received: {value!r}") from None
+    return path, parsed
+
+
+def apply_overrides(config: dict, overrides: Iterable[str]) -> dict:
+    """Set each ``section.key=value`` of ``overrides`` in ``config`` (in place; nested mappings
+    created as needed, e.g. ``model.kwargs.seed=2``) and return it."""
+    for text in overrides or ():
+        path, value = parse_override(text)
+        node = config
+        for depth, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(path[: depth + 1])
+                raise ConfigError(f"override {text!r}: {where!r} is not a mapping. Received: {child!r}")
+            node = child
+        node[path[-1]] = value
+    return config
+
+
+def _where(section: str) -> str:
+    return "the top level" if not section else f"section {section!r}"
+
+
+def _check_keys(given: dict, section: str, spec: Section, prefix: str, source: str) -> None:
+    valid = list(spec.keys)
+    for key in given:
+        if key not in spec.keys:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{source}: unknown key {prefix}{key!s} in {_where(section)} of the job config.{hint} "
+                f"Valid keys of {_where(section)}: {', '.join(valid)}. Received: {key!r}"
+            )
+    for key, key_spec in spec.keys.items():
+        if key_spec.required and given.get(key) is None:
+            raise ConfigError(
+                f"{source}: {_where(section)} of the job config is missing the required key {prefix}{key} "
+                f"({key_spec.doc}; e.g. {key}: {_example(key_spec.example)}). Received keys: {sorted(map(str, given))}"
+            )
+
+
+def _check_value(value: Any, name: str, spec: Key, source: str) -> Any:
+    if isinstance(value, str) and "float" in spec.types and "str" not in spec.types:
+        try:  # PyYAML reads 1e-3 (no dot) as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if not any(_TYPE_CHECKS[t](value) for t in spec.types):
+        raise ConfigError(
+            f"{source}: config key {name} must be {spec.type_name()} ({spec.doc}). "
+            f"Received: {value!r} ({type(value).__name__})"
+        )
+    if spec.choices is not None and value not in spec.choices:
+        raise ConfigError(
+            f"{source}: config key {name} must be one of {', '.join(_example(c) for c in spec.choices)}. "
+            f"Received: {value!r}"
+        )
+    return value
+
+
+def _check_section(given: Any, section: str, spec: Section, source: str, fill_defaults: bool) -> dict:
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"{source}: config section {section!r} must be a mapping of keys. Received: {given!r}")
+    _check_keys(given, section, spec, f"{section}." if section else "", source)
+    checked = {}
+    for key, value in given.items():
+        checked[key] = _check_value(value, f"{section}.{key}" if section else key, spec.keys[key], source)
+    if fill_defaults:
+        for key, key_spec in spec.keys.items():
+            checked.setdefault(key, _copy(key_spec.default))
+    return checked
+
+
+def _copy(value):
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
+
+
+def validate_config(config: dict, source: str = "config") -> dict:
+    """``config`` checked against :data:`SCHEMA` (see :func:`load_config`); returns a new dict."""
+    top = _check_section(config, "", TOP, source, fill_defaults=False)
+    result = {"name": top.get("name")}
+    result["data"] = _check_section(top["data"], "data", DATA, source, fill_defaults=True)
+    model = _check_section(top["model"], "model", MODEL, source, fill_defaults=False)
+    given = [k for k in ("factory", "json") if model.get(k) is not None]
+    if len(given) != 1:
+        raise ConfigError(
+            f"{source}: section 'model' of the job config must give exactly one of model.factory "
+            f"(module:function returning a keras.Model) or model.json (a model JSON path). Received: {sorted(model)}"
+        )
+    model.setdefault("kwargs", {})
+    if model.get("json") is not None and model["kwargs"]:
+        raise ConfigError(f"{source}: model.kwargs goes with model.factory, not model.json. Received: {model['kwargs']!r}")
+    result["model"] = model
+    result["fit"] = _check_section(top.get("fit"), "fit", FIT, source, fill_defaults=False)
+    callbacks = top.get("callbacks") or []
+    result["callbacks"] = []
+    for i, entry in enumerate(callbacks):
+        result["callbacks"].append(_check_section(entry, f"callbacks[{i}]", CALLBACK, source, fill_defaults=True))
+    result["output"] = _check_section(top.get("output"), "output", OUTPUT, source, fill_defaults=True)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# builders (these import Keras and the user's modules)
+
+
+def import_object(spec: str, what: str):
+    """The object named by ``module:attr`` or ``module.attr`` (the working directory on ``sys.path``).
+
+    Raises:
+        ConfigError: naming ``what`` (the config key) when the module or attribute is missing.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"{what} must be 'module:name' or 'module.name'. Received: {spec!r}")
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        module_name, _, attr = spec.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(f"{what} must be 'module:name' or 'module.name'. Received: {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{what}: cannot import module {module_name!r} ({e}). Received: {spec!r}") from e
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{what}: {module_name!r} has no attribute {attr!r}. Received: {spec!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_model(model_config: dict):
+    """A ``keras.Model`` from ``factory: module:function`` (+ ``kwargs``) or ``json: path``."""
+    if model_config.get("factory"):
+        factory = import_object(model_config["factory"], "model.factory")
+        return factory(**(model_config.get("kwargs") or {}))
+    if model_config.get("json"):
+        import keras
+
+        with open(model_config["json"]) as f:
+            return keras.models.model_from_json(f.read())
+    raise ConfigError("section 'model' must give 'factory: module:function' or 'json: path'. Received: "
+                      f"{sorted(model_config)}")
+
+
+def build_callbacks(config: dict) -> list:
+    """The callback objects of ``config["callbacks"]`` (``class`` instantiated with ``kwargs``).
+
+    Raises:
+        ConfigError: a class that cannot be imported, is not a class, or refuses its kwargs.
+    """
+    built = []
+    for i, entry in enumerate(config.get("callbacks") or []):
+        name = f"callbacks[{i}].class"
+        cls = import_object(entry["class"], name)
+        if not isinstance(cls, type):
+            raise ConfigError(f"{name} must name a class. Received: {entry['class']!r} ({type(cls).__name__})")
+        try:
+            built.append(cls(**(entry.get("kwargs") or {})))
+        except TypeError as e:
+            raise ConfigError(f"callbacks[{i}]: {entry['class']}(**kwargs) failed: {e}. "
+                              f"Received: kwargs={entry.get('kwargs')!r}") from e
+    return built
+
+
+def estimator_params(config: dict, accepted: Iterable[str] | None = None) -> dict:
+    """``KerasEstimator`` keywords of ``config``: the ``fit`` keys given, ``featuresCol``,
+    ``labelCol`` and the ``data`` keys that are Params (when not null). Keys not in the config are
+    left out, so the estimator keeps its defaults.
+
+    Args:
+        accepted: the keywords the estimator takes (default: its constructor's); a config key
+            whose Param is not among them is refused, naming it, rather than failing in the
+            constructor.
+    """
+    params = {FIT_KEYS[key]: value for key, value in config["fit"].items()}
+    data = config["data"]
+    params.update({param: data[key] for key, param in DATA_KEYS.items() if data.get(key) is not None})
+    if accepted is None:
+        accepted = estimator_keywords()
+    accepted = set(accepted)
+    by_param = {p: f"fit.{k}" for k, p in FIT_KEYS.items()} | {p: f"data.{k}" for k, p in DATA_KEYS.items()}
+    for param in params:
+        if param not in accepted:
+            raise ConfigError(f"config key {by_param[param]} needs KerasEstimator({param}=...), which this version of "
+                              f"sparkdl does not have. Received: {params[param]!r}")
+    return params
+
+
+def estimator_keywords() -> set[str]:
+    """The keyword arguments of ``KerasEstimator(...)`` (imports pyspark)."""
+    import inspect
+
+    from sparkdl import KerasEstimator
+
+    return {name for name, p in inspect.signature(KerasEstimator.__init__).parameters.items() if name != "self"}
+
+
+# ---------------------------------------------------------------------------------------------
+# documentation
+
+
+def _example(value) -> str:
+    """``value`` as YAML in flow style, on one line."""
+    return yaml.safe_dump([value], default_flow_style=True, width=10**6, allow_unicode=True, sort_keys=False).strip()[1:-1]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def schema_markdown() -> str:
+    """The key tables of ``conf/README.md``: one per section, every key with its type, default,
+    meaning and an example."""
+    lines = []
+    for section, spec in SCHEMA.items():
+        title = "Top level" if not section else f"`{section}`"
+        lines += [f"### {title}", "", spec.doc, "", "| key | type | default | meaning | example |",
+                  "|---|---|---|---|---|"]
+        for key, k in spec.keys.items():
+            default = "required" if k.required else f"`{_example(k.default)}`"
+            meaning = k.doc + (f"; one of {', '.join(f'`{_example(c)}`' for c in k.choices)}" if k.choices else "")
+            example = "" if k.example is None else f"`{key}: {_example(k.example)}`"
+            lines.append(f"| `{key}` | {k.type_name()} | {_cell(default)} | {_cell(meaning)} | {_cell(example)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m sparkdl.cli.config: the tables of conf/README.md
+    print(schema_markdown(), end="")

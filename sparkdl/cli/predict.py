@@ -1,0 +1,167 @@
+"""sparkdl-predict: score a file with a saved KerasModel and write the result.
+
+Usage::
+
+    sparkdl-predict --model runs/mnist_cnn/model --input data/mnist10k/test.parquet --output /tmp/preds \\
+        [--input-format parquet] [--output-format parquet] [--columns label] [--mode errorifexists] \\
+        [--batch-size 1024] [--master 'local[*]'] [--input-option header=true ...] [--output-option k=v ...]
+    spark-submit jobs/predict.py --model ... --input ... --output ...                  # the same job
+
+Loads ``KerasModel.load(MODEL)``, transforms ``spark.read.format(INPUT_FORMAT).load(INPUT)`` and
+writes the input columns (all, or ``--columns``) plus the model's output columns (``prediction``,
+and for a classifier ``probability`` and ``rawPrediction``) with ``df.write.format(OUTPUT_FORMAT)``.
+Vector columns are written as they are: Parquet, ORC and JSON store Spark ML vectors (as structs),
+CSV cannot (refused before the write). Prints the rows written and the seconds taken.
+
+A local model folder, input path or (with ``--mode errorifexists``) output path is checked before
+Spark starts; a URI (``hdfs://``, ``s3a://``, ``dbfs:/``) is left to Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+
+from sparkdl.cli.train import is_uri, setup_logging
+from sparkdl.errors import ConfigError
+
+MODES = ("errorifexists", "overwrite", "append", "ignore")
+
+
+def _options(pairs: list[str], flag: str) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} must be key=value. Received: {pair!r}")
+        options[key] = value
+    return options
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sparkdl-predict", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser.add_argument("--model", required=True, help="folder of a saved KerasModel (e.g. runs/mnist_cnn/model)")
+    parser.add_argument("--input", required=True, help="rows to score: a path spark.read reads")
+    parser.add_argument("--output", required=True, help="where to write the scored rows")
+    parser.add_argument("--input-format", default="parquet", help="spark.read format: parquet (default), csv, json, orc, delta, ...")
+    parser.add_argument("--output-format", default="parquet", help="DataFrame writer format (default parquet)")
+    parser.add_argument("--columns", help="comma-separated input columns to keep (default: all); the model's output columns are always written")
+    parser.add_argument("--mode", default="errorifexists", choices=MODES, help="save mode when the output exists (default errorifexists)")
+    parser.add_argument("--batch-size", type=int, help="rows per predict call (the model's inferenceBatchSize)")
+    parser.add_argument("--master", help="Spark master, e.g. 'local[*]' (default: spark-submit's, else local[*])")
+    parser.add_argument("--input-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a spark.read option (repeatable); csv defaults: header=true, inferSchema=true")
+    parser.add_argument("--output-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a DataFrame writer option (repeatable); csv default: header=true")
+    return parser.parse_args(argv)
+
+
+def check_paths(model: str, input_path: str, output: str, mode: str) -> None:
+    """The checks that need no Spark: a local model folder holding a saved stage, a local input that
+    exists, and no local output when ``mode`` is ``errorifexists``.
+
+    Raises:
+        ConfigError: naming the path and what is wrong with it.
+    """
+    if not is_uri(model):
+        if not os.path.isdir(model):
+            raise ConfigError(f"--model must be the folder of a saved KerasModel; no folder at {model!r}. Received: {model!r}")
+        if not os.path.isdir(os.path.join(model, "metadata")):
+            raise ConfigError(f"--model {model!r} holds no saved KerasModel (no metadata/ folder; "
+                              f"found: {sorted(os.listdir(model))[:10]}). Received: {model!r}")
+    if not is_uri(input_path) and not glob.glob(input_path):
+        raise ConfigError(f"--input: no file or folder at {input_path!r}. Received: {input_path!r}")
+    if not is_uri(output) and mode == "errorifexists" and os.path.exists(output):
+        raise ConfigError(f"--output {output!r} exists; pass --mode overwrite (or append) to write there. Received: {output!r}")
+
+
+def predict(model: str, input_path: str, output: str, *, input_format: str = "parquet", output_format: str = "parquet",
+            columns: list[str] | None = None, mode: str = "errorifexists", batch_size: int | None = None,
+            master: str | None = None, input_options: dict | None = None, output_options: dict | None = None) -> dict:
+    """Score ``input_path`` with the ``KerasModel`` saved at ``model`` and write ``output``; returns
+    ``{"rows": rows written, "seconds": load + transform + write, "columns": [...]}``.
+
+    Stops the SparkSession at the end only when it started it.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}. Received: {mode!r}")
+    if batch_size is not None and batch_size <= 0:
+        raise ConfigError(f"--batch-size must be a positive number of rows. Received: {batch_size!r}")
+    check_paths(model, input_path, output, mode)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from sparkdl import KerasModel
+
+    started_here = SparkSession.getActiveSession() is None
+    builder = SparkSession.builder.appName("sparkdl predict")
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    try:
+        if started_here:
+            spark.sparkContext.setLogLevel("ERROR")
+        started = time.perf_counter()
+        read_options = {"header": "true", "inferSchema": "true"} if input_format == "csv" else {}
+        read_options.update(input_options or {})
+        df = spark.read.format(input_format).options(**read_options).load(input_path)
+        if columns:
+            missing = [c for c in columns if c not in df.columns]
+            if missing:
+                raise ConfigError(f"--columns: the input has no column(s) {missing}; its columns: {df.columns}. "
+                                  f"Received: {','.join(columns)}")
+        fitted = KerasModel.load(model)
+        if batch_size is not None:
+            fitted.setInferenceBatchSize(batch_size)
+        scored = fitted.transform(df)
+        added = [c for c in scored.columns if c not in df.columns]
+        kept = list(columns) if columns else list(df.columns)
+        scored = scored.select(*kept, *added)
+        if output_format == "csv":
+            from pyspark.sql.types import ArrayType, MapType, StructType
+            from pyspark.sql.types import UserDefinedType as UDT
+
+            complex_cols = [f.name for f in scored.schema.fields if isinstance(f.dataType, (ArrayType, MapType, StructType, UDT))]
+            if complex_cols:
+                raise ConfigError(f"--output-format csv cannot store the vector or array column(s) {complex_cols}; "
+                                  "write parquet, orc or json (or drop input columns with --columns). Received: csv")
+        write_options = {"header": "true"} if output_format == "csv" else {}
+        write_options.update(output_options or {})
+        scored.write.format(output_format).mode(mode).options(**write_options).save(output)
+        if mode == "append":
+            rows = df.count()
+        else:
+            rows = spark.read.format(output_format).options(**write_options).load(output).count()
+        seconds = time.perf_counter() - started
+        return {"rows": rows, "seconds": round(seconds, 2), "columns": kept + added}
+    finally:
+        if started_here:
+            spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``sparkdl-predict`` command (and ``jobs/predict.py``): returns 0, or exits with the message of
+    a ``ConfigError`` (a missing model or input, a bad option) and status 2."""
+    args = parse_args(argv)
+    setup_logging()
+    try:
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+        result = predict(
+            args.model, args.input, args.output, input_format=args.input_format, output_format=args.output_format,
+            columns=columns, mode=args.mode, batch_size=args.batch_size, master=args.master,
+            input_options=_options(args.input_option, "--input-option"),
+            output_options=_options(args.output_option, "--output-option"),
+        )
+    except ConfigError as e:
+        print(f"sparkdl-predict: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    print(f"sparkdl: wrote {result['rows']} rows ({', '.join(result['columns'])}) to {args.output} "
+          f"in {result['seconds']:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Keras callbacks run on the Spark driver during a distributed fit.
+
+The driver holds the master weights; the workers hold replicas. Callbacks given to
+``KerasEstimator(callbacks=[...])`` run once, on the driver, against a compiled ``keras.Model``
+whose weights (and optimizer state, when the fit has one) are the master's, with the global
+metrics of the fit (summed over every worker, ``val_*`` included), in Keras' order of hooks:
+
+- ``on_train_begin``; per epoch ``on_epoch_begin(epoch)``;
+- ``on_train_batch_begin``/``on_train_batch_end(round, logs)`` once per *round* (``round`` counts
+  the epoch's rounds from 0, as Keras counts batches; ``logs``: the epoch's running training
+  metrics over the rounds so far, and ``learning_rate``);
+- ``on_epoch_end(epoch, logs)`` with the epoch's training metrics and ``val_*``; the master weights
+  are in ``self.model`` before it runs;
+- ``on_train_end(logs)``.
+
+Decisions are made once, so every worker follows them (the failure of per-rank callbacks in
+Horovod, case C17): ``self.model.stop_training = True`` ends the fit after the current round (the
+same round for every worker; from ``on_epoch_end``, after the epoch); a learning rate a callback
+sets on ``self.model.optimizer`` (``ReduceLROnPlateau``, ``LearningRateScheduler``) reaches every
+replica from the next round; weights a callback sets (``EarlyStopping(restore_best_weights=True)``
+at ``on_train_end``) become the fitted model's. The callbacks are never pickled: they stay on the
+driver and out of saved Params. Pure Keras: no Spark here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from sparkdl.core.state import ModelState
+from sparkdl.errors import ConfigError
+
+
+def check_callbacks(callbacks) -> list:
+    """The callbacks as a list of ``keras.callbacks.Callback`` (``None`` -> ``[]``).
+
+    Raises:
+        ConfigError: when ``callbacks`` is not a list or tuple of ``keras.callbacks.Callback`` objects,
+            naming the position and type of the first one that is not.
+    """
+    import keras
+
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, keras.callbacks.Callback):
+        callbacks = [callbacks]
+    if not isinstance(callbacks, (list, tuple)):
+        raise ConfigError(f"callbacks must be a list of keras.callbacks.Callback objects. Received: {type(callbacks).__name__}")
+    for i, callback in enumerate(callbacks):
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise ConfigError(
+                f"callbacks must be keras.callbacks.Callback objects. Received: {type(callback).__name__} at position {i}"
+            )
+    return list(callbacks)
+
+
+def _learning_rate_variable(optimizer):
+    """The optimizer's ``learning_rate`` variable, or None when it follows a schedule."""
+    import keras
+
+    if isinstance(getattr(optimizer, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule):
+        return None
+    for variable in optimizer.variables:
+        if variable.path.rsplit("/", 1)[-1] == "learning_rate":
+            return variable
+    return None
+
+
+class DriverCallbacks:
+    """The fit's Keras callbacks on the driver (see the module docstring).
+
+    Args:
+        callbacks: ``keras.callbacks.Callback`` objects, run in order.
+        model: the driver's compiled ``keras.Model`` of the fit's architecture (its optimizer is
+            built here); the callbacks' ``self.model``.
+        epochs: the fit's epochs.
+        rounds_per_epoch: rounds in one epoch (Keras' ``steps``).
+        live: whether the fit runs its rounds from the driver, so that a callback may stop it and
+            change the learning rate between rounds (backend ``rounds``); False: the hooks only
+            observe (backend ``ps``: ``on_epoch_end`` as each epoch completes, no round hooks).
+    """
+
+    def __init__(self, callbacks: Sequence, model, epochs: int, rounds_per_epoch: int, live: bool = True) -> None:
+        import keras
+
+        self.model, self.live = model, live
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.stop_training = False
+        self._callbacks = keras.callbacks.CallbackList(
+            list(callbacks), add_history=False, add_progbar=False, model=model, epochs=epochs, steps=rounds_per_epoch, verbose=0,
+        )
+        self._optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+        self._lr = _learning_rate_variable(self._optimizer)
+        variables = list(self._optimizer.variables)
+        self._lr_index = next((i for i, v in enumerate(variables) if v is self._lr), None)
+        self._sent_lr = self.current_learning_rate()
+        self.learning_rate: float | None = None  # set once a callback changes it: every later round gets it
+        self._set_weights: list | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._callbacks.callbacks)
+
+    # ---- the master state in the driver model ------------------------------------------------
+
+    def set_master(self, state: ModelState) -> None:
+        """Put the master weights (and optimizer state, when it has one of this optimizer's
+        variables) into the callbacks' model; the learning rate a callback set is kept."""
+        self.model.set_weights(state.weights)
+        variables = list(self._optimizer.variables)
+        if state.optimizer is not None and len(state.optimizer) == len(variables):
+            for i, (variable, array) in enumerate(zip(variables, state.optimizer, strict=True)):
+                if i != self._lr_index:
+                    variable.assign(np.asarray(array).astype(variable.dtype))
+        self._set_weights = [np.array(w) for w in state.weights]
+
+    def weights_changed(self) -> list | None:
+        """The driver model's weights when a callback changed them since :meth:`set_master`
+        (``EarlyStopping(restore_best_weights=True)``), else None."""
+        if self._set_weights is None:
+            return None
+        weights = self.model.get_weights()
+        same = len(weights) == len(self._set_weights) and all(np.array_equal(a, b) for a, b in zip(weights, self._set_weights, strict=True))
+        return None if same else weights
+
+    # ---- learning rate -----------------------------------------------------------------------
+
+    def current_learning_rate(self) -> float | None:
+        """The driver optimizer's learning rate (None with a schedule)."""
+        return None if self._lr is None else float(np.asarray(self._lr.numpy()))
+
+    def _follow_learning_rate(self) -> None:
+        now = self.current_learning_rate()
+        if now is None or now == self._sent_lr:
+            return
+        if not self.live:
+            raise ConfigError("a callback changed the learning rate during a backend='ps' fit, whose workers run on their own: "
+                              "use backend='rounds'")
+        if not math.isfinite(now) or now < 0:
+            raise ConfigError(f"a callback set the learning rate to {now!r}; it must be a finite number >= 0")
+        self.learning_rate = self._sent_lr = now
+
+    def master_learning_rate(self, state: ModelState) -> float | None:
+        """The learning rate held in ``state``'s optimizer state (the replicas' own, averaged), or None."""
+        if state.optimizer is None or self._lr_index is None or self._lr_index >= len(state.optimizer):
+            return None
+        return float(np.asarray(state.optimizer[self._lr_index]))
+
+    # ---- hooks -------------------------------------------------------------------------------
+
+    @property
+    def stop_training(self) -> bool:
+        return bool(getattr(self.model, "stop_training", False))
+
+    def train_begin(self, state: ModelState) -> None:
+        self.set_master(state)
+        self._callbacks.on_train_begin({})
+        self._follow_learning_rate()
+
+    def epoch_begin(self, epoch: int) -> None:
+        self._callbacks.on_epoch_begin(epoch, {})
+        self._follow_learning_rate()
+
+    def round_begin(self, round_in_epoch: int) -> None:
+        self._callbacks.on_train_batch_begin(round_in_epoch, {})
+        self._follow_learning_rate()
+
+    def round_end(self, round_in_epoch: int, logs: dict) -> None:
+        logs = dict(logs)
+        lr = self.current_learning_rate()
+        if lr is not None:
+            logs.setdefault("learning_rate", lr)
+        self._callbacks.on_train_batch_end(round_in_epoch, logs)
+        flush = getattr(self._callbacks, "_flush_futures", None)  # async-safe callbacks: their decisions are in before the next round
+        if flush is not None:
+            flush()
+        self._follow_learning_rate()
+
+    def epoch_end(self, epoch: int, logs: dict, state: ModelState | None) -> dict:
+        """Run ``on_epoch_end`` with the master state in the model (when given); returns the logs,
+        with the keys callbacks added (``ReduceLROnPlateau`` adds ``learning_rate``)."""
+        if state is not None:
+            self.set_master(state)
+        logs = dict(logs)
+        flush = getattr(self._callbacks, "_flush_futures", None)
+        if flush is not None and getattr(self._callbacks, "_async_train", False):
+            flush()
+        for callback in self._callbacks.callbacks:  # one dict, as keras.Model.fit hands it on: History sees what callbacks add
+            callback.on_epoch_end(epoch, logs)
+        self._follow_learning_rate()
+        return logs
+
+    def train_end(self, logs: dict) -> None:
+        self._callbacks.on_train_end(dict(logs))
+
+
+def _checkpoint_base():
+    import keras
+
+    return keras.callbacks.ModelCheckpoint
+
+
+class ModelCheckpoint(_checkpoint_base()):
+    """``keras.callbacks.ModelCheckpoint`` that also writes to any URI ``pyarrow.fs`` writes
+    (``hdfs://``, ``s3://``, ``gs://``, ``abfs://``, ``file://``): each checkpoint is saved to a
+    local staging folder, copied with ``pyarrow.fs.copy_files`` to the URI's folder and removed.
+    A plain local path behaves exactly as Keras'. The file name keeps Keras' template
+    (``"hdfs://nn/ckpt/model-{epoch:02d}.keras"``); every other argument is Keras'. Used as a
+    driver callback (``KerasEstimator(callbacks=[...])``), it saves the master model.
+
+    Raises:
+        ConfigError: a URI whose scheme ``pyarrow.fs`` cannot open (naming it).
+        OSError: a copy that fails (from pyarrow).
+    """
+
+    def __init__(self, filepath, **kwargs) -> None:
+        import os
+        import tempfile
+
+        self.uri = os.fspath(filepath)
+        self._fs = self._folder = self._staging = None
+        local = self.uri
+        if "://" in self.uri:
+            import pyarrow.fs
+
+            folder, name = self.uri.rsplit("/", 1)
+            try:
+                self._fs, self._folder = pyarrow.fs.FileSystem.from_uri(folder)
+            except (ValueError, OSError) as exc:  # ArrowInvalid is a ValueError
+                raise ConfigError(f"ModelCheckpoint needs a local path or a URI pyarrow.fs can open. Received: {self.uri!r} ({exc})") from exc
+            self._staging = tempfile.mkdtemp(prefix="sparkdl-checkpoint-")
+            local = os.path.join(self._staging, name)
+        super().__init__(local, **kwargs)
+
+    def _save_model(self, epoch, batch, logs):
+        import os
+
+        import pyarrow.fs
+
+        super()._save_model(epoch, batch, logs)
+        if self._fs is None:
+            return
+        for name in sorted(os.listdir(self._staging)):
+            path = os.path.join(self._staging, name)
+            self._fs.create_dir(self._folder, recursive=True)
+            pyarrow.fs.copy_files(path, f"{self._folder}/{name}", destination_filesystem=self._fs)
+            os.remove(path)

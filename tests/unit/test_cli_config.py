@@ -1,0 +1,411 @@
+"""The command line's pieces without Spark (issue 12): the job config's schema and validation, ``--set``
+overrides, the callbacks section, the shipped configs and docs, ``plot_history``, and the checks
+``sparkdl-predict`` makes before Spark starts."""
+
+import glob
+import inspect
+import json
+import logging
+import os
+import re
+import struct
+import sys
+
+import pytest
+import yaml
+
+from sparkdl.cli import config as cli_config
+from sparkdl.cli.config import (
+    FIT_KEYS,
+    SCHEMA,
+    apply_overrides,
+    build_callbacks,
+    estimator_params,
+    load_config,
+    schema_markdown,
+)
+from sparkdl.errors import ConfigError
+from tests.conftest import ROOT
+
+# the fit keys of jobs/train.py before the CLI moved to sparkdl.cli: every one must stay valid
+OLD_FIT_KEYS = {
+    "optimizer": "optimizer", "loss": "loss", "metrics": "metrics", "num_workers": "numWorkers", "epochs": "epochs",
+    "batch_size": "batchSize", "local_steps": "localSteps", "mode": "mode", "seed": "seed", "shuffle": "shuffle",
+    "verbose": "verbose", "backend": "backend", "staleness": "staleness", "server_port": "serverPort",
+    "worker_timeout": "workerTimeout", "sample_weight_col": "sampleWeightCol", "class_weight": "classWeight",
+    "validation_col": "validationCol", "validation_split": "validationSplit", "handle_invalid": "handleInvalid",
+    "max_task_memory_mb": "maxTaskMemoryMB", "block_momentum": "blockMomentum", "block_learning_rate": "blockLearningRate",
+    "nesterov": "nesterov", "elastic_force": "elasticForce", "compression": "compression",
+    "compression_threshold": "compressionThreshold", "min_workers_per_round": "minWorkersPerRound",
+    "round_deadline": "roundDeadline", "mixed_precision": "mixedPrecision",
+}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+BASE = {
+    "data": {"train": "data/mnist10k/train.parquet", "test": "data/mnist10k/test.parquet", "features_col": "pixels"},
+    "model": {"factory": "examples.models:mnist_mlp", "kwargs": {"seed": 1}},
+    "fit": {"loss": "sparse_categorical_crossentropy", "epochs": 3, "num_workers": 2},
+}
+
+
+def write_config(tmp_path, config, name="job.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def with_fit(**fit):
+    config = json.loads(json.dumps(BASE))
+    config["fit"].update(fit)
+    return config
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def test_unknown_fit_key_is_named_with_its_section_the_closest_key_and_all_valid_keys(tmp_path):
+    path = write_config(tmp_path, with_fit(epocs=2))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert "fit.epocs" in msg and "section 'fit'" in msg
+    assert "Did you mean 'epochs'?" in msg
+    listed = msg.split("Valid keys of section 'fit': ")[1].split(". Received")[0].split(", ")
+    assert listed == list(FIT_KEYS)  # every valid key, in schema order
+    assert path in msg
+
+
+@pytest.mark.parametrize(
+    "section, key, suggestion",
+    [("data", "lable_col", "label_col"), ("model", "factroy", "factory"), ("output", "plots", "plot"), ("", "fitt", "fit")],
+)
+def test_unknown_key_in_any_section_suggests_the_closest(tmp_path, section, key, suggestion):
+    config = json.loads(json.dumps(BASE))
+    (config.setdefault(section, {}) if section else config)[key] = "x"
+    with pytest.raises(ConfigError, match=rf"unknown key {re.escape(f'{section}.' if section else '')}{key}\b.*"
+                                          rf"Did you mean '{suggestion}'\?"):
+        load_config(write_config(tmp_path, config))
+
+
+def test_unknown_key_far_from_every_valid_key_gets_no_suggestion(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(write_config(tmp_path, with_fit(zzzzzz=1)))
+    assert "Did you mean" not in str(e.value) and "fit.zzzzzz" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "fit, expected",
+    [
+        ({"epochs": "two"}, r"fit\.epochs must be int .*Received: 'two' \(str\)"),
+        ({"epochs": True}, r"fit\.epochs must be int .*Received: True \(bool\)"),
+        ({"num_workers": 2.5}, r"fit\.num_workers must be int .*Received: 2\.5 \(float\)"),
+        ({"shuffle": "yes"}, r"fit\.shuffle must be bool .*Received: 'yes'"),
+        ({"metrics": "accuracy"}, r"fit\.metrics must be list .*Received: 'accuracy' \(str\)"),
+        ({"local_steps": "16"}, r"fit\.local_steps must be int or null .*Received: '16' \(str\)"),
+        ({"verbose": 3}, r"fit\.verbose must be one of 0, 1, 2\. Received: 3"),
+        ({"mode": "synchronous"}, r"fit\.mode must be one of sync, bmuf, .*Received: 'synchronous'"),
+        ({"validation_split": "a tenth"}, r"fit\.validation_split must be float .*Received: 'a tenth' \(str\)"),
+    ],
+)
+def test_a_value_of_the_wrong_type_names_the_key_the_type_and_the_value(tmp_path, fit, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(write_config(tmp_path, with_fit(**fit)))
+
+
+def test_accepted_values_and_defaults(tmp_path):
+    config = load_config(write_config(tmp_path, with_fit(verbose=2, validation_split="1e-1", round_deadline=3,
+                                                         min_workers_per_round=0.5, log_dir="tb", mlflow=False)))
+    assert config["fit"]["verbose"] == 2
+    assert config["fit"]["validation_split"] == pytest.approx(0.1)  # PyYAML reads 1e-1 as a string
+    assert config["fit"]["round_deadline"] == 3 and config["fit"]["min_workers_per_round"] == 0.5
+    assert config["name"] == "job"  # the file's name
+    assert config["data"]["label_col"] == "label" and config["data"]["format"] == "parquet"  # defaults filled in
+    assert config["data"]["features_col"] == "pixels"
+    assert config["output"] == {"dir": None, "plot": True} and config["callbacks"] == []
+    assert set(config["fit"]) == {"loss", "epochs", "num_workers", "verbose", "validation_split", "round_deadline",
+                                  "min_workers_per_round", "log_dir", "mlflow"}  # only the keys given
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda c: c["data"].pop("train"), r"missing the required key data\.train"),
+        (lambda c: c.pop("model"), r"missing the required key model\b"),
+        (lambda c: c["model"].update(json="m.json"), r"exactly one of model\.factory .* or model\.json"),
+        (lambda c: c["model"].pop("factory"), r"exactly one of model\.factory"),
+        (lambda c: c.update(fit=[1, 2]), r"config key fit must be dict or null"),
+    ],
+)
+def test_missing_required_keys_are_named(tmp_path, mutate, expected):
+    config = json.loads(json.dumps(BASE))
+    mutate(config)
+    with pytest.raises(ConfigError, match=expected):
+        load_config(write_config(tmp_path, config))
+
+
+def test_unreadable_or_non_mapping_files_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the job config"):
+        load_config(str(tmp_path / "nope.yaml"))
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a YAML mapping"):
+        load_config(str(path))
+
+
+# --- overrides ----------------------------------------------------------------------------------
+
+
+def test_set_overrides_are_applied_before_validation(tmp_path):
+    path = write_config(tmp_path, BASE)
+    config = load_config(path, ["fit.epochs=1", "fit.local_steps=null", "model.kwargs.seed=2", "name=trial",
+                                "fit.metrics=[accuracy]", "fit.optimizer={class_name: SGD, config: {learning_rate: 0.1}}",
+                                "output.dir=/tmp/x"])
+    assert config["fit"]["epochs"] == 1 and isinstance(config["fit"]["epochs"], int)
+    assert config["fit"]["local_steps"] is None
+    assert config["model"]["kwargs"] == {"seed": 2}
+    assert config["name"] == "trial"
+    assert config["fit"]["metrics"] == ["accuracy"]
+    assert config["fit"]["optimizer"] == {"class_name": "SGD", "config": {"learning_rate": 0.1}}
+    assert config["output"]["dir"] == "/tmp/x"
+    assert yaml.safe_load(open(path))["fit"]["epochs"] == 3  # the file is untouched
+
+
+def test_bad_overrides_are_refused(tmp_path):
+    path = write_config(tmp_path, BASE)
+    with pytest.raises(ConfigError, match=r"section\.key=value.*Received: 'fit\.epochs'"):
+        load_config(path, ["fit.epochs"])
+    with pytest.raises(ConfigError, match=r"unknown key fit\.epocs.*Did you mean 'epochs'"):
+        load_config(path, ["fit.epocs=1"])
+    with pytest.raises(ConfigError, match=r"fit\.epochs must be int .*Received: 'two'"):
+        load_config(path, ["fit.epochs=two"])
+    with pytest.raises(ConfigError, match=r"'fit\.loss' is not a mapping"):
+        load_config(path, ["fit.loss.name=x"])
+
+
+def test_apply_overrides_creates_missing_sections():
+    config = apply_overrides({}, ["output.plot=false", "callbacks=[{class: a.B}]"])
+    assert config == {"output": {"plot": False}, "callbacks": [{"class": "a.B"}]}
+
+
+# --- callbacks ----------------------------------------------------------------------------------
+
+
+def test_callbacks_section_builds_the_keras_objects(tmp_path):
+    import keras
+
+    config = json.loads(json.dumps(BASE))
+    config["callbacks"] = [
+        {"class": "keras.callbacks.EarlyStopping", "kwargs": {"monitor": "val_loss", "patience": 3}},
+        {"class": "keras.callbacks:TerminateOnNaN"},
+    ]
+    loaded = load_config(write_config(tmp_path, config))
+    assert loaded["callbacks"][1] == {"class": "keras.callbacks:TerminateOnNaN", "kwargs": {}}
+    built = build_callbacks(loaded)
+    assert type(built[0]) is keras.callbacks.EarlyStopping
+    assert built[0].patience == 3 and built[0].monitor == "val_loss"
+    assert type(built[1]) is keras.callbacks.TerminateOnNaN
+
+
+def test_callbacks_errors_name_the_entry(tmp_path):
+    config = json.loads(json.dumps(BASE))
+    config["callbacks"] = [{"class": "keras.callbacks.EarlyStopping", "kwarg": {}}]
+    with pytest.raises(ConfigError, match=r"unknown key callbacks\[0\]\.kwarg\b.*Did you mean 'kwargs'"):
+        load_config(write_config(tmp_path, config))
+    config["callbacks"] = [{"kwargs": {}}]
+    with pytest.raises(ConfigError, match=r"missing the required key callbacks\[0\]\.class"):
+        load_config(write_config(tmp_path, config))
+    for cls, kwargs, expected in [
+        ("keras.callbacks.NoSuchCallback", {}, r"callbacks\[0\]\.class: 'keras\.callbacks' has no attribute"),
+        ("no_such_module_xyz.Callback", {}, r"cannot import module 'no_such_module_xyz'"),
+        ("keras.callbacks.EarlyStopping", {"patiense": 2}, r"callbacks\[0\]: keras\.callbacks\.EarlyStopping\(\*\*kwargs\) failed"),
+        ("os.path.join", {}, r"callbacks\[0\]\.class must name a class"),
+    ]:
+        config["callbacks"] = [{"class": cls, "kwargs": kwargs}]
+        with pytest.raises(ConfigError, match=expected):
+            build_callbacks(load_config(write_config(tmp_path, config)))
+
+
+# --- estimator keywords -------------------------------------------------------------------------
+
+
+def test_old_fit_keys_are_kept_with_their_params():
+    assert {k: FIT_KEYS[k] for k in OLD_FIT_KEYS} == OLD_FIT_KEYS
+    assert FIT_KEYS["log_dir"] == "logDir" and FIT_KEYS["mlflow"] == "mlflow" and FIT_KEYS["verbose"] == "verbose"
+    from jobs.train import FIT_KEYS as job_fit_keys  # still importable from the job file
+
+    assert job_fit_keys is FIT_KEYS
+
+
+def test_estimator_params_pass_only_what_the_config_gives(tmp_path):
+    config = load_config(write_config(tmp_path, with_fit(local_steps=None)))
+    params = estimator_params(config)
+    assert params == {"loss": "sparse_categorical_crossentropy", "epochs": 3, "numWorkers": 2, "localSteps": None,
+                      "featuresCol": "pixels", "labelCol": "label"}
+    config = load_config(write_config(tmp_path, with_fit(log_dir="tb")))
+    with pytest.raises(ConfigError, match=r"fit\.log_dir needs KerasEstimator\(logDir=\.\.\.\)"):
+        estimator_params(config, accepted={"loss", "epochs", "numWorkers", "featuresCol", "labelCol"})
+
+
+def test_schema_defaults_are_the_estimators():
+    """The `default` column of conf/README.md: each fit/data key's default equals KerasEstimator's."""
+    from sparkdl import KerasEstimator
+
+    signature = inspect.signature(KerasEstimator.__init__).parameters
+    checked = 0
+    for section in ("fit", "data"):
+        for key, spec in SCHEMA[section].keys.items():
+            if spec.param in signature and spec.param not in ("optimizer", "loss", "metrics"):  # compile keywords: None = unset
+                assert spec.default == signature[spec.param].default, f"{section}.{key}"
+                checked += 1
+    assert checked >= 30
+    assert set(FIT_KEYS.values()) - set(signature) <= {"logDir", "mlflow"}  # being added to the estimator
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "conf", "*.yaml"))), ids=os.path.basename)
+def test_every_shipped_config_validates(path):
+    config = load_config(path)
+    assert config["name"] == os.path.splitext(os.path.basename(path))[0]
+    assert os.path.isfile(os.path.join(ROOT, config["data"]["train"]))
+    params = estimator_params(config)
+    assert params["featuresCol"] == "pixels" and params["loss"] == "sparse_categorical_crossentropy"
+
+
+# --- docs ---------------------------------------------------------------------------------------
+
+
+def test_conf_readme_tables_are_the_schemas():
+    text = open(os.path.join(ROOT, "conf", "README.md")).read()
+    tables = text.split("<!-- schema:begin -->\n")[1].split("<!-- schema:end -->")[0]
+    assert tables == schema_markdown(), "conf/README.md is out of date: python -m sparkdl.cli.config"
+    for section, spec in SCHEMA.items():
+        for key, k in spec.keys.items():
+            assert f"| `{key}` | {k.type_name()} |" in text, f"{section}.{key}"
+    assert sum(len(s.keys) for s in SCHEMA.values()) >= 50
+
+
+def test_databricks_job_runs_jobs_train_with_a_valid_config():
+    with open(os.path.join(ROOT, "conf", "deploy", "databricks_job.json")) as f:
+        job = json.load(f)
+    (task,) = job["tasks"]
+    python_task = task["spark_python_task"]
+    assert python_task["python_file"].endswith("/jobs/train.py")
+    args = python_task["parameters"]
+    config = args[args.index("--config") + 1]
+    overrides = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    local = os.path.join(ROOT, "conf", os.path.basename(config))
+    loaded = load_config(local, overrides)  # the job's config with the job's overrides is valid
+    assert loaded["data"]["train"].startswith("/Volumes/")
+    assert task["new_cluster"]["spark_version"].startswith("17.")
+    assert any(lib.get("whl", "").endswith(".whl") for lib in task["libraries"])
+
+
+def test_deploy_doc_has_the_tested_block_and_every_cluster_manager():
+    text = open(os.path.join(ROOT, "docs", "deploy.md")).read()
+    block = re.search(r"<!-- tested: local-cluster -->\n```bash\n(.*?)```", text, re.S).group(1)
+    assert "local-cluster[2,1,1024]" in block and "conf/mnist_quick.yaml" in block and "sparkdl-predict" in block
+    for needle in ("spark://", "--archives env.tar.gz#environment", "spark.yarn.appMasterEnv.PYSPARK_PYTHON",
+                   "k8s://https://", "docker/Dockerfile", "spark_python_task", "/Volumes/"):
+        assert needle in text, needle
+    dockerfile = open(os.path.join(ROOT, "docker", "Dockerfile")).read()
+    assert re.search(r"^FROM apache/spark:\$\{SPARK_VERSION\}-scala2\.13-java17-python3-ubuntu$", dockerfile, re.M)
+    assert re.search(r"^ARG SPARK_VERSION=4\.", dockerfile, re.M)
+    assert 'pip install --no-cache-dir ".[cpu' in dockerfile
+
+
+# --- plot ---------------------------------------------------------------------------------------
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.parametrize("with_val", [True, False])
+def test_plot_history_writes_a_png(tmp_path, with_val):
+    from sparkdl.cli.plot import plot_history
+
+    history = {"loss": [0.9, 0.5, 0.3], "accuracy": [0.7, 0.85, 0.9]}
+    if with_val:
+        history.update(val_loss=[0.8, 0.6, 0.5], val_accuracy=[0.75, 0.8, 0.82])
+    path = str(tmp_path / "sub" / "history.png")
+    assert plot_history(history, path) == path
+    data = open(path, "rb").read()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 1024
+    width, height = png_size(data)
+    assert (width, height) == (900, 340)  # two subplots side by side, 4.5 x 3.4 inches each at 100 dpi
+
+
+def test_plot_history_lays_out_one_subplot_per_metric(tmp_path):
+    from sparkdl.cli.plot import _metric_names, plot_history
+
+    history = {"accuracy": [0.5, 0.6], "val_loss": [1.0, 0.9], "loss": [1.1, 0.8], "auc": [0.6, 0.7], "val_top5": [0.9, 0.95]}
+    assert _metric_names(history) == ["loss", "accuracy", "auc", "top5"]
+    width, height = png_size(open(plot_history(history, str(tmp_path / "h.png")), "rb").read())
+    assert (width, height) == (1350, 680)  # 4 metrics: 3 columns, 2 rows
+    with pytest.raises(ValueError, match="empty history"):
+        plot_history({}, str(tmp_path / "e.png"))
+    with pytest.raises(ValueError, match=r"history\['loss'\] must be a list of numbers"):
+        plot_history({"loss": "0.5"}, str(tmp_path / "e.png"))
+
+
+def test_train_job_skips_the_plot_with_a_warning_without_matplotlib(tmp_path, monkeypatch, caplog):
+    from sparkdl.cli import train
+
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with caplog.at_level(logging.WARNING, logger="sparkdl.cli"):
+        assert train._plot({"loss": [1.0]}, str(tmp_path / "h.png"), "t") is None
+    assert "matplotlib is not installed" in caplog.text and "sparkdl-keras[plot]" in caplog.text
+    assert not os.path.exists(tmp_path / "h.png")
+
+
+# --- command lines without Spark ----------------------------------------------------------------
+
+
+def test_train_check_prints_the_validated_config(tmp_path, capsys):
+    from sparkdl.cli.train import main
+
+    path = write_config(tmp_path, BASE)
+    assert main(["--config", path, "--set", "fit.epochs=1", "--check"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["fit"]["epochs"] == 1 and printed["name"] == "job"
+    assert main(["--config", path, "--set", "fit.epocs=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sparkdl-train: error: ") and "Did you mean 'epochs'?" in err
+
+
+def test_uri_detection():
+    from sparkdl.cli.train import is_uri, join
+
+    assert all(is_uri(p) for p in ("hdfs:///x", "s3a://b/x", "dbfs:/x", "file:/tmp/x", "abfss://c@a.dfs.core.windows.net/x"))
+    assert not any(is_uri(p) for p in ("runs/x", "/Volumes/main/x", "./a:b", "C:\\runs"))
+    assert join("s3a://b/runs/", "model") == "s3a://b/runs/model" and join("runs", "model") == os.path.join("runs", "model")
+
+
+def test_predict_checks_paths_before_spark(tmp_path, capsys):
+    from sparkdl.cli.predict import check_paths, main
+
+    test_parquet = os.path.join(ROOT, "data", "mnist10k", "test.parquet")
+    with pytest.raises(ConfigError, match=r"no folder at .*nope"):
+        check_paths(str(tmp_path / "nope"), test_parquet, str(tmp_path / "out"), "errorifexists")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"holds no saved KerasModel \(no metadata/ folder"):
+        check_paths(str(tmp_path / "empty"), test_parquet, str(tmp_path / "out"), "errorifexists")
+    (tmp_path / "model" / "metadata").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"--input: no file or folder at .*missing\.parquet"):
+        check_paths(str(tmp_path / "model"), str(tmp_path / "missing.parquet"), str(tmp_path / "out"), "errorifexists")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ConfigError, match=r"--output .* exists; pass --mode overwrite"):
+        check_paths(str(tmp_path / "model"), test_parquet, str(tmp_path / "out"), "errorifexists")
+    check_paths(str(tmp_path / "model"), test_parquet, str(tmp_path / "out"), "overwrite")  # no error
+    check_paths("hdfs:///m", "s3a://b/in", str(tmp_path / "out"), "overwrite")  # URIs are Spark's to check
+    assert main(["--model", str(tmp_path / "nope"), "--input", test_parquet, "--output", str(tmp_path / "o")]) == 2
+    assert "sparkdl-predict: error: --model must be the folder of a saved KerasModel" in capsys.readouterr().err
+
+
+def test_schema_module_prints_the_tables():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "sparkdl.cli.config"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out == cli_config.schema_markdown()
