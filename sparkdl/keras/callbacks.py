@@ -116,6 +116,15 @@ class DriverCallbacks:
                     variable.assign(np.asarray(array).astype(variable.dtype))
         self._set_weights = [np.array(w) for w in state.weights]
 
+    def master_state(self) -> ModelState:
+        """The driver model's weights and optimizer state, as a master state (after a resume)."""
+        return ModelState([np.asarray(w) for w in self.model.get_weights()],
+                          [np.asarray(v.numpy()) for v in self._optimizer.variables])
+
+    def initial_epoch(self) -> int:
+        """The epoch a ``BackupAndRestore`` callback restored the model at (0: none)."""
+        return int(getattr(self.model, "_initial_epoch", 0) or 0)
+
     def weights_changed(self) -> list | None:
         """The driver model's weights when a callback changed them since :meth:`set_master`
         (``EarlyStopping(restore_best_weights=True)``), else None."""

@@ -123,10 +123,13 @@ def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path):
     checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt-{epoch:02d}.keras"))
     through_arrow = ModelCheckpoint((tmp_path / "arrow" / "best.weights.h5").as_uri(), save_weights_only=True, save_best_only=True,
                                     monitor="loss")  # a URI: written through pyarrow.fs
+    every_two_rounds = keras.callbacks.ModelCheckpoint(str(tmp_path / "rounds" / "e{epoch}-r{batch}.weights.h5"), save_weights_only=True,
+                                                       save_freq=2)  # Keras' batches are the fit's rounds
     csv_path = tmp_path / "history.csv"
-    callbacks = [checkpoint, through_arrow, keras.callbacks.CSVLogger(str(csv_path))]
+    callbacks = [checkpoint, through_arrow, every_two_rounds, keras.callbacks.CSVLogger(str(csv_path))]
     fitted = estimator(linear_model(), epochs=2, callbacks=callbacks).fit(df)
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.keras")) == ["ckpt-01.keras", "ckpt-02.keras"]
+    assert fitted.fitInfo["rounds"] == 6 and len(list((tmp_path / "rounds").glob("*.weights.h5"))) == 3
     last = keras.saving.load_model(tmp_path / "ckpt-02.keras")
     for got, want in zip(last.get_weights(), fitted.getKerasModel().get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)
@@ -176,3 +179,26 @@ def test_verbose_lines_per_epoch(spark, capsys):
     assert "Epoch" not in capsys.readouterr().out
     with pytest.raises(ConfigError, match=r"verbose must be 0, 1 or 2. Received: verbose=3"):
         estimator(linear_model(), verbose=3).fit(df)
+
+
+def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_path):
+    """A fit that fails after epoch 2 resumes from keras.callbacks.BackupAndRestore's backup at epoch 3,
+    with the master weights and Adam's state of then: it ends with the weights of an uninterrupted fit."""
+    df, *_ = linear_df(spark)
+
+    class Crash(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise RuntimeError("executor lost")
+
+    adam = dict(optimizer=keras.optimizers.Adam(0.05), epochs=4)
+    backup = str(tmp_path / "backup")
+    with pytest.raises(RuntimeError, match="executor lost"):
+        estimator(linear_model(), callbacks=[keras.callbacks.BackupAndRestore(backup), Crash()], **adam).fit(df)
+    resumed = estimator(linear_model(), callbacks=[keras.callbacks.BackupAndRestore(backup)], **adam).fit(df)
+    assert resumed.fitInfo["resumed_from_epoch"] == 2 and len(resumed.history["loss"]) == 2
+    whole = estimator(linear_model(), **adam).fit(df)
+    assert resumed.history["loss"] == pytest.approx(whole.history["loss"][2:], rel=1e-5)
+    for got, want in zip(resumed.getKerasModel().get_weights(), whole.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    assert not (tmp_path / "backup").exists()  # deleted once the fit ended well, as Keras does

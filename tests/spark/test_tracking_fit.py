@@ -74,3 +74,15 @@ def test_mlflow_follows_an_active_run_and_stays_off_without_one(spark, tracking)
     assert inside.fitInfo["mlflow_model_uri"].startswith(tracking.get_run(run.info.run_id).info.artifact_uri)
     fit(df, mlflow=False)
     assert len(mlflow.search_runs(output_format="list")) == 1
+
+
+def test_progress_and_tensorboard_on_backend_ps(spark, tmp_path, capsys):
+    """On backend ps the observers run as each epoch completes: a progress line and epoch scalars per epoch."""
+    df, *_ = linear_df(spark)
+    fitted = KerasEstimator(model=linear_model(), optimizer=keras.optimizers.SGD(0.05), loss="mse", featuresCol="x", labelCol="y",
+                            numWorkers=2, batchSize=4, epochs=2, mode="async", verbose=2, logDir=str(tmp_path / "tb")).fit(df)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Epoch ")]
+    assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "Epoch 2/2"]
+    train, _ = read_events(str(tmp_path / "tb" / "train"))
+    assert [v for _, v in train["epoch_loss"]] == pytest.approx(fitted.history["loss"], rel=1e-6)
+    assert "round_loss" not in train  # the ps workers' rounds are not the driver's

@@ -748,11 +748,20 @@ class RoundsBackend:
         accepted = [-1] * workers  # per partition: the round whose update was last applied (1bit/threshold)
         rounds_per_epoch = job.plan.rounds_per_epoch
         total_rounds = config.epochs * rounds_per_epoch
+        start_epoch = 0
         if callbacks is not None:
             callbacks.train_begin(result.state)
+            start_epoch = callbacks.initial_epoch()  # keras.callbacks.BackupAndRestore: resume after its last saved epoch
+            if start_epoch >= config.epochs:
+                raise ConfigError(f"BackupAndRestore restored the model after epoch {start_epoch}, at or beyond epochs={config.epochs}: "
+                                  "nothing is left to train (delete its backup_dir or raise epochs)")
+            if start_epoch or callbacks.weights_changed() is not None:
+                result.state = callbacks.master_state()
+                result.info["resumed_from_epoch"] = start_epoch
+                result.rounds = start_epoch * rounds_per_epoch  # the rounds' indices, seeds and shuffles go on from there
         logs: dict = {}
         try:
-            for epoch in range(config.epochs):
+            for epoch in range(start_epoch, config.epochs):
                 started = time.perf_counter()
                 if callbacks is not None:
                     callbacks.epoch_begin(epoch)
