@@ -65,3 +65,16 @@ def jobs_started(spark, call, group: str = "sparkdl-test-jobs") -> int:
     finally:
         sc.setJobGroup("", "")
     return len(sc.statusTracker().getJobIdsForGroup(group)) - before
+
+
+@pytest.fixture
+def tracking(tmp_path, monkeypatch):
+    """An MLflow client of a local file store under tmp_path (MLflow >= 3.7 wants the file store allowed
+    explicitly); no run is left active after the test."""
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    assert mlflow.active_run() is None
+    yield mlflow.tracking.MlflowClient()
+    while mlflow.active_run() is not None:
+        mlflow.end_run()

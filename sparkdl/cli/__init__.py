@@ -9,3 +9,19 @@ metrics, history plot) and ``sparkdl-predict`` (a saved ``KerasModel`` scores a 
 
 Importing this package loads neither Spark nor Keras.
 """
+
+
+def spark_session(app_name: str, master: str | None = None):
+    """The active SparkSession, or a new one named ``app_name`` (on ``master`` when given, else
+    spark-submit's), quieted to ERROR logs; returns ``(spark, started_here)``: stop it only when
+    ``started_here`` (a Databricks or notebook session stays up)."""
+    from pyspark.sql import SparkSession
+
+    started_here = SparkSession.getActiveSession() is None
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    if started_here:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark, started_here

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 
+from sparkdl.cli import spark_session
 from sparkdl.cli.train import is_uri, setup_logging
 from sparkdl.errors import ConfigError
 
@@ -92,18 +93,11 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
         raise ConfigError(f"--batch-size must be a positive number of rows. Received: {batch_size!r}")
     check_paths(model, input_path, output, mode)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
     from sparkdl import KerasModel
 
-    started_here = SparkSession.getActiveSession() is None
-    builder = SparkSession.builder.appName("sparkdl predict")
-    if master:
-        builder = builder.master(master)
-    spark = builder.getOrCreate()
+    spark, started_here = spark_session("sparkdl predict", master)
     try:
-        if started_here:
-            spark.sparkContext.setLogLevel("ERROR")
         started = time.perf_counter()
         read_options = {"header": "true", "inferSchema": "true"} if input_format == "csv" else {}
         read_options.update(input_options or {})

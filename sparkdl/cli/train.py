@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 
+from sparkdl.cli import spark_session
 from sparkdl.cli.config import build_callbacks, build_model, estimator_keywords, estimator_params, load_config
 from sparkdl.errors import ConfigError
 
@@ -117,19 +118,12 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
         params["callbacks"] = callbacks
     model = build_model(config["model"])
 
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     from sparkdl import KerasEstimator
 
-    started_here = SparkSession.getActiveSession() is None
-    builder = SparkSession.builder.appName(f"sparkdl {name}")
-    if master:
-        builder = builder.master(master)
-    spark = builder.getOrCreate()
+    spark, started_here = spark_session(f"sparkdl {name}", master)
     try:
-        if started_here:
-            spark.sparkContext.setLogLevel("ERROR")
         data = config["data"]
         read = spark.read.format(data["format"])
         train_df = read.load(data["train"])

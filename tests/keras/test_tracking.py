@@ -123,17 +123,6 @@ def test_tensorboard_logger_errors(tmp_path, monkeypatch):
 # -- MLflow -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tracking(tmp_path, monkeypatch):
-    """A local MLflow file store under tmp_path (MLflow >= 3.7 wants the file store allowed explicitly)."""
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
-    assert mlflow.active_run() is None
-    yield mlflow.tracking.MlflowClient()
-    while mlflow.active_run() is not None:  # never leak a run into other tests
-        mlflow.end_run()
-
-
 def history(client, run_id, key):
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
 

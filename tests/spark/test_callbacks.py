@@ -37,6 +37,7 @@ def estimator(model, **params):
     return KerasEstimator(**base)
 
 
+@pytest.mark.backends
 def test_c17_early_stopping_on_a_constant_target_stops_every_worker_in_the_same_round(spark):
     """C17: 40 rows, 2 workers, a constant target (the zero model is exact at once, so val_loss never
     improves), EarlyStopping(patience=1), epochs=20: fit returns after epoch 2 with a 2-epoch history."""
@@ -74,6 +75,7 @@ def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark):
     assert not np.allclose(three.getKerasModel().get_weights()[0], one.getKerasModel().get_weights()[0], atol=1e-3)
 
 
+@pytest.mark.backends
 def test_reduce_lr_on_plateau_reaches_the_replicas_from_the_next_round(spark):
     """ReduceLROnPlateau halves the learning rate at the end of epochs 2 and 3 (min_delta so large that
     no epoch after the first improves); the learning rate read back from the optimizer state the

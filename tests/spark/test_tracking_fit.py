@@ -13,16 +13,6 @@ import keras  # noqa: E402
 mlflow = pytest.importorskip("mlflow")
 
 
-@pytest.fixture
-def tracking(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
-    assert mlflow.active_run() is None
-    yield mlflow.tracking.MlflowClient()
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
-
-
 def fit(df, **params):
     return KerasEstimator(model=linear_model(), optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"], featuresCol="x",
                           labelCol="y", numWorkers=2, batchSize=4, localSteps=2, epochs=2, verbose=0, validationSplit=0.3,
