@@ -25,7 +25,9 @@ driver and out of saved Params. Pure Keras: no Spark here.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -54,6 +56,36 @@ def check_callbacks(callbacks) -> list:
                 f"callbacks must be keras.callbacks.Callback objects. Received: {type(callback).__name__} at position {i}"
             )
     return list(callbacks)
+
+
+_IN_USE: set[int] = set()  # ids of the callback objects of the fits running in this driver
+_IN_USE_LOCK = threading.Lock()
+
+
+@contextmanager
+def exclusive(callbacks):
+    """Hold ``callbacks`` for one fit: a callback object keeps per-fit state (its model, the best
+    value, open files), so two fits running at once cannot share it.
+
+    Raises:
+        ConfigError: when another fit running now holds one of them (``CrossValidator`` or
+            ``TrainValidationSplit`` with ``parallelism`` > 1, or two threads), naming it.
+    """
+    ids = {id(c): type(c).__name__ for c in callbacks or []}
+    with _IN_USE_LOCK:
+        busy = sorted(name for key, name in ids.items() if key in _IN_USE)
+        if busy:
+            raise ConfigError(
+                "a Keras callback object can serve one fit at a time: it keeps that fit's state (its model, the best "
+                f"value, open files). Received: {busy} already in a fit running now (CrossValidator or TrainValidationSplit "
+                "with parallelism > 1, or another thread); use parallelism=1 or give each fit its own callbacks"
+            )
+        _IN_USE.update(ids)
+    try:
+        yield
+    finally:
+        with _IN_USE_LOCK:
+            _IN_USE.difference_update(ids)
 
 
 def _learning_rate_variable(optimizer):

@@ -545,6 +545,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
+        from sparkdl.keras.callbacks import exclusive
+
+        with exclusive(self._callbacks):  # a callback object serves one fit at a time
+            return self._fit_exclusive(dataset)
+
+    def _fit_exclusive(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.core.gpu import gpu_conf_warnings
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.replica import check_state_dtypes, state_nbytes

@@ -204,3 +204,32 @@ def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_pat
     for got, want in zip(resumed.getKerasModel().get_weights(), whole.getKerasModel().get_weights(), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
     assert not (tmp_path / "backup").exists()  # deleted once the fit ended well, as Keras does
+
+
+def test_a_callback_object_serves_one_fit_at_a_time(spark):
+    """CrossValidator(parallelism=2) would run two fits sharing one EarlyStopping (its best value, its
+    model): the second is refused while the first runs; one after the other they work."""
+    import threading
+
+    df, *_ = linear_df(spark)
+    started, release = threading.Event(), threading.Event()
+
+    class Hold(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            started.set()
+            release.wait(60)
+
+    shared = keras.callbacks.EarlyStopping(monitor="loss")
+    first = estimator(linear_model(), callbacks=[shared, Hold()])
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(first.fit(df)))
+    thread.start()
+    try:
+        assert started.wait(60)
+        with pytest.raises(ConfigError, match=r"one fit at a time.*\['EarlyStopping'\]"):
+            estimator(linear_model(), callbacks=[shared]).fit(df)
+    finally:
+        release.set()
+        thread.join(120)
+    assert len(errors) == 1 and len(errors[0].history["loss"]) == 1
+    assert len(estimator(linear_model(), callbacks=[shared]).fit(df).history["loss"]) == 1
