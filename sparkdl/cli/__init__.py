@@ -19,9 +19,20 @@ def spark_session(app_name: str, master: str | None = None):
 
     started_here = SparkSession.getActiveSession() is None
     builder = SparkSession.builder.appName(app_name)
+    if started_here:  # the fit prints its own progress: no Spark stage bars on top of it
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
     if master:
         builder = builder.master(master)
     spark = builder.getOrCreate()
     if started_here:
         spark.sparkContext.setLogLevel("ERROR")
     return spark, started_here
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a problem of the input the command can state in one line (exit status 2):
+    a sparkdl error (bad config, column, path, saved stage) or Spark's analysis error (a path that
+    does not exist, a missing column); anything else is a bug and keeps its traceback."""
+    from sparkdl.errors import SparkDLError
+
+    return isinstance(exc, SparkDLError) or type(exc).__name__ == "AnalysisException"

@@ -129,7 +129,7 @@ FIT = Section(
                        "auto", "ps", param="backend", choices=BACKENDS),
         "seed": Key(("int",), "seed of the shuffles and random layers [seed]", 0, 1, param="seed"),
         "shuffle": Key(("bool",), "reshuffle each partition every epoch [shuffle]", True, False, param="shuffle"),
-        "verbose": Key(("int",), "0 silent; 1 and 2 one line per epoch [verbose]", 1, 0, param="verbose",
+        "verbose": Key(("int",), "0 silent; 1 a live progress bar in a terminal, else one line per epoch; 2 one line per epoch [verbose]", 1, 0, param="verbose",
                        choices=(0, 1, 2)),
         "log_dir": Key(("str", "null"), "folder of TensorBoard event files (train/, validation/) [logDir]", None,
                        "runs/mnist_cnn/tb", param="logDir"),
@@ -455,6 +455,8 @@ def estimator_params(config: dict, accepted: Iterable[str] | None = None) -> dic
     params = {FIT_KEYS[key]: value for key, value in config["fit"].items()}
     data = config["data"]
     params.update({param: data[key] for key, param in DATA_KEYS.items() if data.get(key) is not None})
+    if data.get("features_cols") is not None:  # it replaces features_col (whose default is always filled in)
+        params.pop("featuresCol", None)
     if accepted is None:
         accepted = estimator_keywords()
     accepted = set(accepted)

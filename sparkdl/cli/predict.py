@@ -25,11 +25,11 @@ import os
 import sys
 import time
 
-from sparkdl.cli import spark_session
+from sparkdl.cli import is_user_error, spark_session
 from sparkdl.cli.train import is_uri, setup_logging
 from sparkdl.errors import ConfigError
 
-MODES = ("errorifexists", "overwrite", "append", "ignore")
+MODES = ("errorifexists", "overwrite", "append")
 
 
 def _options(pairs: list[str], flag: str) -> dict[str, str]:
@@ -75,6 +75,13 @@ def check_paths(model: str, input_path: str, output: str, mode: str) -> None:
                               f"found: {sorted(os.listdir(model))[:10]}). Received: {model!r}")
     if not is_uri(input_path) and not glob.glob(input_path):
         raise ConfigError(f"--input: no file or folder at {input_path!r}. Received: {input_path!r}")
+    def norm(path: str) -> str:
+        return path.rstrip("/") if is_uri(path) else os.path.realpath(path)
+
+    source, target = norm(input_path), norm(output)
+    if source == target or target.startswith(source + "/") or source.startswith(target + "/"):
+        raise ConfigError(f"--output must not be the input or a folder inside or around it (Spark deletes the output first "
+                          f"when it overwrites it, before the input is read). Received: --input {input_path!r}, --output {output!r}")
     if not is_uri(output) and mode == "errorifexists" and os.path.exists(output):
         raise ConfigError(f"--output {output!r} exists; pass --mode overwrite (or append) to write there. Received: {output!r}")
 
@@ -114,14 +121,20 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
         added = [c for c in scored.columns if c not in df.columns]
         kept = list(columns) if columns else list(df.columns)
         scored = scored.select(*kept, *added)
-        if output_format == "csv":
+        if output_format == "csv":  # CSV holds no vectors or arrays: they are written as JSON arrays, "[0.1,0.9]"
+            from pyspark.ml.functions import vector_to_array
+            from pyspark.sql import functions as F
             from pyspark.sql.types import ArrayType, MapType, StructType
             from pyspark.sql.types import UserDefinedType as UDT
 
-            complex_cols = [f.name for f in scored.schema.fields if isinstance(f.dataType, (ArrayType, MapType, StructType, UDT))]
-            if complex_cols:
-                raise ConfigError(f"--output-format csv cannot store the vector or array column(s) {complex_cols}; "
-                                  "write parquet, orc or json (or drop input columns with --columns). Received: csv")
+            def as_text(field):
+                if isinstance(field.dataType, UDT):
+                    return F.to_json(vector_to_array(F.col(field.name), "float64")).alias(field.name)
+                if isinstance(field.dataType, (ArrayType, MapType, StructType)):
+                    return F.to_json(F.col(field.name)).alias(field.name)
+                return F.col(field.name)
+
+            scored = scored.select(*[as_text(f) for f in scored.schema.fields])
         write_options = {"header": "true"} if output_format == "csv" else {}
         write_options.update(output_options or {})
         scored.write.format(output_format).mode(mode).options(**write_options).save(output)
@@ -149,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             input_options=_options(args.input_option, "--input-option"),
             output_options=_options(args.output_option, "--output-option"),
         )
-    except ConfigError as e:
-        print(f"sparkdl-predict: error: {e}", file=sys.stderr, flush=True)
+    except Exception as e:
+        if not is_user_error(e):
+            raise
+        print(f"sparkdl-predict: error: {e}" if isinstance(e, ConfigError) else f"sparkdl-predict: error: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
         return 2
     print(f"sparkdl: wrote {result['rows']} rows ({', '.join(result['columns'])}) to {args.output} "
           f"in {result['seconds']:.1f} s", flush=True)

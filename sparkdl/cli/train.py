@@ -24,6 +24,7 @@ stdout through the ``sparkdl.cli`` logger; the last line gives the test accuracy
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from sparkdl.cli import spark_session
+from sparkdl.cli import is_user_error, spark_session
 from sparkdl.cli.config import build_callbacks, build_model, estimator_keywords, estimator_params, load_config
 from sparkdl.errors import ConfigError
 
@@ -95,6 +96,28 @@ def _write_outputs(output: str, files: dict[str, str], spark) -> None:
             shutil.copyfile(local, os.path.join(output, name))
 
 
+def build_estimator(config: dict):
+    """The ``KerasEstimator`` of a validated ``config``: its model built, its callbacks made and
+    every fit setting checked (``FitConfig``), all without Spark.
+
+    Raises:
+        ConfigError: a Param out of its range, a callback that is not a Keras callback, a model
+            factory that fails.
+    """
+    from sparkdl import KerasEstimator
+
+    params = estimator_params(config)
+    callbacks = build_callbacks(config)
+    if callbacks:
+        if "callbacks" not in estimator_keywords():
+            raise ConfigError("the config's callbacks need KerasEstimator(callbacks=...), which this version of sparkdl "
+                              f"does not have. Received: {[c['class'] for c in config['callbacks']]}")
+        params["callbacks"] = callbacks
+    estimator = KerasEstimator(model=build_model(config["model"]), **params)
+    estimator._fit_config()  # numWorkers, epochs, mode and backend, ...: their ranges
+    return estimator
+
+
 def train(config: dict, output: str | None = None, master: str | None = None) -> dict:
     """Run the job of a validated ``config`` (:func:`~sparkdl.cli.config.load_config`): fit, score
     the test rows, save the model, ``metrics.json`` and ``history.png``; returns the metrics.
@@ -108,28 +131,22 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
         os.makedirs(output, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    # everything that can fail on the config, before Spark starts
-    params = estimator_params(config)
-    callbacks = build_callbacks(config)
-    if callbacks:
-        if "callbacks" not in estimator_keywords():
-            raise ConfigError("the config's callbacks need KerasEstimator(callbacks=...), which this version of sparkdl "
-                              f"does not have. Received: {[c['class'] for c in config['callbacks']]}")
-        params["callbacks"] = callbacks
-    model = build_model(config["model"])
+    estimator = build_estimator(config)  # everything that can fail on the config, before Spark starts
+    data = config["data"]
+    for key in ("train", "test", "validation"):
+        path = data.get(key)
+        if path and not is_uri(path) and not glob.glob(path):
+            raise ConfigError(f"data.{key}: no file or folder at {path!r} (relative paths are read from the working directory "
+                              f"{os.getcwd()!r}). Received: {path!r}")
 
     from pyspark.sql import functions as F
 
-    from sparkdl import KerasEstimator
-
     spark, started_here = spark_session(f"sparkdl {name}", master)
     try:
-        data = config["data"]
         read = spark.read.format(data["format"])
         train_df = read.load(data["train"])
         test_df = read.load(data["test"])
         validation = read.load(data["validation"]) if data.get("validation") else None
-        estimator = KerasEstimator(model=model, **params)
         label_col = estimator.getLabelCol()
         log.info("fitting %s on %s with %d workers", name, spark.sparkContext.master, estimator.getNumWorkers())
         started = time.perf_counter()
@@ -189,13 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         if args.check:
-            estimator_params(config)
-            build_callbacks(config)
+            build_estimator(config)
             print(json.dumps(config, indent=2, default=repr))
             return 0
         train(config, output=args.output, master=args.master)
-    except ConfigError as e:
-        print(f"sparkdl-train: error: {e}", file=sys.stderr, flush=True)
+    except Exception as e:
+        if not is_user_error(e):
+            raise
+        print(f"sparkdl-train: error: {type(e).__name__}: {e}" if not isinstance(e, ConfigError) else f"sparkdl-train: error: {e}",
+              file=sys.stderr, flush=True)
         return 2
     return 0
 

@@ -236,6 +236,26 @@ class DriverCallbacks:
     def train_end(self, logs: dict) -> None:
         self._callbacks.on_train_end(dict(logs))
 
+    def late_validation(self, epoch: int, logs: dict) -> None:
+        """``val_*`` of ``epoch`` computed after its ``on_epoch_end`` (backend ``ps``): handed to the
+        callbacks that take them (``log_validation``: TensorBoard, MLflow)."""
+        for callback in self._callbacks.callbacks:
+            hook = getattr(callback, "log_validation", None)
+            if hook is not None:
+                hook(epoch, dict(logs))
+
+
+def abort_all(callbacks) -> None:
+    """The fit failed: let each callback that can (``abort``: the progress display, TensorBoard,
+    MLflow) stop its display, close its files, end its run; an error there is not raised over the fit's."""
+    for callback in callbacks:
+        hook = getattr(callback, "abort", None)
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - the fit's own error is the one to see
+                pass
+
 
 def _checkpoint_base():
     import keras
@@ -259,6 +279,7 @@ class ModelCheckpoint(_checkpoint_base()):
     def __init__(self, filepath, **kwargs) -> None:
         import os
         import tempfile
+        import uuid
 
         self.uri = os.fspath(filepath)
         self._fs = self._folder = self._staging = None
@@ -271,7 +292,7 @@ class ModelCheckpoint(_checkpoint_base()):
                 self._fs, self._folder = pyarrow.fs.FileSystem.from_uri(folder)
             except (ValueError, OSError) as exc:  # ArrowInvalid is a ValueError
                 raise ConfigError(f"ModelCheckpoint needs a local path or a URI pyarrow.fs can open. Received: {self.uri!r} ({exc})") from exc
-            self._staging = tempfile.mkdtemp(prefix="sparkdl-checkpoint-")
+            self._staging = os.path.join(tempfile.gettempdir(), f"sparkdl-checkpoint-{uuid.uuid4().hex}")
             local = os.path.join(self._staging, name)
         super().__init__(local, **kwargs)
 
@@ -280,11 +301,14 @@ class ModelCheckpoint(_checkpoint_base()):
 
         import pyarrow.fs
 
+        import shutil
+
         super()._save_model(epoch, batch, logs)
-        if self._fs is None:
+        if self._fs is None or not os.path.isdir(self._staging):
             return
-        for name in sorted(os.listdir(self._staging)):
-            path = os.path.join(self._staging, name)
-            self._fs.create_dir(self._folder, recursive=True)
-            pyarrow.fs.copy_files(path, f"{self._folder}/{name}", destination_filesystem=self._fs)
-            os.remove(path)
+        try:
+            for name in sorted(os.listdir(self._staging)):
+                self._fs.create_dir(self._folder, recursive=True)
+                pyarrow.fs.copy_files(os.path.join(self._staging, name), f"{self._folder}/{name}", destination_filesystem=self._fs)
+        finally:
+            shutil.rmtree(self._staging, ignore_errors=True)  # Keras makes the folder again for the next save

@@ -58,20 +58,20 @@ class FitProgress(keras.callbacks.Callback):
         console = self._console()
         if not (console.is_terminal or console.is_jupyter):
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        # Narrow enough for 80 columns: "Epoch 2/8 ━━━━━━━━━━━━ 5/8 3,266 samples/s 0:00:04 loss: 0.1151 accuracy: 0.9653"
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rounds"),
-            TextColumn("{task.fields[speed]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            TextColumn("{task.fields[metrics]}"), console=console, transient=True,
+            TextColumn("{task.description}"), BarColumn(bar_width=12), MofNCompleteColumn(), TextColumn("{task.fields[speed]}"),
+            TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"), console=console, transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task(self.name, total=self.epochs * self.steps, speed="", metrics="")
+        self._task = self._progress.add_task(f"Epoch 1/{self.epochs}", total=self.epochs * self.steps, speed="", metrics="")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_started = time.perf_counter()
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{self.name} epoch {epoch + 1}/{self.epochs}")
+            self._progress.update(self._task, description=f"Epoch {epoch + 1}/{self.epochs}")
 
     def on_train_batch_end(self, batch, logs=None):
         if self._progress is None:
@@ -79,7 +79,7 @@ class FitProgress(keras.callbacks.Callback):
         seconds = time.perf_counter() - self._epoch_started
         rows = self.rows_per_epoch * (batch + 1) / self.steps
         logs = {k: v for k, v in (logs or {}).items() if k != "learning_rate"}
-        metrics = " ".join(f"{k}: {v:.4f}" for k, v in sorted(logs.items(), key=lambda kv: (kv[0] != "loss", kv[0])))
+        metrics = " ".join(f"{k}: {v:.4f}" for k, v in sorted(logs.items(), key=lambda kv: (kv[0] != "loss", kv[0]))[:3])
         self._progress.update(self._task, advance=1, speed=f"{rows / seconds:,.0f} samples/s" if seconds > 0 else "", metrics=metrics)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -97,6 +97,10 @@ class FitProgress(keras.callbacks.Callback):
             self._console().print(line, markup=False)
 
     def on_train_end(self, logs=None):
+        self.abort()
+
+    def abort(self) -> None:
+        """Stop the live display (the fit ended, or failed)."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

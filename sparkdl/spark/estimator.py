@@ -328,10 +328,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         driver during ``fit``, against a model holding the master weights, with the fit's global
         metrics: see :mod:`sparkdl.keras.callbacks` (``EarlyStopping`` with ``restore_best_weights``,
         ``ModelCheckpoint``, ``ReduceLROnPlateau``, ``LearningRateScheduler``, ``CSVLogger``,
-        ``TerminateOnNaN``, your own). ``self.model.stop_training = True`` stops every worker after
-        the same round. Backend ``rounds`` only (``ps`` workers run on their own). Not a Param: the
-        objects stay on the driver, are never pickled and are not saved; a copy of the estimator
-        (``CrossValidator``) shares them. Also the ``callbacks=`` keyword of the constructor.
+        ``TerminateOnNaN``, ``BackupAndRestore``, your own). ``self.model.stop_training = True`` stops
+        every worker after the same round. Backend ``rounds`` only (``ps`` workers run on their own).
+        Not a Param: the objects stay on the driver, are never pickled (an estimator pickles without
+        them) and are not saved. A copy of the estimator shares them, and a callback object serves
+        one fit at a time: a fit started while another fit holds it (``CrossValidator`` with
+        ``parallelism`` > 1) fails with ``ConfigError``. Also the ``callbacks=`` keyword of the constructor.
 
         Raises:
             ConfigError: when an element is not a ``keras.callbacks.Callback``.
@@ -340,6 +342,13 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
         self._callbacks = check_callbacks(callbacks)
         return self
+
+    def __getstate__(self):
+        """Pickled (by a user: Spark never pickles the estimator) without the callbacks: they stay on the driver."""
+        state = dict(self.__dict__)
+        state["_callbacks"] = []
+        state["_input_kwargs"] = {k: v for k, v in state.get("_input_kwargs", {}).items() if k != "callbacks"}
+        return state
 
     def getCallbacks(self) -> list:
         """The Keras callbacks set by :meth:`setCallbacks` (a list, maybe empty)."""
@@ -545,12 +554,17 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
-        from sparkdl.keras.callbacks import exclusive
+        from sparkdl.keras.callbacks import abort_all, exclusive
 
+        observers: list = []  # this fit's progress display and trackers: stopped, closed, ended as failed if it fails
         with exclusive(self._callbacks):  # a callback object serves one fit at a time
-            return self._fit_exclusive(dataset)
+            try:
+                return self._fit_exclusive(dataset, observers)
+            except BaseException:
+                abort_all(observers)
+                raise
 
-    def _fit_exclusive(self, dataset: DataFrame) -> KerasModel:
+    def _fit_exclusive(self, dataset: DataFrame, observers: list) -> KerasModel:
         from sparkdl.core.gpu import gpu_conf_warnings
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.replica import check_state_dtypes, state_nbytes
@@ -588,7 +602,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 f"run on their own and could not all stop at the same round. Received: {len(user_callbacks)} callbacks with "
                 f"mode={config.mode!r}, backend='ps' (use backend='rounds' with a round mode, or no callbacks)"
             )
-        trackers = self._trackers()  # TensorBoard and MLflow, checked before any job
+        trackers = self._trackers(observers)  # TensorBoard and MLflow, checked (and the MLflow run started) before any job
         spec = self._spec
         task = infer_task(self.getTask(), compile_spec)
         if task == "classification" and len(spec.output_shape) != 1:
@@ -677,7 +691,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             from sparkdl.keras.callbacks import DriverCallbacks
             from sparkdl.keras.progress import FitProgress
 
-            progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")] if config.verbose else []
+            progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")]  # verbose=0: the DEBUG log only
+            observers.extend(progress)
             callbacks = DriverCallbacks([*user_callbacks, *trackers, *progress], reader.model, config.epochs, plan.rounds_per_epoch,
                                         live=backend.name == "rounds")
             log.info("fit %s: %d rows on %d workers, mode %s on backend %s, %d epochs x %d rounds", fit_id[:8], data.total_rows,
@@ -688,11 +703,6 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 result.state = ModelState([np.asarray(w) for w in restored], result.state.optimizer)
                 result.info["weights_from_callbacks"] = True
             check_state_dtypes(start.weights, result.state.weights, "the fitted master weights")  # float32 in, float32 out
-        except BaseException:
-            for tracker in trackers:
-                if hasattr(tracker, "end_run"):  # an MLflow run this fit started ends as failed, not left active
-                    tracker.end_run("FAILED")
-            raise
         finally:
             data.df.unpersist()
             if validation is not None:
@@ -730,26 +740,33 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         model._set(task=task)
         for tracker in trackers:
             if hasattr(tracker, "log_model"):  # MLflow: the fitted model as an artifact folder KerasModel.load reads
+                model.fitInfo["mlflow_run_id"] = tracker.run_id
                 model.fitInfo["mlflow_model_uri"] = tracker.log_model(model)
         log.info("fit %s: done in %.1f s, %d rounds%s", fit_id[:8], fit_info["seconds"]["total"], result.rounds,
                  f", stopped by a callback after epoch {result.info['stopped']['epoch']}" if result.info.get("stopped") else "")
         return model
 
-    def _trackers(self) -> list:
+    def _trackers(self, observers: list) -> list:
         """The driver-side loggers the Params ask for: TensorBoard event files (``logDir``) and MLflow
-        (``mlflow``), built now so that a missing package fails before any job.
+        (``mlflow``), built now so that a missing package fails before any job; the MLflow run is
+        started (or joined) and the Params logged now too, so that a tracking store that cannot
+        start a run fails before any job. Each is added to ``observers`` as it is made.
 
         Raises:
-            ConfigError: ``logDir`` without TensorFlow, ``mlflow=True`` without mlflow.
+            ConfigError: ``logDir`` without TensorFlow, ``mlflow=True`` without mlflow, an MLflow
+                tracking store that cannot start a run.
         """
         trackers = []
         if self.getLogDir() is not None:
             from sparkdl.tracking.tensorboard import TensorBoardLogger
 
             trackers.append(TensorBoardLogger(self.getLogDir()))
+            observers.append(trackers[-1])
         from sparkdl.tracking.mlflow_run import MlflowLogger, mlflow_requested
 
         if mlflow_requested(self.getMlflow()):
             params = {param.name: value for param, value in self.extractParamMap().items()}
             trackers.append(MlflowLogger(params=params))
+            observers.append(trackers[-1])
+            trackers[-1].on_train_begin()
         return trackers

@@ -124,6 +124,10 @@ class MlflowLogger(keras.callbacks.Callback):
     # -- hooks --------------------------------------------------------------------------------
 
     def on_train_begin(self, logs=None):
+        """Start (or join) the run and log the params; a second call for the same fit does nothing
+        (the estimator calls it before any Spark job, so that a bad tracking store fails first)."""
+        if self.run_id is not None and not self._ended:
+            return
         mlflow = self._mlflow
         active = mlflow.active_run()
         if active is None:
@@ -199,11 +203,23 @@ class MlflowLogger(keras.callbacks.Callback):
             for crc in local.rglob("*.crc"):
                 crc.unlink()
             client.log_artifacts(self.run_id, str(local), artifact_path="model")
+        except BaseException:
+            self.end_run("FAILED")  # a run this logger started never stays active
+            raise
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         uri = client.get_run(self.run_id).info.artifact_uri.rstrip("/") + "/model"
         self.end_run()
         return uri
+
+    def log_validation(self, epoch: int, logs: dict) -> None:
+        """Log ``val_*`` values of ``epoch`` that came after its ``on_epoch_end`` (backend ``ps``
+        validates each epoch's snapshot after the barrier stage)."""
+        self.on_epoch_end(epoch, logs)
+
+    def abort(self) -> None:
+        """The fit failed: end a run this logger started as ``FAILED``."""
+        self.end_run("FAILED")
 
     def end_run(self, status: str = "FINISHED") -> None:
         """End the run if this logger started it and has not ended it yet (``status``: MLflow's

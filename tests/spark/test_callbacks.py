@@ -56,6 +56,21 @@ def test_c17_early_stopping_on_a_constant_target_stops_every_worker_in_the_same_
     assert info["stopped"]["round"] == info["rounds"]
     assert len(info["epoch_seconds"]) == 2
     np.testing.assert_array_equal(fitted.getKerasModel().get_weights()[0], np.zeros((2, 1), np.float32))
+    assert cached_fits(spark).isdisjoint({info["fit_id"]})  # the early stop freed the executors' rows, replica and validation rows
+
+
+def cached_fits(spark) -> set:
+    """The fit ids whose rows or replica the executors' Python workers still cache."""
+    import pyarrow as pa
+
+    def probe(batches):
+        from sparkdl.spark.partitions import WORKER_CACHE
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([{"fit": fit} for fit in WORKER_CACHE._fits], schema=pa.schema([("fit", pa.string())]))
+
+    return {row.fit for row in spark.range(0, 4, 1, 4).mapInArrow(probe, "fit string").collect()}
 
 
 def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark):

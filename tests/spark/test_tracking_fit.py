@@ -44,6 +44,7 @@ def test_logdir_and_mlflow_hold_the_fit_history_and_model(spark, tracking, tmp_p
         logged = sorted(tracking.get_metric_history(run_id, key), key=lambda m: m.step)
         assert [m.step for m in logged] == [0, 1]
         assert [m.value for m in logged] == pytest.approx(history[key], rel=1e-6), key
+    assert info["mlflow_run_id"] == run_id
     uri = info["mlflow_model_uri"]
     local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(tmp_path / "download"))
     loaded = KerasModel.load(local)
@@ -67,12 +68,40 @@ def test_mlflow_follows_an_active_run_and_stays_off_without_one(spark, tracking)
 
 
 def test_progress_and_tensorboard_on_backend_ps(spark, tmp_path, capsys):
-    """On backend ps the observers run as each epoch completes: a progress line and epoch scalars per epoch."""
+    """On backend ps the observers run as each epoch completes: a progress line and epoch scalars per
+    epoch; the val_* of each epoch's snapshot, validated after the barrier stage, reach TensorBoard then."""
     df, *_ = linear_df(spark)
     fitted = KerasEstimator(model=linear_model(), optimizer=keras.optimizers.SGD(0.05), loss="mse", featuresCol="x", labelCol="y",
-                            numWorkers=2, batchSize=4, epochs=2, mode="async", verbose=2, logDir=str(tmp_path / "tb")).fit(df)
+                            numWorkers=2, batchSize=4, epochs=2, mode="async", verbose=2, logDir=str(tmp_path / "tb"),
+                            validationSplit=0.3).fit(df)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Epoch ")]
     assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "Epoch 2/2"]
     train, _ = read_events(str(tmp_path / "tb" / "train"))
+    validation, _ = read_events(str(tmp_path / "tb" / "validation"))
     assert [v for _, v in train["epoch_loss"]] == pytest.approx(fitted.history["loss"], rel=1e-6)
+    assert [(step, v) for step, v in validation["epoch_loss"]] == [(0, pytest.approx(fitted.history["val_loss"][0], rel=1e-6)),
+                                                                   (1, pytest.approx(fitted.history["val_loss"][1], rel=1e-6))]
     assert "round_loss" not in train  # the ps workers' rounds are not the driver's
+
+
+def test_a_failed_fit_ends_its_mlflow_run_as_failed_and_a_bad_store_fails_before_any_job(spark, tracking, monkeypatch, tmp_path):
+    from sparkdl.errors import ConfigError
+    from tests.conftest import jobs_started
+
+    df, *_ = linear_df(spark)
+
+    class Boom(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(df, mlflow=True, callbacks=[Boom()])
+    runs = mlflow.search_runs(output_format="list")
+    assert [r.info.status for r in runs] == ["FAILED"] and mlflow.active_run() is None
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")  # MLflow >= 3.7 refuses a new file: store without it
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "refused").as_uri())
+    from packaging.version import Version
+
+    if Version(mlflow.__version__) >= Version("3.7"):
+        bad = KerasEstimator(model=linear_model(), loss="mse", featuresCol="x", labelCol="y", verbose=0, mlflow=True)
+        assert jobs_started(spark, lambda: pytest.raises(ConfigError, bad.fit, df)) == 0

@@ -375,6 +375,33 @@ def test_train_check_prints_the_validated_config(tmp_path, capsys):
     assert err.startswith("sparkdl-train: error: ") and "Did you mean 'epochs'?" in err
 
 
+@pytest.mark.parametrize("override, expected", [
+    ("fit.epochs=-1", r"epochs must be a positive integer. Received: epochs=-1"),
+    ("fit.mode=async", None),  # fine: backend auto picks ps
+    ("fit.backend=rounds", None),
+])
+def test_train_check_runs_the_estimators_own_checks_without_spark(tmp_path, capsys, override, expected):
+    from sparkdl.cli.train import main
+
+    path = write_config(tmp_path, BASE)
+    code = main(["--config", path, "--set", override, "--check"])
+    if expected is None:
+        assert code == 0
+    else:
+        assert code == 2 and re.search(expected, capsys.readouterr().err)
+    assert main(["--config", path, "--set", "fit.mode=async", "--set", "fit.backend=rounds", "--check"]) == 2
+    assert "runs on backend 'ps'" in capsys.readouterr().err
+
+
+def test_train_refuses_a_missing_data_path_before_spark(tmp_path, capsys):
+    from sparkdl.cli.train import main
+
+    path = write_config(tmp_path, BASE)
+    assert main(["--config", path, "--set", f"data.train={tmp_path / 'nope.parquet'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sparkdl-train: error: data.train: no file or folder at") and "Traceback" not in err
+
+
 def test_uri_detection():
     from sparkdl.cli.train import is_uri, join
 
@@ -400,6 +427,11 @@ def test_predict_checks_paths_before_spark(tmp_path, capsys):
         check_paths(str(tmp_path / "model"), test_parquet, str(tmp_path / "out"), "errorifexists")
     check_paths(str(tmp_path / "model"), test_parquet, str(tmp_path / "out"), "overwrite")  # no error
     check_paths("hdfs:///m", "s3a://b/in", str(tmp_path / "out"), "overwrite")  # URIs are Spark's to check
+    for output in (test_parquet, os.path.join(test_parquet, "part"), os.path.dirname(test_parquet)):  # would delete the input
+        with pytest.raises(ConfigError, match=r"--output must not be the input or a folder inside or around it"):
+            check_paths(str(tmp_path / "model"), test_parquet, output, "overwrite")
+    with pytest.raises(ConfigError, match=r"must not be the input"):
+        check_paths(str(tmp_path / "model"), "s3a://b/in/", "s3a://b/in", "overwrite")
     assert main(["--model", str(tmp_path / "nope"), "--input", test_parquet, "--output", str(tmp_path / "o")]) == 2
     assert "sparkdl-predict: error: --model must be the folder of a saved KerasModel" in capsys.readouterr().err
 

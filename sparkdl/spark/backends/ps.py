@@ -465,9 +465,9 @@ class PSBackend:
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
         monitor = None
-        if callbacks is not None:
-            callbacks.train_begin(state)
         try:
+            if callbacks is not None:
+                callbacks.train_begin(state)
             if mode == "ssp":
                 server.register_clocks([str(p) for p in range(workers)])
             spec = PSTaskSpec(task=task, mode=mode, epochs=config.epochs, workers=workers, location=server.location,
@@ -529,6 +529,8 @@ class PSBackend:
                         raise InvariantError(f"the ps fit must record the master weights at the end of epoch {epoch + 1}. Received: no snapshot")
                     values = validate_epoch(spark, job, task, reader, snapshot, epoch, epoch + 1 == config.epochs)
                     append_epoch(result.history, values)
+                    if callbacks is not None:  # TensorBoard and MLflow get the val_* now
+                        callbacks.late_validation(epoch, values)
             finally:  # validation partitions kept on disk (over the budget) go with the fit
                 shutil.rmtree(spill_dir(job.fit_id), ignore_errors=True)
         rows = table.to_pydict()

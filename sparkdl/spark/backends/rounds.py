@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import queue
 import shutil
 import threading
@@ -145,6 +146,7 @@ class RoundTask:
     accepted: tuple[int, ...] = ()
     only: int | None = None
     learning_rate: float | None = None  # set by a driver callback: every replica trains the round with it
+    release_only: bool = False  # a callback stopped the fit early: free this fit's cached rows, replica and state, train nothing
 
 
 # ---- executor side ---------------------------------------------------------------------------
@@ -257,6 +259,17 @@ def train_partition(
     if round_task.only is not None and partition != round_task.only:  # a straggler-tolerant round: one job per partition
         for _ in batches:
             pass
+        return
+    if round_task.release_only:  # what the fit's last round and last validation would have freed
+        for _ in batches:
+            pass
+        if task.compression in QUANTIZED:
+            from sparkdl.spark import worker_state
+
+            worker_state.drop(task.fit_id, partition)
+        release(task.fit_id, "train", partition)
+        release(task.fit_id, "val", partition)
+        WORKER_CACHE.release(task.fit_id)  # this Python worker may hold other partitions' copies too: the fit is over
         return
     runtime.configure(context.cpus(), context.resources(), task.keras_backend)
     from sparkdl.keras.custom_objects import register
@@ -816,8 +829,9 @@ class RoundsBackend:
                         total = sums.total()
                         callbacks.round_end(r, reader.results(total) if total is not None else {})
                         if learning_rate is not None:  # what the replicas trained with, read back from their optimizer state
+                            exact = task.compression is None  # compressed updates carry the optimizer state approximately, or not at all
                             result.info.setdefault("learning_rates", []).append(
-                                (result.rounds - 1, learning_rate, callbacks.master_learning_rate(result.state)))
+                                (result.rounds - 1, learning_rate, callbacks.master_learning_rate(result.state) if exact else None))
                         if not_finite is not None:
                             if not callbacks.stop_training:
                                 raise not_finite
@@ -846,6 +860,8 @@ class RoundsBackend:
                 result.epoch_seconds.append(seconds)
                 if callbacks is not None and callbacks.stop_training:  # every worker stops here: the driver starts no more rounds
                     result.info["stopped"] = {"epoch": epoch + 1, "round": result.rounds, "rows_in_epoch": expected_rows}
+                    if result.rounds < total_rounds:
+                        self._release(spark, ids, job, task, epoch)
                     break
             if callbacks is not None:
                 callbacks.train_end(logs)
@@ -982,6 +998,19 @@ class RoundsBackend:
             dropped_rows += int(stop - begin)
         return RoundOutcome(workers, None, sum(w[1] for w in workers), metrics, [], nbytes, states=states, local_resets=resets,
                             dropped=late, rows_dropped=dropped_rows)
+
+    def _release(self, spark, ids, job: TrainJob, task: TaskSpec, epoch: int) -> None:
+        """After an early stop: one job over the partition ids that frees what the last round would
+        have (each partition's cached rows, validation rows, 1bit/threshold state and, with them, the
+        replica), so that no executor keeps the fit until its cache's idle timeout. Best effort: a
+        failure is logged, the fit's result stands."""
+        orders = RoundTask(epoch, 0, True, None, release_only=True)
+        out = ids.mapInArrow(lambda batches: train_partition(task, orders, batches, False), RESULT_DDL)
+        try:
+            run_job(spark, out.toArrow, f"sparkdl fit {job.fit_id[:8]}: release the executors' caches after an early stop",
+                    f"sparkdl-{job.fit_id}-release", job.config.round_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the caches also expire on their own (LRU, idle timeout)
+            logging.getLogger("sparkdl").warning("fit %s: releasing the executors' caches failed: %s", job.fit_id[:8], exc)
 
     def _cancel_stragglers(self, spark) -> None:
         """Cancel the jobs of straggler-tolerant rounds still running (the fit has ended)."""
