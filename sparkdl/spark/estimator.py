@@ -330,8 +330,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         ``ModelCheckpoint``, ``ReduceLROnPlateau``, ``LearningRateScheduler``, ``CSVLogger``,
         ``TerminateOnNaN``, ``BackupAndRestore``, your own). ``self.model.stop_training = True`` stops
         every worker after the same round. Backend ``rounds`` only (``ps`` workers run on their own).
-        Not a Param: the objects stay on the driver, are never pickled (an estimator pickles without
-        them) and are not saved. A copy of the estimator shares them, and a callback object serves
+        Not a Param: the objects stay on the driver (tasks carry plain values only, never the
+        estimator) and are not saved. A copy of the estimator shares them, and a callback object serves
         one fit at a time: a fit started while another fit holds it (``CrossValidator`` with
         ``parallelism`` > 1) fails with ``ConfigError``. Also the ``callbacks=`` keyword of the constructor.
 
@@ -342,13 +342,6 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
         self._callbacks = check_callbacks(callbacks)
         return self
-
-    def __getstate__(self):
-        """Pickled (by a user: Spark never pickles the estimator) without the callbacks: they stay on the driver."""
-        state = dict(self.__dict__)
-        state["_callbacks"] = []
-        state["_input_kwargs"] = {k: v for k, v in state.get("_input_kwargs", {}).items() if k != "callbacks"}
-        return state
 
     def getCallbacks(self) -> list:
         """The Keras callbacks set by :meth:`setCallbacks` (a list, maybe empty)."""

@@ -184,6 +184,8 @@ def test_callbacks_are_checked_and_refused_on_ps_before_any_job(spark):
         on_ps.fit(df)
     est = estimator(linear_model(), callbacks=[keras.callbacks.EarlyStopping()])
     assert len(est.getCallbacks()) == 1 and "callbacks" not in {p.name for p in est.params}  # not a Param: never saved
+    assert est.copy().getCallbacks() == est.getCallbacks()  # CrossValidator's copies, fit(validationData=) keep them
+
 
 
 def test_verbose_lines_per_epoch(spark, capsys):
