@@ -29,6 +29,7 @@ import threading
 from collections.abc import Sequence
 from contextlib import contextmanager
 
+import keras
 import numpy as np
 
 from sparkdl.core.state import ModelState
@@ -42,8 +43,6 @@ def check_callbacks(callbacks) -> list:
         ConfigError: when ``callbacks`` is not a list or tuple of ``keras.callbacks.Callback`` objects,
             naming the position and type of the first one that is not.
     """
-    import keras
-
     if callbacks is None:
         return []
     if isinstance(callbacks, keras.callbacks.Callback):
@@ -90,14 +89,19 @@ def exclusive(callbacks):
 
 def _learning_rate_variable(optimizer):
     """The optimizer's ``learning_rate`` variable, or None when it follows a schedule."""
-    import keras
-
     if isinstance(getattr(optimizer, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule):
         return None
     for variable in optimizer.variables:
         if variable.path.rsplit("/", 1)[-1] == "learning_rate":
             return variable
     return None
+
+
+_BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
+
+
+def _overrides_batch_hooks(callback) -> bool:
+    return any(getattr(type(callback), name) is not getattr(keras.callbacks.Callback, name) for name in _BATCH_HOOKS)
 
 
 class DriverCallbacks:
@@ -115,9 +119,9 @@ class DriverCallbacks:
     """
 
     def __init__(self, callbacks: Sequence, model, epochs: int, rounds_per_epoch: int, live: bool = True) -> None:
-        import keras
-
         self.model, self.live = model, live
+        # Whether any callback uses the round hooks: the running metrics are read for them only.
+        self.wants_rounds = any(getattr(c, "wants_rounds", True) and _overrides_batch_hooks(c) for c in callbacks)
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.stop_training = False
@@ -131,9 +135,6 @@ class DriverCallbacks:
         self._sent_lr = self.current_learning_rate()
         self.learning_rate: float | None = None  # set once a callback changes it: every later round gets it
         self._set_weights: list | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self._callbacks.callbacks)
 
     # ---- the master state in the driver model ------------------------------------------------
 
@@ -257,13 +258,7 @@ def abort_all(callbacks) -> None:
                 pass
 
 
-def _checkpoint_base():
-    import keras
-
-    return keras.callbacks.ModelCheckpoint
-
-
-class ModelCheckpoint(_checkpoint_base()):
+class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """``keras.callbacks.ModelCheckpoint`` that also writes to any URI ``pyarrow.fs`` writes
     (``hdfs://``, ``s3://``, ``gs://``, ``abfs://``, ``file://``): each checkpoint is saved to a
     local staging folder, copied with ``pyarrow.fs.copy_files`` to the URI's folder and removed.

@@ -45,6 +45,11 @@ class FitProgress(keras.callbacks.Callback):
         self._epoch_started = self._started = 0.0
         self.lines: list[str] = []
 
+    @property
+    def wants_rounds(self) -> bool:
+        """Only the live bar (verbose 1) shows rounds."""
+        return self.verbose == 1
+
     def _console(self):
         from rich.console import Console
 

@@ -27,7 +27,7 @@ import uuid
 
 from pyspark.sql import DataFrame
 
-from sparkdl.errors import ConfigError, InvariantError, SchemaError
+from sparkdl.errors import ConfigError, SchemaError
 
 
 def evaluate(
@@ -68,12 +68,10 @@ def evaluate(
             fit the model's outputs and these labels (before any job).
         WorkerError, RoundTimeoutError: the evaluation job failed or ran past ``timeout_s``.
     """
-    from sparkdl.core.metrics import MetricSums
     from sparkdl.core.schedule import RoundPlan
     from sparkdl.keras.custom_objects import registered
     from sparkdl.keras.metrics import MetricReader
-    from sparkdl.serialization.arrow_codec import decode_arrays
-    from sparkdl.spark.backends.rounds import VALIDATION_DDL, TaskSpec, evaluate_partition
+    from sparkdl.spark.backends.rounds import VALIDATION_DDL, TaskSpec, evaluate_partition, summed_evaluation
     from sparkdl.spark.data import prepare_training_data, request_columns
     from sparkdl.spark.jobs import run_job
     from sparkdl.spark.partitions import task_budget
@@ -120,14 +118,4 @@ def evaluate(
         data.df.unpersist()
         if broadcast is not None:
             broadcast.destroy()
-    found = table.to_pydict()
-    if sorted(found["partition"]) != list(range(len(rows))) or sum(found["rows"]) != data.total_rows:
-        raise InvariantError(
-            f"evaluate must cover the {data.total_rows} rows of every partition. Received partitions "
-            f"{sorted(found['partition'])} with {sum(found['rows'])} rows"
-        )
-    sums = MetricSums()
-    for payload in found["payload"]:
-        if payload is not None:
-            sums.add(decode_arrays(payload).arrays)
-    return reader.results(sums.total())
+    return summed_evaluation(table, len(rows), data.total_rows, reader, "evaluate")

@@ -68,7 +68,7 @@ def cached_fits(spark) -> set:
 
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pylist([{"fit": fit} for fit in WORKER_CACHE._fits], schema=pa.schema([("fit", pa.string())]))
+        yield pa.RecordBatch.from_pylist([{"fit": fit} for fit in WORKER_CACHE.fits()], schema=pa.schema([("fit", pa.string())]))
 
     return {row.fit for row in spark.range(0, 4, 1, 4).mapInArrow(probe, "fit string").collect()}
 
@@ -123,7 +123,8 @@ def test_learning_rate_scheduler_and_a_round_level_callback(spark):
 
     recorder = Recorder()
     schedule = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.1 * 0.5**epoch)
-    fitted = estimator(linear_model(), epochs=2, callbacks=[schedule, recorder]).fit(df)
+    shuffled = df.orderBy("y")  # an input out of a shuffle (AQE-coalesced partitions)
+    fitted = estimator(linear_model(), epochs=2, callbacks=[schedule, recorder]).fit(shuffled)
     per_epoch = fitted.fitInfo["rounds_per_epoch"]
     assert per_epoch == 3  # 20 rows per worker, batches of 4, τ = 2
     assert recorder.rounds == [(r, ["learning_rate", "loss"]) for r in range(per_epoch)] * 2
@@ -188,9 +189,20 @@ def test_callbacks_are_checked_and_refused_on_ps_before_any_job(spark):
 
 
 
-def test_verbose_lines_per_epoch(spark, capsys):
+def test_verbose_lines_per_epoch_and_job_descriptions(spark, capsys):
+    from tests.spark.test_data_labels import _job_descriptions
+
     df, *_ = linear_df(spark)
-    estimator(linear_model(), epochs=2, verbose=2).fit(df)
+    sc = spark.sparkContext
+    sc.setJobGroup("callbacks-descriptions", "descriptions")
+    try:
+        fitted = estimator(linear_model(), epochs=2, verbose=2).fit(df)
+        descriptions = _job_descriptions(sc, "callbacks-descriptions")
+    finally:
+        sc.setJobGroup("", "")
+    fit_id = fitted.fitInfo["fit_id"][:8]
+    assert f"sparkdl fit {fit_id}: round 1/6 (epoch 1/2, round 1/3)" in descriptions, descriptions
+    assert f"sparkdl fit {fit_id}: round 6/6 (epoch 2/2, round 3/3)" in descriptions, descriptions
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Epoch ")]
     assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert all("samples/s" in line and "loss: " in line for line in lines)

@@ -640,17 +640,28 @@ def validate_epoch(spark, job: TrainJob, task: TaskSpec, reader, weights: list, 
         table = run_job(spark, out.toArrow, description, f"sparkdl-{job.fit_id}-val-{epoch}", job.config.round_timeout_s)
     finally:
         broadcast.destroy()
+    values = summed_evaluation(table, len(rows), data.total_rows, reader, f"validation after epoch {epoch + 1}")
+    return {f"val_{name}": value for name, value in values.items()}
+
+
+def summed_evaluation(table: pa.Table, partitions: int, total_rows: int, reader, what: str) -> dict:
+    """The loss and metrics of an evaluation job's result (:func:`evaluate_partition`'s rows): each
+    of the ``partitions`` partitions' summed metric variables added up and read as Keras reads them.
+
+    Raises:
+        InvariantError: when the rows do not cover every partition and all ``total_rows`` rows (``what`` names the job).
+    """
     found = table.to_pydict()
-    if sorted(found["partition"]) != list(range(len(rows))) or sum(found["rows"]) != data.total_rows:
+    if sorted(found["partition"]) != list(range(partitions)) or sum(found["rows"]) != total_rows:
         raise InvariantError(
-            f"validation after epoch {epoch + 1} must cover the {data.total_rows} rows of every partition. Received "
+            f"{what} must cover the {total_rows} rows of every partition. Received "
             f"partitions {sorted(found['partition'])} with {sum(found['rows'])} rows"
         )
     sums = MetricSums()
     for payload in found["payload"]:
         if payload is not None:
             sums.add(decode_arrays(payload).arrays)
-    return {f"val_{name}": value for name, value in reader.results(sums.total()).items()}
+    return reader.results(sums.total())
 
 
 def _decode_update(update, start: ModelState, compression: str | None) -> ModelState:
@@ -826,8 +837,9 @@ class RoundsBackend:
                         sums.add(variables)
                     expected_rows += job.plan.round_rows(r)
                     if callbacks is not None:
-                        total = sums.total()
-                        callbacks.round_end(r, reader.results(total) if total is not None else {})
+                        if callbacks.wants_rounds:  # the epoch's running metrics, for the callbacks' round hooks
+                            total = sums.total()
+                            callbacks.round_end(r, reader.results(total) if total is not None else {})
                         if learning_rate is not None:  # what the replicas trained with, read back from their optimizer state
                             exact = task.compression is None  # compressed updates carry the optimizer state approximately, or not at all
                             result.info.setdefault("learning_rates", []).append(
