@@ -228,6 +228,21 @@ def state_nbytes(model) -> int:
     return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in variables)
 
 
+def initial_optimizer(model) -> list[np.ndarray]:
+    """The fresh optimizer state of a compiled ``model`` (its optimizer built here when needed): a
+    ``LossScaleOptimizer``'s inner optimizer's, as replicas send it."""
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    return [np.asarray(v.numpy()) for v in optimizer.variables]
+
+
+def trainable_mask(model) -> list[bool]:
+    """Per array of ``model.weights``, whether it is trainable (the others: BatchNorm statistics, counters)."""
+    trainable = {id(v) for v in model.trainable_weights}
+    return [id(v) in trainable for v in model.weights]
+
+
 def check_mixed_precision(value) -> None:
     """Raises ConfigError unless ``value`` is None or one of :data:`MIXED_PRECISION`."""
     if value is not None and value not in MIXED_PRECISION:

@@ -12,9 +12,10 @@ has no job descriptions (:mod:`sparkdl.spark.session`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
@@ -152,3 +153,31 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
             raise error
         raise mapped from error
     return outcome["value"]
+
+
+def run_on_partitions(df, produce: Callable[[Iterator], Iterator[pa.RecordBatch]], partitions: list[int], schema: pa.Schema) -> pa.Table:
+    """Run ``produce`` as one task on each of ``partitions`` of ``df`` (and on no other partition),
+    where the partition's data lives (its cache locality is kept), and return what the tasks
+    yielded as one table of ``schema``. Call it through :func:`run_job` (tags, timeout, errors).
+
+    ``produce(rows)`` receives the partition's rows as an iterator (drain it) and yields record
+    batches of ``schema``; each task sends them back as one Arrow IPC stream, as raw bytes (the
+    RDD's serializer is bypassed: nothing is pickled). Classic sessions only (Spark Connect has no
+    RDDs).
+    """
+    from pyspark.rdd import _load_from_socket  # the reader runJob uses; here with the raw-bytes serializer
+
+    def task(rows):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for batch in produce(rows):
+                writer.write_batch(batch)
+        yield sink.getvalue().to_pybytes()
+
+    sc = df.sparkSession.sparkContext
+    mapped = df.rdd.mapPartitions(task)
+    mapped._bypass_serializer = True  # each task's bytes travel as they are (NoOpSerializer), not pickled
+    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, list(partitions))
+    with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
+        tables = [pa.ipc.open_stream(bytes(chunk)).read_all() for chunk in stream]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
