@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sparkdl.core.compression import check_compression, check_threshold
+from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 from sparkdl.errors import ConfigError
-
-MODES = ("sync", "bmuf", "easgd", "gossip", "async", "hogwild", "staleness_aware", "ssp")
-ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")
-ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")
 BACKENDS = ("rounds", "ps", "auto")
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
@@ -129,12 +127,8 @@ class FitConfig:
             raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
-        from sparkdl.core.compression import check_compression
-
         check_compression(self.compression)
         if self.compression == "threshold":
-            from sparkdl.core.compression import check_threshold
-
             check_threshold(self.compression_threshold)
         value = self.min_workers_per_round
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))

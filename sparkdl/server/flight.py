@@ -238,6 +238,7 @@ class ParameterServer:
         self._contacts: dict[str, list] = {}  # worker -> [time.monotonic() of last contact, state, message, attempt]
         self._attempts: dict[str, set[int]] = {}  # worker -> the task attempts heard from
         self._clocks = SSPClock()  # SSP clocks of the registered workers
+        self.clock_gap_max = 0  # SSP: the largest lead over the slowest worker with which a worker went on
         self._control = {"stop": False, "learning_rate": None}
 
     # ------------------------------------------------------------------ lifecycle
@@ -386,7 +387,11 @@ class ParameterServer:
         with self._cond:
             self._cond.wait_for(lambda: self._clocks.can_advance(worker, bound) or self._closing or self._control["stop"],
                                 timeout=max(0.0, timeout_s))
-            return self._clocks.can_advance(worker, bound)
+            reached = self._clocks.can_advance(worker, bound)
+            clocks = self._clocks.clocks()
+            if reached and worker in clocks:  # how far ahead of the slowest a worker went on (the bound, checked)
+                self.clock_gap_max = max(self.clock_gap_max, clocks[worker] - self._clocks.min_clock())
+            return reached
 
     def contacts(self) -> dict[str, dict]:
         """Per worker: ``seconds`` since its last call or heartbeat, its ``state`` (``"alive"``,

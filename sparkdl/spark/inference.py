@@ -44,7 +44,7 @@ from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import TensorSpec, tensor_to_numpy
-from sparkdl.spark.data import _SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
+from sparkdl.spark.data import SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -234,7 +234,7 @@ def weights_broadcast(spark, spec: ModelSpec) -> Broadcast:
 def _reads_as_is(df: DataFrame, column: str, dtype: str) -> bool:
     """Whether ``column`` is already ``array<T>`` of the Spark type T that model dtype ``dtype`` reads as."""
     data_type = df.schema[column].dataType
-    element = _SPARK_TYPES.get(read_dtype(df, column, dtype), T.FloatType())
+    element = SPARK_TYPES.get(read_dtype(df, column, dtype), T.FloatType())
     return isinstance(data_type, T.ArrayType) and data_type.elementType == element
 
 

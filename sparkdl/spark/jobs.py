@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
-from sparkdl import errors
+import sparkdl.errors as errors
 from sparkdl.errors import FitCancelledError, RoundTimeoutError, SparkDLError, WorkerError
 from sparkdl.spark.session import cancel_tag, tag_jobs
 
@@ -34,8 +34,10 @@ _CAUSES = (
     ),
     (
         r"Python worker exited unexpectedly|crashed|EOFException",
-        "a Python worker died (killed for memory, or a native crash)",
-        "give Python workers more memory: spark.executor.pyspark.memory or spark.executor.memoryOverhead",
+        "a Python worker died (killed by a signal, which is how an out-of-memory kill looks, or by a native crash or "
+        "os._exit), and the task's retries (spark.task.maxFailures) were spent",
+        "if it ran out of memory, give Python workers more: spark.executor.pyspark.memory or spark.executor.memoryOverhead; "
+        "the executor's log tells the signal",
     ),
     (
         r"ExecutorLostFailure|[Ee]xecutor \S* ?lost|Container killed|exit code 137|OutOfMemoryError",

@@ -1,12 +1,22 @@
 import numpy as np
 import pytest
 
-from sparkdl.core.aggregation import WeightedMean, weighted_average
+from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.modes import get_policy
 from sparkdl.core.modes.averaging import SyncAveraging, row_weighted_mean
 from sparkdl.core.state import ModelState, RoundUpdates, WorkerUpdate
 from sparkdl.errors import ConfigError
 from tests.unit.modes_helpers import assert_states_equal, fit_of
+
+
+def weighted_average(arrays_per_worker, weights):
+    mean = WeightedMean()
+    for arrays, weight in zip(arrays_per_worker, weights, strict=True):
+        mean.add(arrays, weight)
+    out = mean.result()
+    if out is None:
+        raise ValueError(f"at least one worker must have a positive weight. Received: {list(weights)}")
+    return out
 
 
 def test_weighted_average_matches_hand_computed_value():

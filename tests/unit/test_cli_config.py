@@ -336,10 +336,10 @@ def test_plot_history_writes_a_png(tmp_path, with_val):
 
 
 def test_plot_history_lays_out_one_subplot_per_metric(tmp_path):
-    from sparkdl.cli.plot import _metric_names, plot_history
+    from sparkdl.cli.plot import metric_names, plot_history
 
     history = {"accuracy": [0.5, 0.6], "val_loss": [1.0, 0.9], "loss": [1.1, 0.8], "auc": [0.6, 0.7], "val_top5": [0.9, 0.95]}
-    assert _metric_names(history) == ["loss", "accuracy", "auc", "top5"]
+    assert metric_names(history) == ["loss", "accuracy", "auc", "top5"]
     width, height = png_size(open(plot_history(history, str(tmp_path / "h.png")), "rb").read())
     assert (width, height) == (1350, 680)  # 4 metrics: 3 columns, 2 rows
     with pytest.raises(ValueError, match="empty history"):

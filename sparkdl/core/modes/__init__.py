@@ -25,9 +25,13 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from sparkdl.config import ASYNC_MODES, MODES, ROUND_MODES
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
 from sparkdl.errors import ConfigError
+
+
+ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")  # the driver loop applies them round by round
+ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")  # the parameter server applies them push by push
+MODES = ROUND_MODES + ASYNC_MODES
 
 
 class Transition(NamedTuple):

@@ -66,6 +66,28 @@ class TrainJob:
         """Whether workers keep state of their own between rounds (1bit/threshold residuals)."""
         return self.config.compression in QUANTIZED
 
+    def release_executors(self) -> None:
+        """After an early stop: one job over the partition ids that frees what the last round would
+        have (each partition's cached rows, validation rows, 1bit/threshold state and, with them, the
+        replica), so that no executor keeps the fit until its cache's idle timeout. Best effort: a
+        failure is logged, the fit's result stands."""
+        import logging
+
+        from pyspark.sql import functions as F
+
+        from sparkdl.spark.jobs import run_job
+        from sparkdl.spark.training.results import RESULT_DDL
+        from sparkdl.spark.training.tasks import RoundTask, train_partition
+
+        task, orders = self.task_spec(), RoundTask(0, 0, True, None, release_only=True)
+        ids = self.data.df.select(F.lit(0).cast("byte").alias("_"))
+        out = ids.mapInArrow(lambda batches: train_partition(task, orders, batches, False), RESULT_DDL)
+        try:
+            run_job(self.spark, out.toArrow, f"sparkdl fit {self.fit_id[:8]}: release the executors' caches after an early stop",
+                    f"sparkdl-{self.fit_id}-release", self.config.round_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the caches also expire on their own (LRU, idle timeout)
+            logging.getLogger("sparkdl").warning("fit %s: releasing the executors' caches failed: %s", self.fit_id[:8], exc)
+
     def task_spec(self, per_worker: bool = False) -> TaskSpec:
         """The settings the fit's tasks receive (plain values)."""
         config = self.config

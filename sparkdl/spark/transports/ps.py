@@ -64,6 +64,9 @@ from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 log = logging.getLogger("sparkdl")
 PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the parameter server binds, when set (needed on a remote Connect server)
 POLL_S = 0.1  # how often the driver's waits look at the stage and the workers' liveness
+# A task's first heartbeat comes once Spark has scheduled it and its Python worker has started and
+# read the task (importing TensorFlow on a cold one): a worker not heard from yet gets this long.
+STARTUP_GRACE_S = 180.0
 
 
 # ---- before any job ---------------------------------------------------------------------------
@@ -171,8 +174,9 @@ class _Stage(threading.Thread):
 
 class _Monitor(threading.Thread):
     """Watches the workers of a running stage: the first silent longer than ``timeout_s`` seconds
-    (no heartbeat: dead or stopped; or never started) is recorded and the stage cancelled. It
-    never ends on an error of its own: a failed look is retried at the next tick."""
+    (no heartbeat: dead or stopped), or not heard from at all within ``max(timeout_s,
+    STARTUP_GRACE_S)`` of the stage's start (never started), is recorded and the stage cancelled.
+    It never ends on an error of its own: a failed look is retried at the next tick."""
 
     def __init__(self, spark, server, timeout_s: float) -> None:
         super().__init__(name="sparkdl-ps-monitor", daemon=True)
@@ -199,12 +203,13 @@ class _Monitor(threading.Thread):
         for partition in partitions:
             contact = contacts.get(str(partition))
             if contact is None or now - contact["seconds"] < since:  # not heard from in this stage yet
-                silent = now - since
+                silent, limit = now - since, max(self.timeout_s, STARTUP_GRACE_S)
             elif contact["state"] == "done":
                 continue
-            else:
+            else:  # a worker that reported an error is being retried: its new attempt gets the start's grace
                 silent = contact["seconds"]
-            if silent > self.timeout_s:
+                limit = max(self.timeout_s, STARTUP_GRACE_S) if contact["state"] == "error" else self.timeout_s
+            if silent > limit:
                 self.silent = (partition, silent)
                 cancel_tag(self.spark, tag)
                 return
@@ -276,6 +281,8 @@ class PSTransport:
                 self.rule.stop()
             self.server.set_control(stop=True)
         self._end_stage()
+        if stopped:
+            self.job.release_executors()
 
     def close(self) -> None:
         if self.stage is not None and not self.stage.finished.is_set():
@@ -317,6 +324,7 @@ class PSTransport:
             out["ps_epochs"] = self.rule.summaries()
             if self.job.config.mode == "ssp":
                 out["staleness"] = self.job.config.staleness
+                out["clock_gap_max"] = self.server.clock_gap_max
         return out
 
     # ---- stages ----------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ class RoundsTransport:
 
     def finish(self, stopped: bool) -> None:
         if stopped and self._rounds_run:
-            self._release()
+            self.job.release_executors()
 
     def close(self) -> None:
         self._cancel_stragglers()
@@ -342,20 +342,6 @@ class RoundsTransport:
             dropped_rows += int(stop - begin)
         return RoundOutcome(workers, None, sum(w[1] for w in workers), metrics, [], nbytes, states=states, local_resets=resets,
                             local=local, dropped=late, rows_dropped=dropped_rows)
-
-    def _release(self) -> None:
-        """After an early stop: one job over the partition ids that frees what the last round would
-        have (each partition's cached rows, validation rows, 1bit/threshold state and, with them, the
-        replica), so that no executor keeps the fit until its cache's idle timeout. Best effort: a
-        failure is logged, the fit's result stands."""
-        task, orders = self.task, RoundTask(0, 0, True, None, release_only=True)
-        out = self.ids.mapInArrow(lambda batches: train_partition(task, orders, batches, False), RESULT_DDL)
-        job = self.job
-        try:
-            run_job(job.spark, out.toArrow, f"sparkdl fit {job.fit_id[:8]}: release the executors' caches after an early stop",
-                    f"sparkdl-{job.fit_id}-release", job.config.round_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the caches also expire on their own (LRU, idle timeout)
-            log.warning("fit %s: releasing the executors' caches failed: %s", job.fit_id[:8], exc)
 
     def _cancel_stragglers(self) -> None:
         """Cancel the jobs of straggler-tolerant rounds still running (the fit has ended)."""
