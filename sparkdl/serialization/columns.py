@@ -337,8 +337,10 @@ def table_to_arrays(table: pa.Table | pa.RecordBatch, columns: ModelColumns) -> 
 
 def class_weights_to_sample_weights(y: np.ndarray, class_weight: Sequence[tuple[int, float]]) -> np.ndarray:
     """Per-row weights from Keras ``class_weight``, as ``keras.Model.fit`` derives them: the class of
-    a row is ``argmax(y)`` for one-hot labels (last axis > 1), else ``round(y)``; classes not in
-    ``class_weight`` weigh 1.0.
+    a row is ``argmax(y)`` for one-hot labels (last axis > 1), else ``round(y)``; a row whose class
+    is not in ``class_weight`` weighs 1.0, whatever its value: a loss's ``ignore_class`` (-1, 255)
+    included, as in Keras (the loss masks those rows out: their weight changes only weighted
+    metrics, where Keras counts them with 1.0).
 
     Args:
         y: labels ``(rows,)``, ``(rows, 1)`` or ``(rows, classes)``.
@@ -349,9 +351,7 @@ def class_weights_to_sample_weights(y: np.ndarray, class_weight: Sequence[tuple[
     """
     y = np.asarray(y)
     classes = np.argmax(y, axis=-1) if y.ndim > 1 and y.shape[-1] > 1 else np.round(y.reshape(len(y))).astype(np.int64)
-    table = dict(class_weight)
-    top = max([int(k) for k in table] + [int(classes.max()) if len(classes) else 0]) + 1
-    lookup = np.ones(top, np.float32)
-    for k, v in table.items():
-        lookup[int(k)] = v
-    return lookup[classes]
+    weights = np.ones(len(classes), np.float32)
+    for k, v in class_weight:  # by value, never by position: -1 is not the last class
+        weights[classes == int(k)] = v
+    return weights
