@@ -103,7 +103,7 @@ json.dump(out, open(sys.argv[1], "w"))
 """
 
 
-@pytest.mark.slow  # a second JVM and a TensorFlow import: 25-65 s on 2 shared cores
+@pytest.mark.slow  # a second JVM and a TensorFlow import: 64 s measured on 2 shared, loaded cores
 def test_a_session_whose_executors_run_a_python_without_sparkdl_says_to_set_pyspark_python(tmp_path):
     venv.create(tmp_path / "bare", with_pip=False)  # this Python's version, none of its packages
     bare = str(tmp_path / "bare" / "bin" / "python")
