@@ -78,7 +78,7 @@ DATA = Section(
     {
         "train": Key(("str",), "rows trained on (any path `spark.read` reads in `format`)", None,
                      "data/mnist10k/train.parquet", required=True),
-        "test": Key(("str",), "rows scored after the fit: `test_accuracy` in metrics.json", None,
+        "test": Key(("str",), "rows evaluated after the fit: `test_metrics` (and `test_accuracy`) in metrics.json", None,
                     "data/mnist10k/test.parquet", required=True),
         "validation": Key(("str", "null"), "rows validated on after each epoch (`val_*` in the history)", None,
                           "data/mnist10k/test.parquet"),
@@ -86,7 +86,7 @@ DATA = Section(
                       "parquet", "orc"),
         "features_col": Key(("str",), "the model input's column (array or vector)", "features", "pixels",
                             param="featuresCol"),
-        "label_col": Key(("str",), "the label column; `test_accuracy` compares `prediction` with it", "label",
+        "label_col": Key(("str",), "the label column (of a model with one output)", "label",
                          "label", param="labelCol"),
         "features_cols": Key(("list", "dict", "null"),
                              "instead of features_col: columns concatenated into the input, or input name -> column(s)",

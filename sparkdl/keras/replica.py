@@ -72,6 +72,22 @@ class Replica:
             for v in [*self.model.variables, *self.model.optimizer.variables]
             if id(v) not in weights and v.name == _SEED_STATE
         ]
+        # Every other variable's value at build time: the optimizers' (a LossScaleOptimizer's dynamic loss
+        # scale, step counter and iterations, the travelling inner optimizer's), seed states and any other
+        # non-weight state. reset() restores them when a later fit reuses this replica.
+        self._build_values = [(v, np.array(v.numpy())) for v in _unique([*self.model.variables, *self.model.optimizer.variables])
+                              if id(v) not in weights]
+
+    def reset(self) -> None:
+        """Every variable of the model and its optimizer back to its value when this replica was built,
+        except the weights, which :meth:`set_state` overwrites before every round (keeping a second copy
+        of them would double the replica's memory): optimizer variables (a ``LossScaleOptimizer``'s
+        dynamic loss scale and step counter included, which no state that travels holds), seed-generator
+        states and any other non-weight variable. Metric variables are reset before every step anyway.
+        A replica reused by a later fit (same architecture and compile arguments) then trains exactly as
+        a new one would."""
+        for variable, value in self._build_values:
+            variable.assign(value)
 
     def set_state(self, state: ModelState) -> None:
         """Load master weights, and optimizer state (its initial values when ``state.optimizer`` is None).
@@ -204,6 +220,16 @@ class Replica:
             values = [np.asarray(v.numpy(), dtype=np.float64) for v in self.model.metrics_variables]
             sums = values if sums is None else [a + b for a, b in zip(sums, values, strict=True)]
         return sums
+
+
+def _unique(variables) -> list:
+    """``variables`` without repeats (by identity), in order: a wrapper optimizer lists its inner one's too."""
+    seen, unique = set(), []
+    for v in variables:
+        if id(v) not in seen:
+            seen.add(id(v))
+            unique.append(v)
+    return unique
 
 
 def trim_padding(batch: np.ndarray) -> np.ndarray:

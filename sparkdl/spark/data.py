@@ -452,6 +452,8 @@ class _ColumnStats:
             return
         try:
             values = column_to_numpy(column.drop_null(), spec.source, spec.shape, spec.dtype, spec)
+        except ConfigError:  # the decoder cannot be imported in this executor's Python: the task fails, naming it
+            raise
         except Exception as exc:
             self.decode_error = str(exc)[:500]
             return

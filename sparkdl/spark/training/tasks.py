@@ -106,8 +106,10 @@ _MAX_REPLICAS = 2
 def replica_for(task: TaskSpec):
     """The fit's replica in this Python worker. A replica built by an earlier fit of the same
     architecture and compile arguments is reused (building, compiling and tracing the train step
-    costs 1-3 s per Python worker per fit): every round overwrites its weights, optimizer state and
-    seed-generator states, and each step resets its metrics, so it trains exactly as a new one.
+    costs 1-3 s per Python worker per fit) after ``Replica.reset`` puts every non-weight variable
+    back to its build-time value (a loss scale, the optimizers' counters); every round overwrites
+    its weights, optimizer state and seed-generator states, and each step resets its metrics, so it
+    trains exactly as a new one.
     At most two are kept, least recently used dropped first. Not with registered custom objects:
     a class redefined in a notebook keeps its name, and the old compiled step would train."""
     from sparkdl.keras.replica import Replica
@@ -118,7 +120,11 @@ def replica_for(task: TaskSpec):
             replica = Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
         else:
             key = (task.spec.digest, task.mixed_precision, json.dumps(dataclasses.asdict(task.compile_spec), sort_keys=True, default=repr))
-            replica = _REPLICAS.pop(key, None) or Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
+            replica = _REPLICAS.pop(key, None)
+            if replica is not None:  # every variable back to its build-time value (a loss scale, custom state)
+                replica.reset()
+            else:
+                replica = Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
             _REPLICAS[key] = replica
             while len(_REPLICAS) > _MAX_REPLICAS:
                 _REPLICAS.popitem(last=False)
