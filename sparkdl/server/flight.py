@@ -233,7 +233,7 @@ class ParameterServer:
         self._workers: dict[str, list[int]] = {str(w): [int(a), int(q)] for w, (a, q) in (marks or {}).items()}
         self._local: dict[str, WorkerLocal] = {str(w): v for w, v in (local or {}).items()}
         self._counts = {"updates_applied": 0, "duplicates_dropped": 0, "rejected": 0, "pulls": 0, "pushes": 0,
-                        "bytes_pushed": 0, "bytes_pulled": 0, "late_dropped": 0, "local_puts": 0}
+                        "bytes_pushed": 0, "bytes_pulled": 0, "late_dropped": 0, "local_puts": 0, "bytes_local": 0}
         self._staleness: dict[int, int] = {}
         self._contacts: dict[str, list] = {}  # worker -> [time.monotonic() of last contact, state, message, attempt]
         self._attempts: dict[str, set[int]] = {}  # worker -> the task attempts heard from
@@ -320,7 +320,8 @@ class ParameterServer:
         """Counters since start: ``version``, ``updates_applied``, ``duplicates_dropped``
         (duplicate seqs and superseded attempts), ``late_dropped``, ``rejected`` (bad descriptor,
         signature, size, base version or a raising rule), ``pushes``, ``pulls``, ``local_puts``,
-        ``bytes_pushed`` / ``bytes_pulled`` (Arrow buffer bytes of bodies read / sent),
+        ``bytes_pushed`` / ``bytes_pulled`` (Arrow buffer bytes of update bodies read / of bodies
+        sent), ``bytes_local`` (of the workers' own states put),
         ``staleness_mean``, ``staleness_max`` (updates; 0 when none applied), ``staleness_counts``
         ({staleness: updates}) and ``unauthenticated`` (calls refused for their token)."""
         with self._lock:
@@ -484,7 +485,7 @@ class ParameterServer:
         self._count("rejected")
         return flight.FlightServerError(message)
 
-    def _read_body(self, reader, received: Sequence[ArraySpec]) -> list[np.ndarray]:
+    def _read_body(self, reader, received: Sequence[ArraySpec], counter: str = "bytes_pushed") -> list[np.ndarray]:
         assembler = Assembler(received)
         total = 0
         try:
@@ -506,7 +507,7 @@ class ParameterServer:
         except pa.ArrowException as exc:
             raise self._reject(f"push body must be Arrow IPC record batches. Received: {exc}; the master state is unchanged") from None
         finally:
-            self._count("bytes_pushed", total)
+            self._count(counter, total)
 
     def _handle_put(self, descriptor, reader, writer) -> None:
         self._count("pushes")
@@ -523,7 +524,7 @@ class ParameterServer:
                 check_encoded(self._specs, meta["encoding"], received)
         except CodecError as exc:
             raise self._reject(f"{exc}; the master state is unchanged") from None
-        arrays = self._read_body(reader, received)
+        arrays = self._read_body(reader, received, "bytes_pushed" if meta["kind"] == "update" else "bytes_local")
         self._touch(meta["worker"], attempt=meta["attempt"])
         if meta["kind"] == "local":
             response = self._put_local(meta, received, arrays)

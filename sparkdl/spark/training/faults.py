@@ -114,7 +114,7 @@ class Fault(TaskHooks):
         if self.how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.how == "executor":
-            os.kill(_executor_pid(), signal.SIGKILL)
+            os.kill(executor_pid(), signal.SIGKILL)
             time.sleep(60)
         if self.how == "hang":
             os.kill(os.getpid(), signal.SIGSTOP)
@@ -132,7 +132,7 @@ class Faults(TaskHooks):
             hook.before_steps(point)
 
 
-def _executor_pid() -> int:
+def executor_pid() -> int:
     """The JVM that started this Python worker: the parent of the pyspark daemon (or of the worker)."""
     pid = os.getppid()
     for _ in range(3):

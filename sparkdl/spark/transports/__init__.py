@@ -65,6 +65,8 @@ class RoundReport:
         rows_expected: rows of this round by the plan (async: the epoch's).
         seconds: the round's own time as the transport measured it (async: the epoch's, by the
             server's clock), 0 when the loop's own clock tells it.
+        logs: more of the epoch's logs (async: the parameter server's counters of the epoch:
+            ``updates_applied``, ``staleness_mean``, ``staleness_max``, ``bytes_pushed``, ``bytes_pulled``).
     """
 
     updates: RoundUpdates
@@ -77,6 +79,7 @@ class RoundReport:
     local_resets: int = 0
     rows_expected: int = 0
     seconds: float = 0.0
+    logs: dict = field(default_factory=dict)
 
 
 class Transport(Protocol):

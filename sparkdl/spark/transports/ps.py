@@ -478,5 +478,5 @@ class PSTransport:
         sums = stats.sums.total()
         return RoundReport(
             updates=RoundUpdates(stats.rows, master=master), workers=[(-1, stats.rows)], metrics=[sums] if sums is not None else [],
-            nbytes=stats.bytes_pushed, local=local, rows_expected=total, seconds=seconds,
+            nbytes=stats.bytes_pushed, local=local, rows_expected=total, seconds=seconds, logs=stats.summary(),
         )
