@@ -10,11 +10,11 @@ from pyspark.sql import DataFrame
 
 from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.spark.inference import OutputColumns, transform
-from sparkdl.spark.params import COMPILE_PARAMS, HasEvaluationColumns, KerasSharedParams
+from sparkdl.spark.params import COMPILE_PARAMS, KerasModelParams
 from sparkdl.spark.persistence import KerasStageIO
 
 
-class KerasModel(Model, KerasSharedParams, HasEvaluationColumns, KerasStageIO):
+class KerasModel(Model, KerasModelParams, KerasStageIO):
     """A trained Keras model as a Spark ML Model (a Transformer).
 
     ``transform(df)`` runs batched inference on the executors and returns ``df`` with every
@@ -41,7 +41,14 @@ class KerasModel(Model, KerasSharedParams, HasEvaluationColumns, KerasStageIO):
 
     Features are read from ``featuresCol`` as in :class:`~sparkdl.spark.estimator.KerasEstimator`
     (numeric, ``array<numeric>`` or vector, ``prod(input_shape)`` values per row, cast to the
-    model's input dtype) and predicted ``batchSize`` rows at a time.
+    model's input dtype) and predicted ``inferenceBatchSize`` rows at a time.
+
+    Params: every Param of :class:`~sparkdl.spark.estimator.KerasEstimator`. The shared ones
+    (columns, batch sizes, compile arguments, ``task``, ``scoreColumnType``, ``checkFeatures``)
+    have getters and setters; the training ones (``numWorkers``, ``epochs``,
+    ``mode``, ...) have getters only and hold the values the model was fitted with (copied at
+    ``fit``, saved and loaded with it; a save of format 1, the format before them, did not
+    record them: they read as their defaults), as Spark's models carry their estimator's Params.
 
     Attributes:
         history: per-epoch training metrics, as ``keras.callbacks.History.history``:
