@@ -52,8 +52,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         <generated from sparkdl.param_specs>
 
     Raises (from ``fit``, before any training job):
-        ConfigError: a missing model or loss, a Param out of range, ``classWeight`` with
-            ``sampleWeightCol``, two validation sources.
+        ConfigError: a streaming DataFrame, a missing model or loss, a Param out of range,
+            ``classWeight`` with ``sampleWeightCol``, two validation sources.
         SchemaError: a missing or mistyped column, an input or output without a column, nulls or
             NaN (``handleInvalid="error"``), a feature length that does not match the model input,
             labels that do not fit the output or the loss, negative weights, a decoder's wrong
@@ -257,7 +257,19 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
     def fit(self, dataset: DataFrame, params=None, validationData: DataFrame | None = None):
         """``Estimator.fit``; ``validationData`` is a DataFrame validated on after each epoch (see
-        :meth:`setValidationData`): the history gets ``val_*`` keys."""
+        :meth:`setValidationData`): the history gets ``val_*`` keys.
+
+        Raises:
+            ConfigError: ``dataset`` is a streaming DataFrame (checked first, before any job), and
+                the errors listed in the class docstring.
+        """
+        if getattr(dataset, "isStreaming", False):
+            raise ConfigError(
+                "KerasEstimator.fit needs a batch DataFrame: training makes several passes (epochs) over a fixed set of "
+                "rows, which a stream does not have. To train on a stream, fit each micro-batch in "
+                "writeStream.foreachBatch(lambda batch_df, batch_id: ...), continuing from the previous model with "
+                "initialModel. Received: a streaming DataFrame (isStreaming=True)"
+            )
         if validationData is None:
             return super().fit(dataset, params)
         # A copy (same uid, Params, model and optimizer state) holds it, so this estimator is never

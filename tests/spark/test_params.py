@@ -1,6 +1,6 @@
 """Params built from their declarations (sparkdl.param_specs): pyspark Param objects, getters,
-setters and defaults as before, ConfigError from every converter, keyword checks, and a fitted
-model carrying its estimator's Params (after save/load, CrossValidator)."""
+setters and defaults as before, ConfigError from every converter, keyword checks, a streaming input
+refused by fit, and a fitted model carrying its estimator's Params (after save/load, CrossValidator)."""
 
 import json
 import glob
@@ -19,6 +19,7 @@ from sparkdl import KerasEstimator, KerasModel
 from sparkdl.errors import ConfigError
 from sparkdl.param_specs import BY_NAME, KINDS, NO_DEFAULT, PARAMS, SHARED, TRAINING
 from sparkdl.spark.params import CONVERTERS
+from tests.conftest import jobs_started
 
 # The accessors KerasEstimator and KerasModel had before the Params were generated: every one must stay.
 ESTIMATOR_ACCESSORS_BEFORE = {
@@ -193,6 +194,18 @@ def rows(spark):
 def _estimator(**params):
     return KerasEstimator(model=_linear(), optimizer=keras.optimizers.SGD(0.1), loss="mse", featuresCol="x", labelCol="y",
                           batchSize=4, verbose=0, **params)
+
+
+def test_fit_refuses_a_streaming_dataframe_before_any_job(spark):
+    stream = spark.readStream.format("rate").load()
+    est = _estimator()
+    raised = []
+    assert jobs_started(spark, lambda: raised.append(pytest.raises(ConfigError, est.fit, stream))) == 0
+    message = str(raised[0].value)
+    assert message.startswith("KerasEstimator.fit needs a batch DataFrame") and "writeStream.foreachBatch" in message
+    assert message.endswith("Received: a streaming DataFrame (isStreaming=True)")
+    assert jobs_started(spark, lambda: pytest.raises(ConfigError, est.fit, stream, {est.epochs: 2})) == 0  # with a param map
+    assert not spark.streams.active  # nothing was started
 
 
 def test_a_fitted_model_carries_its_estimators_params_also_after_save_and_load(spark, rows, tmp_path):
