@@ -162,7 +162,7 @@ class Keyword:
 
 TASKS = ("auto", "classification", "regression")
 SCORE_COLUMN_TYPES = ("vector", "array")
-HANDLE_INVALID = ("error", "skip")
+HANDLE_INVALID = ("error", "skip", "keep")
 COMPRESSIONS = ("fp16", "1bit", "threshold")  # sparkdl.core.compression.COMPRESSIONS, checked equal by a test
 
 #: the estimator's keywords that are not Params, in the order its docstring lists them
@@ -226,12 +226,18 @@ PARAMS: tuple[ParamSpec, ...] = (
         "probability), `regression` (prediction = the output values) or `auto` (classification for cross-entropy, "
         "hinge and KL-divergence losses)")),
     _P("checkFeatures", "bool", True, stage=SHARED, doc=(
-        "`transform` counts null and wrongly sized feature rows over the whole input in one Spark-SQL pass when it is "
-        "called, and raises `SchemaError` with the counts (True); False keeps `transform` fully lazy: a bad row then "
-        "fails its task with `SchemaError` naming the partition and batch")),
-    _P("handleInvalid", "choice", "error", choices=HANDLE_INVALID, config="fit", example="skip", doc=(
-        "rows with a null, NaN or ±inf value in a model column: `error` fails before training, naming each column and "
-        "its counts; `skip` drops them (a warning with the count, also in `fitInfo[\"rows_skipped\"]`)")),
+        "`transform` counts null, NaN, ±inf and wrongly sized feature rows over the whole input in one Spark-SQL pass "
+        "when it is called and, with `handleInvalid=\"error\"`, raises `SchemaError` with the counts (True); False "
+        "keeps `transform` fully lazy: a bad row then fails its task with `SchemaError` naming the column, the "
+        "partition and the batch")),
+    _P("handleInvalid", "choice", "error", stage=SHARED, choices=HANDLE_INVALID, fit_choices=("error", "skip"),
+       config="fit", example="skip", doc=(
+           "rows with a null, NaN or ±inf value (or a wrongly sized one) in a model column: `error` fails (`fit` before "
+           "training, naming each column and its counts; `transform` before scoring, or in the task with "
+           "`checkFeatures=False`); `skip` drops them (`fit` warns with the count, also in `fitInfo[\"rows_skipped\"]`; "
+           "`transform` leaves them out of its output); `keep`, for `transform` only, keeps them with NaN in every "
+           "prediction, rawPrediction and probability column (`fit` refuses it before any job: set it on the fitted "
+           "model). The fitted model gets the estimator's value")),
     # --- batches and compile arguments ---
     _P("batchSize", "int", 32, stage=SHARED, rule="a positive integer", config="fit", example=64, doc=(
         "rows per local training step; the smallest `transform` batch when `inferenceBatchSize` is None, and "

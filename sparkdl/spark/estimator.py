@@ -53,7 +53,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
     Raises (from ``fit``, before any training job):
         ConfigError: a streaming DataFrame, a missing model or loss, a Param out of range,
-            ``classWeight`` with ``sampleWeightCol``, two validation sources.
+            ``handleInvalid="keep"``, ``classWeight`` with ``sampleWeightCol``, two validation sources.
         SchemaError: a missing or mistyped column, an input or output without a column, nulls or
             NaN (``handleInvalid="error"``), a feature length that does not match the model input,
             labels that do not fit the output or the loss, negative weights, a decoder's wrong
@@ -214,7 +214,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         """The validated settings of a fit (:class:`~sparkdl.config.FitConfig`), checked before any job.
 
         Raises:
-            ConfigError: a Param out of its range, or a value that is only for the fitted model.
+            ConfigError: a Param out of its range, or a value that is only for the fitted model
+                (``handleInvalid="keep"``: set it on the ``KerasModel``).
         """
         for spec in PARAMS:
             value = self.getOrDefault(spec.name) if self.isDefined(spec.name) else None

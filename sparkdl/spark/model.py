@@ -43,9 +43,17 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
     (numeric, ``array<numeric>`` or vector, ``prod(input_shape)`` values per row, cast to the
     model's input dtype) and predicted ``inferenceBatchSize`` rows at a time.
 
+    Rows that cannot be scored (a null, NaN or ±inf feature value, or a wrongly sized row) follow
+    ``handleInvalid``: ``"error"`` (default) raises :class:`~sparkdl.errors.SchemaError` naming the
+    column and the counts of null, NaN, infinite and wrongly sized rows (before scoring with
+    ``checkFeatures``, else in the task that meets the first one); ``"skip"`` leaves them out of
+    the output; ``"keep"`` keeps them with NaN in every column ``transform`` adds (prediction,
+    rawPrediction, probability, each output's columns). A NaN the model itself outputs stays NaN
+    in every column too: no rule turns it into a class or a probability.
+
     Params: every Param of :class:`~sparkdl.spark.estimator.KerasEstimator`. The shared ones
-    (columns, batch sizes, compile arguments, ``task``, ``scoreColumnType``, ``checkFeatures``)
-    have getters and setters; the training ones (``numWorkers``, ``epochs``,
+    (columns, batch sizes, compile arguments, ``task``, ``scoreColumnType``, ``checkFeatures``,
+    ``handleInvalid``) have getters and setters; the training ones (``numWorkers``, ``epochs``,
     ``mode``, ...) have getters only and hold the values the model was fitted with (copied at
     ``fit``, saved and loaded with it; a save of format 1, the format before them, did not
     record them: they read as their defaults), as Spark's models carry their estimator's Params.
@@ -206,7 +214,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         check_inline(dataset.sparkSession, len(self._spec.weights), "the model's weights")  # Spark Connect: before any job
         return transform(dataset, self._spec, self.getFeaturesCol(), columns, self._inference_rows(self._spec.row_bytes), task, info,
                          check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
-                         output_cols=self.getOutputCols())
+                         output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid())
 
     def evaluate(self, df: DataFrame, batchSize: int | None = None) -> dict[str, float]:
         """The compiled loss and metrics over every row of ``df``, as ``keras.Model.evaluate(x, y,

@@ -112,12 +112,12 @@ def test_converter_messages_state_the_rule_then_what_was_received(name, value, m
 
 def test_values_of_the_right_type_convert_as_before():
     est = KerasEstimator(numWorkers=np.int64(3), epochs=2.0, roundTimeout=60, minWorkersPerRound=0.5, featuresCols="x",
-                         classWeight={"0": 1, "1": "2.5"}, handleInvalid="skip")
+                         classWeight={"0": 1, "1": "2.5"}, handleInvalid="keep")
     assert est.getNumWorkers() == 3 and type(est.getNumWorkers()) is int and est.getEpochs() == 2
     assert est.getRoundTimeout() == 60.0 and type(est.getRoundTimeout()) is float
     assert est.getMinWorkersPerRound() == 0.5 and KerasEstimator(minWorkersPerRound=2).getMinWorkersPerRound() == 2
     assert est.getFeaturesCols() == ["x"] and est.getClassWeight() == {0: 1.0, 1: 2.5}
-    assert est.getHandleInvalid() == "skip"
+    assert est.getHandleInvalid() == "keep"  # a value for the model: fit refuses it (test below)
     assert KerasEstimator(localSteps=None, mode="async").getLocalSteps() is None
 
 
@@ -206,6 +206,15 @@ def test_fit_refuses_a_streaming_dataframe_before_any_job(spark):
     assert message.endswith("Received: a streaming DataFrame (isStreaming=True)")
     assert jobs_started(spark, lambda: pytest.raises(ConfigError, est.fit, stream, {est.epochs: 2})) == 0  # with a param map
     assert not spark.streams.active  # nothing was started
+
+
+def test_fit_refuses_handle_invalid_keep_before_any_job(spark, rows):
+    est = _estimator(handleInvalid="keep")
+    raised = []
+    assert jobs_started(spark, lambda: raised.append(pytest.raises(ConfigError, est.fit, rows))) == 0
+    assert str(raised[0].value) == (
+        "handleInvalid must be one of ['error', 'skip'] to fit; 'keep' is for the fitted model's transform: fit with one of "
+        "those, then call setHandleInvalid('keep') on the KerasModel. Received: handleInvalid='keep'")
 
 
 def test_a_fitted_model_carries_its_estimators_params_also_after_save_and_load(spark, rows, tmp_path):
