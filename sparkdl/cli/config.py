@@ -15,7 +15,9 @@ checks every key before anything starts: an unknown key (named with its section,
 valid key and every valid key), a value of the wrong type or outside its choices, a missing
 required key all raise :class:`~sparkdl.errors.ConfigError`. ``conf/README.md`` documents every
 key; its tables are :func:`schema_markdown`'s output (``python -m sparkdl.cli.config`` prints
-them; a test checks they match).
+them; a test checks they match). The ``fit`` keys and the ``data`` keys that are Params come from
+the Params' declarations (:mod:`sparkdl.param_specs`, :func:`param_keys`): their names in
+snake_case, types, defaults, meanings and choices.
 
 Pure Python: importing this module loads neither Spark nor Keras.
 """
