@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from sparkdl.core.async_rules import DownpourRule
+from sparkdl.core.modes.asynchronous import DownpourRule
 from sparkdl.core.state import ModelState
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.server import ParameterServer, ParameterServerClient

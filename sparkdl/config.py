@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sparkdl.core.compression import check_compression, check_threshold
+from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 from sparkdl.errors import ConfigError
-
-MODES = ("sync", "bmuf", "easgd", "gossip", "async", "hogwild", "staleness_aware", "ssp")
-ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")
-ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")
 BACKENDS = ("rounds", "ps", "auto")
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
@@ -61,6 +59,14 @@ class FitConfig:
         mixed_precision: None (the model's dtypes), ``"mixed_float16"`` or ``"mixed_bfloat16"``: the Keras
             dtype policy of the replicas' layers (16-bit compute, float32 variables; loss scaling for
             float16); master weights, averaging and the Arrow wire stay float32.
+        data_timeout_s: seconds a data job (the check and caching passes over the input, a
+            validation pass) may run before it is cancelled; rounds have ``round_timeout_s``.
+        checkpoint_dir: a folder (local or any Hadoop URI) for snapshots of the fit's whole state;
+            a fit with the same folder continues from its newest one (None: no checkpoints).
+        checkpoint_every: with ``checkpoint_dir``: also a snapshot after every this many rounds
+            (None: at epoch ends only; asynchronous modes: epoch ends only).
+        server_tls: the ``ps`` backend's server speaks TLS with a per-fit certificate its workers pin.
+        server_cert_file, server_key_file: your own PEM certificate and key for the server instead.
 
     ``backend="auto"`` resolves to ``rounds`` for the round modes (:data:`ROUND_MODES`) and ``ps``
     for the asynchronous modes (see :attr:`resolved_backend`); ``rounds`` refuses the asynchronous
@@ -89,6 +95,12 @@ class FitConfig:
     min_workers_per_round: int | float | None = None
     round_deadline_s: float = 0.0
     mixed_precision: str | None = None
+    data_timeout_s: float = 86400.0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    server_tls: bool = True
+    server_cert_file: str | None = None
+    server_key_file: str | None = None
 
     def min_workers(self, workers: int) -> int:
         """The updates that may close a round of ``workers`` workers (``workers`` when not set)."""
@@ -115,12 +127,8 @@ class FitConfig:
             raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
-        from sparkdl.core.compression import check_compression
-
         check_compression(self.compression)
         if self.compression == "threshold":
-            from sparkdl.core.compression import check_threshold
-
             check_threshold(self.compression_threshold)
         value = self.min_workers_per_round
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
@@ -160,3 +168,11 @@ class FitConfig:
             raise ConfigError(
                 f"roundTimeout must be a positive number of seconds. Received: {self.round_timeout_s!r}"
             )
+        if not (isinstance(self.data_timeout_s, (int, float)) and self.data_timeout_s > 0):
+            raise ConfigError(f"dataTimeout must be a positive number of seconds. Received: {self.data_timeout_s!r}")
+        _positive_int("checkpointEvery", self.checkpoint_every, allow_none=True)
+        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str) or not self.checkpoint_dir.strip()):
+            raise ConfigError(f"checkpointDir must be a folder path or URI, or None. Received: {self.checkpoint_dir!r}")
+        if (self.server_cert_file is None) != (self.server_key_file is None):
+            raise ConfigError("serverCertFile and serverKeyFile must be given together. Received: "
+                              f"serverCertFile={self.server_cert_file!r}, serverKeyFile={self.server_key_file!r}")

@@ -96,13 +96,13 @@ DATA = Section(
     {
         "train": Key(("str",), "rows trained on (any path `spark.read` reads in `format`)", None,
                      "data/mnist10k/train.parquet", required=True),
-        "test": Key(("str",), "rows scored after the fit: `test_accuracy` in metrics.json", None,
+        "test": Key(("str",), "rows evaluated after the fit: `test_metrics` (and `test_accuracy`) in metrics.json", None,
                     "data/mnist10k/test.parquet", required=True),
         "validation": Key(("str", "null"), "rows validated on after each epoch (`val_*` in the history)", None,
                           "data/mnist10k/test.parquet"),
         "format": Key(("str",), "`spark.read` format of train, test and validation (parquet, orc, json, delta, ...)",
                       "parquet", "orc"),
-        **param_keys("data"),  # the column Params; `test_accuracy` compares `prediction` with label_col
+        **param_keys("data"),  # the column Params
     },
 )
 

@@ -9,7 +9,7 @@ import math
 import os
 
 
-def _metric_names(history: dict) -> list[str]:
+def metric_names(history: dict) -> list[str]:
     """The metrics to plot, one subplot each: ``loss`` first, then the others in the history's order;
     a ``val_x`` key is drawn in ``x``'s subplot (its own subplot when there is no ``x``)."""
     names = []
@@ -41,7 +41,7 @@ def plot_history(history: dict[str, list[float]], path: str, title: str | None =
     for key, values in history.items():
         if not isinstance(values, (list, tuple)) or not all(isinstance(v, (int, float)) for v in values):
             raise ValueError(f"history[{key!r}] must be a list of numbers, one per epoch. Received: {values!r}")
-    names = _metric_names(history)
+    names = metric_names(history)
     cols = min(len(names), 3)
     rows = math.ceil(len(names) / cols)
     fig = Figure(figsize=(4.5 * cols, 3.4 * rows), dpi=100, layout="constrained")

@@ -6,19 +6,29 @@ Usage::
     spark-submit --master 'local[*]' jobs/train.py --config conf/mnist_cnn.yaml [...]   # the same job
     sparkdl-train --config conf/mnist_cnn.yaml --check     # validate the config, print it, no Spark
 
-Writes under ``runs/<config name>/`` (or ``output.dir``, or ``--output``; a URI such as
+The model is saved first, then evaluated. Writes under ``runs/<config name>/`` (or ``output.dir``, or ``--output``; a URI such as
 ``hdfs://``, ``s3a://`` or ``dbfs:/`` goes through Spark's Hadoop filesystem):
 
 - ``model/``: the fitted ``KerasModel`` (Spark ML format: metadata + ``model.keras``);
-- ``metrics.json``: ``test_accuracy`` (fraction), ``fit_s`` (seconds), ``num_workers``,
-  ``epochs``, ``rounds``, ``history`` (per-epoch metrics) and row counts;
+- ``metrics.json``: ``test_metrics`` (``KerasModel.evaluate`` on the test rows: the compiled loss
+  and metrics, e.g. ``{"accuracy": 0.9855, "loss": 0.0452}``), ``test_accuracy`` (fraction; only
+  for a single classification output with class-index labels or an accuracy metric),
+  ``fit_s`` (seconds), ``num_workers``, ``epochs``, ``rounds``, ``history`` (per-epoch metrics)
+  and row counts;
 - ``history.png``: the history, one subplot per metric (needs matplotlib; skipped with a warning
   without it).
 
 The config's keys are documented in ``conf/README.md`` (:mod:`sparkdl.cli.config`). ``--master``
 sets the Spark master; without it the master is spark-submit's (``--master``), else ``local[*]``.
 The executors' Python is ``PYSPARK_PYTHON``, by default this interpreter. The job's own lines go to
-stdout through the ``sparkdl.cli`` logger; the last line gives the test accuracy.
+stdout through the ``sparkdl.cli`` logger; the last line gives the test results
+(``sparkdl: test accuracy 0.9855, loss 0.0452, fit 28.0 s, 32 rounds; wrote ...``, or
+``sparkdl: test loss 0.0812, mae 0.2214, ...`` for a regressor).
+
+Before Spark starts (and with ``--check``) the config is checked against its model and its local
+Parquet files (:mod:`sparkdl.cli.checks`): a label column per model output, ``fit.task`` against
+the output shapes, and the labels' form against the loss (one-hot rows for
+``categorical_crossentropy``, class indices for ``sparse_categorical_crossentropy``).
 """
 
 from __future__ import annotations
@@ -118,12 +128,91 @@ def build_estimator(config: dict):
     return estimator
 
 
+def check_job(config: dict, estimator) -> list[str]:
+    """The checks of ``config`` that need no Spark (:mod:`sparkdl.cli.checks`), run by the job and
+    by ``--check``: one label column per model output, ``fit.task`` against the output shapes, and
+    the label columns of local Parquet inputs against the loss. Returns each output's label column.
+
+    Raises:
+        ConfigError: naming the config key (and the file) that does not fit the model or loss.
+    """
+    from sparkdl.cli.checks import check_data_labels, check_outputs
+
+    columns = check_outputs(config, estimator)
+    check_data_labels(config, estimator, columns)
+    return columns
+
+
+#: Keras metric names whose value is the fraction of rows classified right
+ACCURACY_METRICS = ("accuracy", "acc", "categorical_accuracy", "sparse_categorical_accuracy", "binary_accuracy")
+
+
+def meaningful_accuracy(fitted, test_df, evaluation: dict) -> float | None:
+    """The test rows' accuracy where it means something, else None.
+
+    - a single classification output whose labels are one number per row (class indices, or 0/1
+      under a binary loss) and whose loss is not a hinge loss (labels -1/1): the fraction of test
+      rows with ``prediction == label`` (rows labelled with the loss's ``ignore_class`` left out),
+      counted by Spark, exact;
+    - else a single classification output compiled with an accuracy metric (one-hot labels with
+      ``metrics: [accuracy]``): that metric of ``evaluation``;
+    - else (regression, several outputs, no accuracy metric) None.
+
+    Args:
+        fitted: the fitted ``KerasModel``.
+        test_df: the test rows.
+        evaluation: ``fitted.evaluate(test_df)``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from sparkdl.keras.losses import CATEGORICAL_HINGE, HINGE
+
+    info, task = fitted._loss_and_task()
+    if len(fitted._spec.output_specs) != 1 or task != "classification":
+        return None
+    label = fitted.getLabelCol() if fitted.getLabelCols() is None else _only(fitted.getLabelCols())
+    scalar = isinstance(test_df.schema[label].dataType, (T.NumericType, T.BooleanType))
+    if scalar and info.family not in (HINGE, CATEGORICAL_HINGE):
+        rows = fitted.transform(test_df)
+        if info.ignore_class is not None:
+            rows = rows.where(F.col(label) != F.lit(info.ignore_class))
+        right = (F.col(fitted.getPredictionCol()) == F.col(label).cast("double")).cast("double")
+        return rows.select(F.avg(right).alias("a")).first()["a"]
+    for name in ACCURACY_METRICS:
+        if name in evaluation:
+            return evaluation[name]
+    return None
+
+
+def _only(label_cols):
+    return next(iter(label_cols.values())) if isinstance(label_cols, dict) else label_cols[0]
+
+
+def summary(accuracy: float | None, evaluation: dict) -> str:
+    """The test results in one phrase: ``"accuracy 0.9855, loss 0.0452"`` (accuracy first when there
+    is one, then the loss, then the other metrics by name; an accuracy metric shown once)."""
+    parts = [] if accuracy is None else [f"accuracy {accuracy:.4f}"]
+    names = sorted(evaluation, key=lambda k: (k != "loss", k))
+    parts += [f"{k} {evaluation[k]:.4f}" for k in names if not (accuracy is not None and k in ACCURACY_METRICS)]
+    return ", ".join(parts)
+
+
 def train(config: dict, output: str | None = None, master: str | None = None) -> dict:
-    """Run the job of a validated ``config`` (:func:`~sparkdl.cli.config.load_config`): fit, score
-    the test rows, save the model, ``metrics.json`` and ``history.png``; returns the metrics.
+    """Run the job of a validated ``config`` (:func:`~sparkdl.cli.config.load_config`): fit, save
+    the model, evaluate it on the test rows, write ``metrics.json`` and ``history.png``; returns the
+    metrics.
+
+    The model is saved before the test rows are read, so a fit is never lost to its evaluation.
+    The test metrics are ``KerasModel.evaluate``'s (the compiled loss and metrics, right for every
+    label form and output count) under ``test_metrics``; ``test_accuracy`` is there only where it
+    means something (:func:`meaningful_accuracy`).
 
     Stops the SparkSession at the end only when it started it (an existing session, as in a
     Databricks notebook or job, stays up).
+
+    Raises:
+        ConfigError: a config that does not fit its model, loss or data (before Spark starts).
     """
     name = config["name"]
     output = output or config["output"].get("dir") or os.path.join("runs", name)
@@ -138,8 +227,7 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
         if path and not is_uri(path) and not glob.glob(path):
             raise ConfigError(f"data.{key}: no file or folder at {path!r} (relative paths are read from the working directory "
                               f"{os.getcwd()!r}). Received: {path!r}")
-
-    from pyspark.sql import functions as F
+    check_job(config, estimator)
 
     spark, started_here = spark_session(f"sparkdl {name}", master)
     try:
@@ -147,17 +235,21 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
         train_df = read.load(data["train"])
         test_df = read.load(data["test"])
         validation = read.load(data["validation"]) if data.get("validation") else None
-        label_col = estimator.getLabelCol()
         log.info("fitting %s on %s with %d workers", name, spark.sparkContext.master, estimator.getNumWorkers())
         started = time.perf_counter()
         fitted = estimator.fit(train_df, validationData=validation)
         fit_s = time.perf_counter() - started
-
-        scored = fitted.transform(test_df)
-        accuracy = scored.select(F.avg((F.col("prediction") == F.col(label_col)).cast("double")).alias("a")).first()["a"]
-        fitted.write().overwrite().save(join(output, "model"))
+        model_path = join(output, "model")
+        fitted.write().overwrite().save(model_path)  # first: the evaluation below may fail, the fit is kept
+        try:
+            evaluation = fitted.evaluate(test_df)
+            accuracy = meaningful_accuracy(fitted, test_df, evaluation)
+        except Exception:
+            log.error("the test rows could not be evaluated; the fitted model is saved at %s", model_path)
+            raise
         metrics = {
-            "test_accuracy": accuracy,
+            **({} if accuracy is None else {"test_accuracy": accuracy}),
+            "test_metrics": evaluation,
             "fit_s": round(fit_s, 2),
             "num_workers": estimator.getNumWorkers(),
             "epochs": estimator.getEpochs(),
@@ -168,16 +260,17 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
             "mode": estimator.getMode(),
             "backend": fitted.fitInfo.get("backend", "rounds"),
         }
+        results = summary(accuracy, evaluation)
         with tempfile.TemporaryDirectory(prefix="sparkdl-train-") as tmp:
             files = {"metrics.json": os.path.join(tmp, "metrics.json")}
             with open(files["metrics.json"], "w") as f:
                 json.dump(metrics, f, indent=2)
             if config["output"].get("plot", True):
-                png = _plot(fitted.history, os.path.join(tmp, "history.png"), f"{name}: test accuracy {accuracy:.4f}")
+                png = _plot(fitted.history, os.path.join(tmp, "history.png"), f"{name}: test {results}")
                 if png:
                     files["history.png"] = png
             _write_outputs(output, files, spark)
-        print(f"sparkdl: test accuracy {accuracy:.4f}, fit {fit_s:.1f} s, {metrics['rounds']} rounds; "
+        print(f"sparkdl: test {results}, fit {fit_s:.1f} s, {metrics['rounds']} rounds; "
               f"wrote {join(output, 'metrics.json')}", flush=True)
         return metrics
     finally:
@@ -206,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, args.overrides)
         if args.check:
-            build_estimator(config)
+            check_job(config, build_estimator(config))
             print(json.dumps(config, indent=2, default=repr))
             return 0
         train(config, output=args.output, master=args.master)

@@ -76,31 +76,3 @@ class WeightedMean:
                 value = mean.astype(dtype)
             out.append(np.asarray(value))  # a 0-d mean comes back from numpy as a scalar
         return out
-
-
-def weighted_average(
-    arrays_per_worker: Sequence[Sequence[np.ndarray]], weights: Sequence[float]
-) -> list[np.ndarray]:
-    """Row-weighted average W = Σᵢ wᵢ·Wᵢ / Σᵢ wᵢ of several workers' array lists.
-
-    Args:
-        arrays_per_worker: one list of arrays per worker; lists agree in length, shapes, dtypes.
-        weights: one weight per worker (rows seen, >= 0); zero-weight workers are skipped.
-
-    Returns:
-        A list of arrays in the workers' dtypes.
-
-    Raises:
-        ValueError: on mismatched lengths, shapes or dtypes, or when every weight is zero.
-
-    Example:
-        >>> weighted_average([[np.array([0.0])], [np.array([3.0])]], [2, 1])
-        [array([1.])]
-    """
-    acc = WeightedMean()
-    for arrays, weight in zip(arrays_per_worker, weights, strict=True):
-        acc.add(arrays, weight)
-    result = acc.result()
-    if result is None:
-        raise ValueError(f"at least one worker must have a positive weight. Received: {list(weights)}")
-    return result

@@ -26,8 +26,8 @@ class MetricSums:
     float64 (integer variables in int64) so row counts stay exact.
     """
 
-    def __init__(self) -> None:
-        self._sums: list[np.ndarray] | None = None
+    def __init__(self, sums: Sequence[np.ndarray] | None = None) -> None:
+        self._sums: list[np.ndarray] | None = None if sums is None else [np.array(s) for s in sums]
 
     def add(self, variables: Sequence[np.ndarray]) -> None:
         """Add one worker's metric variables.

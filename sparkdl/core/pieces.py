@@ -147,6 +147,16 @@ def assemble(pieces: Iterable[Piece]) -> ModelState:
         ValueError: when an array's pieces do not cover its elements exactly once, or array
             indices of a group are not 0..k-1.
     """
+    groups = assemble_groups(pieces)
+    return ModelState(groups.get(WEIGHTS, []), groups.get(OPTIMIZER))
+
+
+def assemble_groups(pieces: Iterable[Piece]) -> dict[int, list[np.ndarray]]:
+    """Rebuild every group of arrays from its pieces (any order): group -> arrays in index order.
+
+    Raises:
+        ValueError: as :func:`assemble`.
+    """
     flats: dict[tuple[int, int], tuple[np.ndarray, tuple, list[tuple[int, int]]]] = {}
     for piece in pieces:  # each piece copied into its array as it comes: pieces need not stay alive
         key = (piece.group, piece.array)
@@ -182,4 +192,4 @@ def assemble(pieces: Iterable[Piece]) -> ModelState:
                 raise ValueError(f"array {index} of group {group} must hold {flat.size} elements. Received: {position}")
             rebuilt.append(flat.reshape(shape))
         out[group] = rebuilt
-    return ModelState(out.get(WEIGHTS, []), out.get(OPTIMIZER))
+    return out

@@ -76,7 +76,10 @@ _FINGERPRINT_SEED = 0x5EED5D1
 
 class RowFingerprints:
     """Per-row 64-bit fingerprints of several arrays, fed a chunk of rows at a time, and the row
-    order they give (see :func:`canonical_order`).
+    order they give: an order that depends only on the rows' values, not on the order they arrived
+    in. Rows that reach a partition through a shuffle come in fetch order, which varies from run to
+    run; sorting them by fingerprint, the first array first, makes the seeded epoch order, and so
+    training, repeatable. Equal rows are interchangeable, so their relative order does not matter.
 
     Each array's rows are hashed by a random linear hash over their 64-bit words (coefficients
     drawn from a fixed seed, array by array), so the same rows give the same fingerprints however
@@ -115,30 +118,3 @@ class RowFingerprints:
         if not keys or len(keys[0]) == 0:
             return np.zeros(0, np.int64)
         return np.lexsort(keys[::-1]).astype(np.int64)
-
-
-def canonical_order(*arrays: np.ndarray, exact: int = 1, chunk_rows: int = 4096) -> np.ndarray:
-    """A row order that depends only on the rows' values, not on the order they arrived in.
-
-    Rows that reach a partition through a shuffle come in fetch order, which varies from run to
-    run; sorting them by a 64-bit fingerprint of each array's rows (:class:`RowFingerprints`),
-    the first array first, makes the seeded epoch order, and so training, repeatable. The first
-    ``exact`` arrays (the features) are hashed as they are; the others (labels, weights) as
-    float64, so an int, a float or a double label orders alike. Equal rows are interchangeable,
-    so their relative order does not matter.
-
-    Args:
-        arrays: arrays of equal length, shape ``(rows, ...)``: model inputs, then labels and weights.
-        exact: how many leading arrays are hashed in their own dtype.
-
-    Returns:
-        int64 array of shape ``(rows,)``: a permutation.
-    """
-    if not arrays:
-        return np.zeros(0, np.int64)
-    fingerprints = RowFingerprints([(a.shape[1:], a.dtype) for a in arrays], exact)
-    fingerprints.add(arrays, chunk_rows)
-    return fingerprints.order()
-
-
-_FINGERPRINT_SEED = 0x5EED5D1

@@ -17,9 +17,12 @@ Decisions are made once, so every worker follows them (the failure of per-rank c
 Horovod, case C17): ``self.model.stop_training = True`` ends the fit after the current round (the
 same round for every worker; from ``on_epoch_end``, after the epoch); a learning rate a callback
 sets on ``self.model.optimizer`` (``ReduceLROnPlateau``, ``LearningRateScheduler``) reaches every
-replica from the next round; weights a callback sets (``EarlyStopping(restore_best_weights=True)``
-at ``on_train_end``) become the fitted model's. The callbacks are never pickled: they stay on the
-driver and out of saved Params. Pure Keras: no Spark here.
+replica from the next round; weights or optimizer variables a callback sets become the master
+from the next round, as in Keras (``EarlyStopping(restore_best_weights=True)`` at
+``on_train_end``: the fitted model's). ``keras.callbacks.BackupAndRestore`` keeps working as in
+Keras, and each of its saves also writes the fit's whole state next to its own files, so a
+resumed fit continues exactly (see :mod:`sparkdl.spark.training.checkpoint`). The callbacks are
+never pickled: they stay on the driver and out of saved Params. Pure Keras: no Spark here.
 """
 
 from __future__ import annotations
@@ -113,13 +116,10 @@ class DriverCallbacks:
             built here); the callbacks' ``self.model``.
         epochs: the fit's epochs.
         rounds_per_epoch: rounds in one epoch (Keras' ``steps``).
-        live: whether the fit runs its rounds from the driver, so that a callback may stop it and
-            change the learning rate between rounds (backend ``rounds``); False: the hooks only
-            observe (backend ``ps``: ``on_epoch_end`` as each epoch completes, no round hooks).
     """
 
-    def __init__(self, callbacks: Sequence, model, epochs: int, rounds_per_epoch: int, live: bool = True) -> None:
-        self.model, self.live = model, live
+    def __init__(self, callbacks: Sequence, model, epochs: int, rounds_per_epoch: int) -> None:
+        self.model = model
         # Whether any callback uses the round hooks: the running metrics are read for them only.
         self.wants_rounds = any(getattr(c, "wants_rounds", True) and _overrides_batch_hooks(c) for c in callbacks)
         if not model.optimizer.built:
@@ -135,6 +135,8 @@ class DriverCallbacks:
         self._sent_lr = self.current_learning_rate()
         self.learning_rate: float | None = None  # set once a callback changes it: every later round gets it
         self._set_weights: list | None = None
+        self._set_optimizer: list | None = None
+        self.backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
 
     # ---- the master state in the driver model ------------------------------------------------
 
@@ -147,7 +149,11 @@ class DriverCallbacks:
             for i, (variable, array) in enumerate(zip(variables, state.optimizer, strict=True)):
                 if i != self._lr_index:
                     variable.assign(np.asarray(array).astype(variable.dtype))
-        self._set_weights = [np.array(w) for w in state.weights]
+        self._set_weights = [np.array(w) for w in self.model.get_weights()]
+        self._set_optimizer = self._optimizer_arrays()
+
+    def _optimizer_arrays(self) -> list[np.ndarray]:
+        return [np.array(v.numpy()) for i, v in enumerate(self._optimizer.variables) if i != self._lr_index]
 
     def master_state(self) -> ModelState:
         """The driver model's weights and optimizer state, as a master state (after a resume)."""
@@ -158,14 +164,48 @@ class DriverCallbacks:
         """The epoch a ``BackupAndRestore`` callback restored the model at (0: none)."""
         return int(getattr(self.model, "_initial_epoch", 0) or 0)
 
-    def weights_changed(self) -> list | None:
-        """The driver model's weights when a callback changed them since :meth:`set_master`
-        (``EarlyStopping(restore_best_weights=True)``), else None."""
+    def changed_state(self) -> ModelState | None:
+        """The driver model's weights and optimizer state when a callback changed either since
+        :meth:`set_master` (``EarlyStopping(restore_best_weights=True)``, a callback that sets
+        weights or an optimizer variable), else None. A learning rate a callback set is followed
+        apart (:attr:`learning_rate`) and does not count as a change here."""
         if self._set_weights is None:
             return None
         weights = self.model.get_weights()
         same = len(weights) == len(self._set_weights) and all(np.array_equal(a, b) for a, b in zip(weights, self._set_weights, strict=True))
-        return None if same else weights
+        optimizer = self._optimizer_arrays()
+        same = same and all(np.array_equal(a, b) for a, b in zip(optimizer, self._set_optimizer, strict=True))
+        return None if same else self.master_state()
+
+    def backup_dirs(self) -> list[str]:
+        """The folders of the ``BackupAndRestore`` callbacks."""
+        return [str(c.backup_dir) for c in self.backups]
+
+    def backup_due(self, round_in_epoch: int, epoch_end: bool) -> bool:
+        """Whether a ``BackupAndRestore`` saves at the end of this round (``round_in_epoch``, and
+        whether it ends the epoch), by Keras' own rule for its ``save_freq``."""
+        for callback in self.backups:
+            if callback.save_freq == "epoch":
+                if epoch_end:
+                    return True
+                continue
+            last = callback._last_batch_seen
+            seen = callback._batches_seen_since_last_saving + (round_in_epoch + 1 if round_in_epoch <= last else round_in_epoch - last)
+            if seen >= callback.save_freq:
+                return True
+        return False
+
+    def on_backup(self, save) -> None:
+        """Call ``save(backup_dir)`` right after each save of every ``BackupAndRestore`` callback
+        (at its epoch end or every ``save_freq`` rounds), in its place among the callbacks."""
+        for callback in self.backups:
+            original = callback._save_model
+
+            def saved(*args, _original=original, _dir=callback.backup_dir, **kwargs):
+                _original(*args, **kwargs)
+                save(_dir)
+
+            callback._save_model = saved
 
     # ---- learning rate -----------------------------------------------------------------------
 
@@ -177,9 +217,6 @@ class DriverCallbacks:
         now = self.current_learning_rate()
         if now is None or now == self._sent_lr:
             return
-        if not self.live:
-            raise ConfigError("a callback changed the learning rate during a backend='ps' fit, whose workers run on their own: "
-                              "use backend='rounds'")
         if not math.isfinite(now) or now < 0:
             raise ConfigError(f"a callback set the learning rate to {now!r}; it must be a finite number >= 0")
         self.learning_rate = self._sent_lr = now
@@ -220,11 +257,10 @@ class DriverCallbacks:
             flush()
         self._follow_learning_rate()
 
-    def epoch_end(self, epoch: int, logs: dict, state: ModelState | None) -> dict:
-        """Run ``on_epoch_end`` with the master state in the model (when given); returns the logs,
-        with the keys callbacks added (``ReduceLROnPlateau`` adds ``learning_rate``)."""
-        if state is not None:
-            self.set_master(state)
+    def epoch_end(self, epoch: int, logs: dict, state: ModelState) -> dict:
+        """Run ``on_epoch_end`` with the master state in the model; returns the logs, with the keys
+        callbacks added (``ReduceLROnPlateau`` adds ``learning_rate``)."""
+        self.set_master(state)
         logs = dict(logs)
         flush = getattr(self._callbacks, "_flush_futures", None)
         if flush is not None and getattr(self._callbacks, "_async_train", False):
@@ -236,14 +272,6 @@ class DriverCallbacks:
 
     def train_end(self, logs: dict) -> None:
         self._callbacks.on_train_end(dict(logs))
-
-    def late_validation(self, epoch: int, logs: dict) -> None:
-        """``val_*`` of ``epoch`` computed after its ``on_epoch_end`` (backend ``ps``): handed to the
-        callbacks that take them (``log_validation``: TensorBoard, MLflow)."""
-        for callback in self._callbacks.callbacks:
-            hook = getattr(callback, "log_validation", None)
-            if hook is not None:
-                hook(epoch, dict(logs))
 
 
 def abort_all(callbacks) -> None:

@@ -72,6 +72,22 @@ class Replica:
             for v in [*self.model.variables, *self.model.optimizer.variables]
             if id(v) not in weights and v.name == _SEED_STATE
         ]
+        # Every other variable's value at build time: the optimizers' (a LossScaleOptimizer's dynamic loss
+        # scale, step counter and iterations, the travelling inner optimizer's), seed states and any other
+        # non-weight state. reset() restores them when a later fit reuses this replica.
+        self._build_values = [(v, np.array(v.numpy())) for v in _unique([*self.model.variables, *self.model.optimizer.variables])
+                              if id(v) not in weights]
+
+    def reset(self) -> None:
+        """Every variable of the model and its optimizer back to its value when this replica was built,
+        except the weights, which :meth:`set_state` overwrites before every round (keeping a second copy
+        of them would double the replica's memory): optimizer variables (a ``LossScaleOptimizer``'s
+        dynamic loss scale and step counter included, which no state that travels holds), seed-generator
+        states and any other non-weight variable. Metric variables are reset before every step anyway.
+        A replica reused by a later fit (same architecture and compile arguments) then trains exactly as
+        a new one would."""
+        for variable, value in self._build_values:
+            variable.assign(value)
 
     def set_state(self, state: ModelState) -> None:
         """Load master weights, and optimizer state (its initial values when ``state.optimizer`` is None).
@@ -206,6 +222,16 @@ class Replica:
         return sums
 
 
+def _unique(variables) -> list:
+    """``variables`` without repeats (by identity), in order: a wrapper optimizer lists its inner one's too."""
+    seen, unique = set(), []
+    for v in variables:
+        if id(v) not in seen:
+            seen.add(id(v))
+            unique.append(v)
+    return unique
+
+
 def trim_padding(batch: np.ndarray) -> np.ndarray:
     """A batch of padded sequences ``(rows, steps, k)`` cut to its longest row: trailing steps that
     are padding (all :data:`~sparkdl.serialization.columns.PAD_VALUE`) in every row are dropped, so
@@ -226,6 +252,21 @@ def state_nbytes(model) -> int:
         model.optimizer.build(model.trainable_variables)
     variables = list(model.weights) + list(model.optimizer.variables)
     return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in variables)
+
+
+def initial_optimizer(model) -> list[np.ndarray]:
+    """The fresh optimizer state of a compiled ``model`` (its optimizer built here when needed): a
+    ``LossScaleOptimizer``'s inner optimizer's, as replicas send it."""
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    return [np.asarray(v.numpy()) for v in optimizer.variables]
+
+
+def trainable_mask(model) -> list[bool]:
+    """Per array of ``model.weights``, whether it is trainable (the others: BatchNorm statistics, counters)."""
+    trainable = {id(v) for v in model.trainable_weights}
+    return [id(v) in trainable for v in model.weights]
 
 
 def check_mixed_precision(value) -> None:

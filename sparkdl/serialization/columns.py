@@ -268,9 +268,15 @@ _decoders: dict[str, Callable] = {}
 def resolve_decoder(name: str) -> Callable:
     """The function named ``"package.module:function"`` (imported once per process).
 
+    Runs on the driver (checked before any job) and in every task that decodes the column, so a
+    module the driver imports but the executors do not (a local folder on the driver's
+    ``sys.path``) fails in the task, naming the module, how to ship it and the Python that ran.
+
     Raises:
-        ConfigError: when the name is not ``module:function``, the module cannot be imported or
-            has no such callable.
+        ConfigError: when the name is not ``module:function``; when the module (or one it imports)
+            cannot be imported in this Python: its one line names the module, the ways to ship it
+            (``--py-files``, ``SparkContext.addPyFile``, a wheel on the cluster) and this Python's
+            ``sys.executable`` and host; when the module has no such callable.
     """
     if name in _decoders:
         return _decoders[name]
@@ -279,14 +285,30 @@ def resolve_decoder(name: str) -> Callable:
         raise ConfigError(f"a decoder must be named 'module:function'. Received: {name!r}")
     try:
         function = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(_import_message(name, getattr(exc, "name", None) or module_name, exc)) from exc
+    try:
         for part in attribute.split("."):
             function = getattr(function, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"decoder {name!r} must be an importable callable (on the driver and the executors). Received: {exc}") from exc
+    except AttributeError as exc:
+        raise ConfigError(f"decoder {name!r} must be an importable callable: a function of module {module_name!r}. Received: {exc}") from exc
     if not callable(function):
         raise ConfigError(f"decoder {name!r} must be callable. Received: {type(function).__name__}")
     _decoders[name] = function
     return function
+
+
+def _import_message(decoder: str, module: str, exc: ImportError) -> str:
+    """One line: the module a decoder needs, how to ship it to the executors, and this Python."""
+    import socket
+    import sys
+
+    return (
+        f"decoder {decoder!r} must be an importable callable on the driver and every executor: module {module!r} cannot be "
+        f"imported by this Python ({sys.executable}, Python {sys.version.split()[0]}, host {socket.gethostname()}); ship "
+        f"your own code with spark-submit --py-files, SparkContext.addPyFile(path) or a wheel installed on the cluster (a "
+        f"package: pip install it there). Received: {type(exc).__name__}: {exc}"
+    )
 
 
 def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
@@ -440,8 +462,10 @@ def table_to_arrays(table: pa.Table | pa.RecordBatch, columns: ModelColumns) -> 
 
 def class_weights_to_sample_weights(y: np.ndarray, class_weight: Sequence[tuple[int, float]]) -> np.ndarray:
     """Per-row weights from Keras ``class_weight``, as ``keras.Model.fit`` derives them: the class of
-    a row is ``argmax(y)`` for one-hot labels (last axis > 1), else ``round(y)``; classes not in
-    ``class_weight`` weigh 1.0.
+    a row is ``argmax(y)`` for one-hot labels (last axis > 1), else ``round(y)``; a row whose class
+    is not in ``class_weight`` weighs 1.0, whatever its value: a loss's ``ignore_class`` (-1, 255)
+    included, as in Keras (the loss masks those rows out: their weight changes only weighted
+    metrics, where Keras counts them with 1.0).
 
     Args:
         y: labels ``(rows,)``, ``(rows, 1)`` or ``(rows, classes)``.
@@ -452,9 +476,7 @@ def class_weights_to_sample_weights(y: np.ndarray, class_weight: Sequence[tuple[
     """
     y = np.asarray(y)
     classes = np.argmax(y, axis=-1) if y.ndim > 1 and y.shape[-1] > 1 else np.round(y.reshape(len(y))).astype(np.int64)
-    table = dict(class_weight)
-    top = max([int(k) for k in table] + [int(classes.max()) if len(classes) else 0]) + 1
-    lookup = np.ones(top, np.float32)
-    for k, v in table.items():
-        lookup[int(k)] = v
-    return lookup[classes]
+    weights = np.ones(len(classes), np.float32)
+    for k, v in class_weight:  # by value, never by position: -1 is not the last class
+        weights[classes == int(k)] = v
+    return weights

@@ -1,4 +1,4 @@
-"""Driver-side parameter server for asynchronous training, on Arrow Flight.
+"""Driver-side parameter server of backend ``ps``, on Arrow Flight (TLS, a per-fit token).
 
 Public API::
 
@@ -9,6 +9,7 @@ Nothing under ``sparkdl.server`` imports Spark, TensorFlow or Keras.
 
 from sparkdl.server.auth import new_token
 from sparkdl.server.client import ParameterServerClient
-from sparkdl.server.flight import ArraySpec, ParameterServer, UpdateRule
+from sparkdl.server.flight import ParameterServer, UpdateRule
+from sparkdl.server.wire import ArraySpec
 
 __all__ = ["ArraySpec", "ParameterServer", "ParameterServerClient", "UpdateRule", "new_token"]

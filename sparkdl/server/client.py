@@ -1,11 +1,14 @@
 """Worker-side client of :class:`sparkdl.server.ParameterServer`.
 
-Every call carries the fit's bearer token and a deadline (``timeout_s`` seconds). Calls
-that fail with ``UNAVAILABLE`` or a deadline are retried ``retries`` times with exponential
-backoff (``backoff_s``, then twice that, ...); pushes are safe to retry because the server
-applies each ``(worker, attempt, seq)`` at most once. The client never goes through an
-HTTP proxy: gRPC honours ``http_proxy`` / ``https_proxy`` / ``grpc_proxy``, so the channel
-is created with the generic option ``grpc.enable_http_proxy = 0``.
+Every call carries the fit's bearer token and a deadline: ``timeout_s`` seconds, plus the time
+its bytes take at ``min_bytes_per_s`` for pulls and pushes (a 1 GB model is not held to a small
+model's deadline). Calls that fail with ``UNAVAILABLE`` or a deadline are retried ``retries``
+times with exponential backoff (``backoff_s``, then twice that, ...); pushes are safe to retry
+because the server applies each ``(worker, attempt, seq)`` at most once. With ``tls`` (a
+:class:`~sparkdl.server.tls.TLSPin`) the client trusts the one certificate pinned, and no
+other. The client never goes through an HTTP proxy: gRPC honours ``http_proxy`` /
+``https_proxy`` / ``grpc_proxy``, so the channel is created with the generic option
+``grpc.enable_http_proxy = 0``.
 """
 
 from __future__ import annotations
@@ -18,23 +21,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparkdl.core.state import ModelState
+from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import CodecError, ConfigError, ServerError
 from sparkdl.server.auth import auth_headers
-from sparkdl.server.flight import (
+from sparkdl.server.tls import TLSPin
+from sparkdl.server.wire import (
     DEFAULT_CHUNK_BYTES,
+    LOCAL_PREFIX,
     STATE_TICKET,
-    WORKER_STATE_PREFIX,
     WEIGHTS_TICKET,
+    WORKER_STATE_PREFIX,
     ArraySpec,
     Assembler,
-    _split,
     iter_batches,
     specs_from_schema,
+    split_arrays,
     wire_schema,
 )
 
 GENERIC_OPTIONS = [("grpc.enable_http_proxy", 0)]
+MIN_BYTES_PER_S = 8 << 20  # the slowest link a pull or push is given time for (bytes per second)
 _RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError)
 
 
@@ -56,12 +62,15 @@ class ParameterServerClient:
         timeout_s: deadline of each call attempt, in seconds (> 0).
         retries: extra attempts after an ``UNAVAILABLE`` / deadline failure (>= 0).
         backoff_s: sleep before the first retry, doubled for each further one (seconds).
-        tls_root_cert: PEM bytes of the server certificate or its CA, for ``grpc+tls``.
+        tls: the pinned certificate of a ``grpc+tls`` server (:class:`~sparkdl.server.tls.TLSPin`):
+            the client trusts it alone and checks the server's name against it.
         chunk_bytes: bytes of values per record batch in pushes (default 8 MiB).
+        min_bytes_per_s: pulls and pushes get ``timeout_s`` plus their bytes at this rate.
 
     Raises:
-        ConfigError: on a location that is not ``grpc+tcp://`` / ``grpc+tls://``, or an out of
-            range timeout, retries or chunk size.
+        ConfigError: on a location that is not ``grpc+tcp://`` / ``grpc+tls://``, a ``grpc+tls``
+            location without a pin (or a pin whose certificate does not match its fingerprint),
+            or an out of range timeout, retries or chunk size.
         ServerError: from every call, when the server refuses it (token, signature, size),
             answers with something that is not Flight, or cannot be reached in time; the
             message names the server address.
@@ -75,8 +84,9 @@ class ParameterServerClient:
         timeout_s: float = 60.0,
         retries: int = 2,
         backoff_s: float = 0.1,
-        tls_root_cert: bytes | None = None,
+        tls: TLSPin | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        min_bytes_per_s: float = MIN_BYTES_PER_S,
     ) -> None:
         if not isinstance(location, str) or not location.startswith(("grpc+tcp://", "grpc+tls://", "grpc://")):
             raise ConfigError(f"location must be a grpc+tcp:// or grpc+tls:// URI. Received: {location!r}")
@@ -91,17 +101,28 @@ class ParameterServerClient:
         self.retries = retries
         self.backoff_s = float(backoff_s)
         self.chunk_bytes = chunk_bytes
-        self._options = flight.FlightCallOptions(timeout=self.timeout_s, headers=auth_headers(token))
+        self.min_bytes_per_s = float(min_bytes_per_s)
+        self._headers = auth_headers(token)
+        self._options = flight.FlightCallOptions(timeout=self.timeout_s, headers=self._headers)
         kwargs = {"generic_options": GENERIC_OPTIONS}
-        if tls_root_cert is not None:
-            kwargs["tls_root_certs"] = tls_root_cert
+        if location.startswith("grpc+tls://"):
+            if tls is None:
+                raise ConfigError(f"a grpc+tls:// server needs its pinned certificate (tls=TLSPin). Received: {location!r} and no pin")
+            tls.check()
+            kwargs["tls_root_certs"] = tls.cert_pem
+            kwargs["override_hostname"] = tls.server_name
         try:
             self._client = flight.FlightClient(location, **kwargs)
         except (pa.ArrowException, ValueError) as exc:
             raise ConfigError(f"location must be a reachable Flight URI. Received: {location!r} ({_first_line(exc)})") from exc
         self._signature: list[ArraySpec] | None = None
+        self.control: dict = {}  # the driver's orders read with the last pull
 
     # ------------------------------------------------------------------ plumbing
+    def _sized(self, nbytes: int) -> flight.FlightCallOptions:
+        """Call options whose deadline also gives ``nbytes`` their time at ``min_bytes_per_s``."""
+        return flight.FlightCallOptions(timeout=self.timeout_s + nbytes / self.min_bytes_per_s, headers=self._headers)
+
     def _call(self, what: str, fn):
         last = None
         for attempt in range(self.retries + 1):
@@ -140,17 +161,9 @@ class ParameterServerClient:
         return self._call(f"{kind} action", once)
 
     # ------------------------------------------------------------------ API
-    def pull(self, weights_only: bool = False, worker: str | int | None = None) -> tuple[int, ModelState]:
-        """Returns ``(version, state)``: the master weights (and optimizer arrays when the
-        server holds them, unless ``weights_only``) as new writable numpy arrays, and the version
-        they belong to; with ``worker`` (a round rule's server), the state that worker starts
-        its round from."""
-        ticket = WEIGHTS_TICKET if weights_only else STATE_TICKET
-        if worker is not None:
-            ticket = WORKER_STATE_PREFIX + str(worker).encode()
-
+    def _get(self, ticket: bytes, nbytes: int):
         def once():
-            reader = self._client.do_get(flight.Ticket(ticket), options=self._options)
+            reader = self._client.do_get(flight.Ticket(ticket), options=self._sized(nbytes))
             schema = reader.schema
             specs = specs_from_schema(schema)
             try:
@@ -165,12 +178,46 @@ class ParameterServerClient:
                     break
                 if batch is not None:
                     assembler.add(batch)
-            return version, specs, assembler.finish()
+            return version, specs, assembler.finish(), schema.metadata or {}
 
-        version, specs, arrays = self._call("pull", once)
-        if not weights_only:
+        return self._call("pull", once)
+
+    def pull(self, weights_only: bool = False, worker: str | int | None = None) -> tuple[int, ModelState]:
+        """Returns ``(version, state)``: the master weights (and optimizer arrays when the
+        server holds them, unless ``weights_only``) as new writable numpy arrays, and the version
+        they belong to; with ``worker`` (a round mode's server), the state that worker starts
+        its round from. The driver's orders of the pull are in :attr:`control` after it."""
+        ticket = WEIGHTS_TICKET if weights_only else STATE_TICKET
+        if worker is not None:
+            ticket = WORKER_STATE_PREFIX + str(worker).encode()
+        expected = sum(s.nbytes for s in self._signature) if self._signature else 0
+        version, specs, arrays, metadata = self._get(ticket, expected)
+        if not weights_only and worker is None:
             self._signature = specs
-        return version, _split(specs, arrays)
+        raw = metadata.get(b"sparkdl.control")
+        self.control = json.loads(raw) if raw else {}
+        return version, split_arrays(specs, arrays)
+
+    def pull_local(self, worker: str | int) -> WorkerLocal | None:
+        """The own state (residual, optimizer) the server holds for ``worker``: the one it put last,
+        or the one a resumed fit restored; None when there is none."""
+        version, specs, arrays, metadata = self._get(LOCAL_PREFIX + str(worker).encode(), 0)
+        if version < 0:
+            return None
+        has = json.loads(metadata.get(b"sparkdl.groups", b"[true, true]"))
+        groups = {role: [a for s, a in zip(specs, arrays, strict=True) if s.role == role] for role in ("residual", "optimizer")}
+        return WorkerLocal(version, groups["residual"] if has[0] else None, groups["optimizer"] if has[1] else None)
+
+    def push_local(self, local: WorkerLocal, *, worker: str | int, attempt: int, seq: int) -> dict:
+        """Sends this worker's own state after slot ``seq`` (its residual and optimizer state), for a
+        snapshot of the fit and for its own retries. Returns ``{"applied": bool, "dropped": ...}``."""
+        specs, arrays = [], []
+        for role, values in (("residual", local.residual), ("optimizer", local.optimizer)):
+            for i, array in enumerate(values or []):
+                array = np.asarray(array, order="C")
+                specs.append(ArraySpec(f"{role}/{i}", tuple(array.shape), array.dtype, role))
+                arrays.append(array)
+        return self._put({"kind": "local", "worker": str(worker), "attempt": attempt, "seq": seq}, specs, arrays, "local state push")
 
     def signature(self) -> list[ArraySpec]:
         """Names, shapes, dtypes and roles of the server's arrays (cached after the first call or pull)."""
@@ -225,16 +272,18 @@ class ParameterServerClient:
         if len(names) != len(arrays):
             raise ConfigError(f"names must be one per array. Received: {len(names)} names for {len(arrays)} arrays")
         specs = [ArraySpec(str(n), a.shape, a.dtype, r) for n, a, r in zip(names, arrays, roles, strict=True)]
+        command = {"kind": "update", "worker": str(worker), "attempt": attempt, "seq": seq, "base_version": base_version,
+                   "rows": rows, "encoding": encoding, **({"extra": extra} if extra is not None else {})}
+        return self._put(command, specs, arrays, "push")
+
+    def _put(self, command: dict, specs: Sequence[ArraySpec], arrays: Sequence[np.ndarray], what: str) -> dict:
         schema = wire_schema(specs)
         batches = list(iter_batches(schema, arrays, self.chunk_bytes))
         nbytes = sum(b.get_total_buffer_size() for b in batches)
-        command = json.dumps({"kind": "update", "worker": str(worker), "attempt": attempt, "seq": seq,
-                              "base_version": base_version, "rows": rows, "nbytes": nbytes, "encoding": encoding,
-                              **({"extra": extra} if extra is not None else {})}).encode()
-        descriptor = flight.FlightDescriptor.for_command(command)
+        descriptor = flight.FlightDescriptor.for_command(json.dumps({**command, "nbytes": nbytes}).encode())
 
         def once():
-            writer, metadata_reader = self._client.do_put(descriptor, schema, options=self._options)
+            writer, metadata_reader = self._client.do_put(descriptor, schema, options=self._sized(nbytes))
             try:
                 for batch in batches:
                     writer.write_batch(batch)
@@ -248,13 +297,13 @@ class ParameterServerClient:
                 raise
             writer.close()
             if reply is None:
-                raise CodecError("push must be answered with one JSON metadata message. Received: none")
+                raise CodecError(f"{what} must be answered with one JSON metadata message. Received: none")
             try:
                 return json.loads(reply.to_pybytes().decode("utf-8"))
             except (UnicodeDecodeError, ValueError) as exc:
-                raise CodecError(f"push answer must be JSON. Received: {exc}") from exc
+                raise CodecError(f"{what} answer must be JSON. Received: {exc}") from exc
 
-        return self._call("push", once)
+        return self._call(what, once)
 
     def version(self) -> int:
         return int(self._action("version")["version"])
@@ -269,27 +318,35 @@ class ParameterServerClient:
         ``timeout_s``."""
         return bool(self._action("wait_version", json.dumps({"version": version, "timeout_s": timeout_s}).encode())["reached"])
 
-    def wait_round(self, round_: int, timeout_s: float) -> tuple[bool, int]:
-        """Waits (server side, at most ``timeout_s`` seconds) until a round rule closed ``round_``
-        rounds; returns ``(reached, rounds closed)``."""
-        reply = self._action("wait_round", json.dumps({"round": round_, "timeout_s": timeout_s}).encode())
-        return bool(reply["reached"]), int(reply["round"])
+    def wait_round(self, round_: int, timeout_s: float, worker: str | int | None = None) -> dict:
+        """Waits (server side, at most ``timeout_s`` seconds) until the driver opened round
+        ``round_`` (round modes); returns :meth:`~sparkdl.core.board.RoundBoard.wait_open`'s answer
+        (``open``, ``late``, ``stop``, ``learning_rate``, ``collect``)."""
+        body = {"round": round_, "timeout_s": timeout_s, **({"worker": str(worker)} if worker is not None else {})}
+        return self._action("wait_round", json.dumps(body).encode())
 
-    def heartbeat(self, worker: str | int, state: str = "alive", message: str = "") -> int:
-        """Tells the server this worker is alive (or ``"done"`` / ``"error"``); returns the version."""
-        body = json.dumps({"worker": str(worker), "state": state, "message": message[:2000]}).encode()
-        return int(self._action("heartbeat", body)["version"])
+    def heartbeat(self, worker: str | int, state: str = "alive", message: str = "", attempt: int | None = None) -> dict:
+        """Tells the server this worker (attempt) is alive (or ``"done"`` / ``"error"``); returns the
+        server's version and the driver's orders (``stop``, ``learning_rate``)."""
+        body = json.dumps({"worker": str(worker), "attempt": attempt, "state": state, "message": message[:2000]}).encode()
+        return self._action("heartbeat", body)
 
     def progress(self, worker: str | int) -> tuple[int | None, int | None]:
         """``(highest attempt, last applied seq)`` the server holds for ``worker`` (``None`` when it never pushed)."""
         reply = self._action("progress", json.dumps({"worker": str(worker)}).encode())
         return reply["attempt"], reply["seq"]
 
-    def wait_clock(self, worker: str | int, bound: int, timeout_s: float) -> bool:
+    def wait_clock(self, worker: str | int, bound: int, timeout_s: float) -> dict:
         """Blocks (server side) until ``worker`` is at most ``bound`` clocks ahead of the slowest
-        worker, or ``timeout_s`` pass; returns whether it is. Keep ``timeout_s`` below this client's."""
+        registered worker, ``timeout_s`` pass or the driver stops the fit; returns ``{"reached":
+        bool, "stop": bool, "learning_rate": ...}``. Keep ``timeout_s`` below this client's."""
         body = json.dumps({"worker": str(worker), "bound": bound, "timeout_s": timeout_s}).encode()
-        return bool(self._action("wait_clock", body)["reached"])
+        return self._action("wait_clock", body)
+
+    def orders(self) -> dict:
+        """The driver's orders now: ``{"stop": bool, "learning_rate": float | None}`` (also in
+        :attr:`control` after each pull)."""
+        return self._action("control")
 
     def close(self) -> None:
         self._client.close()

@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
 from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows
 
-_SPARK_TYPES = {
+SPARK_TYPES = {
     "float16": T.FloatType(),
     "float32": T.FloatType(),
     "float64": T.DoubleType(),
@@ -121,7 +121,7 @@ def check_label_column(df: DataFrame, name: str) -> None:
 def as_array(df: DataFrame, name: str, dtype: str) -> Column:
     """Column expression: ``name`` as ``array<T>`` with T the Spark type of numpy ``dtype``."""
     data_type = df.schema[name].dataType
-    element = _SPARK_TYPES.get(dtype, T.FloatType())
+    element = SPARK_TYPES.get(dtype, T.FloatType())
     if _is_vector(data_type):
         return vector_to_array(col(name), "float64" if dtype == "float64" else "float32").cast(T.ArrayType(element))
     if isinstance(data_type, T.ArrayType):
@@ -358,7 +358,7 @@ def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str
         return col(source).alias(name), ColumnSpec(name, shape, dtype, source, decoder=decoders[source])
     wide = read_dtype(df, source, dtype)
     if shape and shape[0] is None:
-        element = _SPARK_TYPES.get(wide, T.FloatType())
+        element = SPARK_TYPES.get(wide, T.FloatType())
         return col(source).cast(T.ArrayType(T.ArrayType(element))).alias(name), ColumnSpec(name, shape, dtype, source, ragged=True)
     return as_array(df, source, wide).alias(name), ColumnSpec(name, (), dtype, source)
 
@@ -452,6 +452,8 @@ class _ColumnStats:
             return
         try:
             values = column_to_numpy(column.drop_null(), spec.source, spec.shape, spec.dtype, spec)
+        except ConfigError:  # the decoder cannot be imported in this executor's Python: the task fails, naming it
+            raise
         except Exception as exc:
             self.decode_error = str(exc)[:500]
             return

@@ -13,16 +13,17 @@ from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, FitConfig
-from sparkdl.core.compression import QUANTIZED
+from dataclasses import dataclass
+
+from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, ASYNC_MODES, FitConfig
 from sparkdl.core.modes import get_policy
 from sparkdl.core.schedule import RoundPlan
-from sparkdl.core.state import ModelState
+from sparkdl.core.state import FitState, ModelState
 from sparkdl.errors import ConfigError
-from sparkdl.spark.backends import TrainJob, get_backend
-from sparkdl.spark.backends.rounds import check_separate, plan_reduction, result_limit_bytes
-from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
 from sparkdl.keras.custom_objects import register_custom_objects
+from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
+from sparkdl.serialization.arrow_codec import decode_arrays
+from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
@@ -30,8 +31,33 @@ from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
 from sparkdl.spark.partitions import row_bytes, task_budget
 from sparkdl.spark.persistence import KerasStageIO
 from sparkdl.spark.session import check_inline
+from sparkdl.spark.training.checkpoint import fit_identity
+from sparkdl.spark.training.job import TrainJob
 
 log = logging.getLogger("sparkdl")
+
+
+@dataclass
+class _FitRequest:
+    """What a fit resolved and checked before any job (driver-side; never travels to a task)."""
+
+    fit_id: str
+    config: FitConfig
+    backend: str
+    spec: object
+    compile_spec: object
+    start: ModelState
+    task: str
+    request: object
+    loss: object
+    reader: object
+    trainable: tuple
+    train_df: DataFrame
+    validation_df: DataFrame | None
+    callbacks: list
+    trackers: list
+    budget: int
+    spark: object
 
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     """Spark ML Estimator that trains a Keras 3 model on a DataFrame across Spark executors.
@@ -332,10 +358,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         except SchemaError as exc:
             raise SchemaError(f"validationData: {exc}") from exc
 
-    def _policy(self, mode: str, model, workers: int):
+    def _policy(self, mode: str, trainable: list[bool], workers: int):
         """The mode's policy for ``workers`` workers: bmuf with η = ``blockMomentum`` (default 1 −
         1/workers) filtering the trainable weights only; easgd with α = ``elasticForce`` (default
-        0.9/workers); gossip seeded by ``seed``.
+        0.9/workers); gossip seeded by ``seed``; the asynchronous modes averaging the
+        non-trainable arrays (BatchNorm statistics) over the workers.
 
         Raises:
             ConfigError: a setting out of its range (η outside [0, 1), ζ <= 0, α·workers >= 1).
@@ -344,14 +371,14 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             return get_policy("easgd", workers=workers, elastic_force=self.getElasticForce())
         if mode == "gossip":
             return get_policy("gossip", workers=workers, seed=self.getSeed())
+        if mode in ASYNC_MODES:
+            return get_policy(mode, trainable=list(trainable), workers=workers)
         if mode != "bmuf":
             return get_policy(mode)
-        trainable = {id(v) for v in model.trainable_weights}
         eta = self.getBlockMomentum()
         return get_policy(
             "bmuf", block_momentum=eta if eta is not None else 1.0 - 1.0 / max(1, workers),
-            block_learning_rate=self.getBlockLearningRate(), nesterov=self.getNesterov(),
-            trainable=[id(v) in trainable for v in model.weights],
+            block_learning_rate=self.getBlockLearningRate(), nesterov=self.getNesterov(), trainable=list(trainable),
         )
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
@@ -366,12 +393,37 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 raise
 
     def _fit_exclusive(self, dataset: DataFrame, observers: list) -> KerasModel:
-        from sparkdl.core.gpu import gpu_conf_warnings
-        from sparkdl.keras.metrics import MetricReader
-        from sparkdl.keras.replica import check_state_dtypes, state_nbytes
-        from sparkdl.keras.spec import infer_task
+        """The fit as named steps: check everything that can be checked without a job, prepare the
+        data (the check and caching jobs), train (the driver loop over a transport), and make the
+        fitted model."""
+        seconds = {"started": time.perf_counter()}
+        request = self._check(dataset, observers)
+        seconds["checked"] = time.perf_counter()
+        data, validation = self._prepare(request)
+        try:
+            seconds["prepared"] = time.perf_counter()
+            job, fit, loop = self._train(request, data, validation, observers)
+        finally:
+            data.df.unpersist()
+            if validation is not None:
+                validation.df.unpersist()
+        return self._fitted_model(request, job, fit, loop, seconds)
 
-        started = time.perf_counter()
+    # ---- step 1: everything checked before any job -------------------------------------------
+
+    def _check(self, dataset: DataFrame, observers: list) -> _FitRequest:
+        """Resolve and check the fit's settings, model, columns, compile arguments, callbacks and
+        transport before any Spark job; start the trackers (an MLflow run).
+
+        Raises:
+            ConfigError, SchemaError: see the class docstring.
+        """
+        from sparkdl.core.gpu import gpu_conf_warnings
+        from sparkdl.keras.callbacks import check_callbacks
+        from sparkdl.keras.metrics import MetricReader
+        from sparkdl.keras.spec import infer_task
+        from sparkdl.spark.transports import preflight
+
         config = self._fit_config()
         if self._spec is None:
             raise ConfigError("KerasEstimator needs a model: pass model=keras_model or call setModel(). Received: no model")
@@ -379,42 +431,27 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             raise ConfigError("KerasEstimator needs a loss (a name, a keras.losses.Loss or a config). Received: no loss")
         compile_spec = self._compile_spec()
         start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
-        if len(self._spec.output_specs) > 1 and self.getOutputCols() is not None:  # transform's columns, checked now
+        spec = self._spec
+        if len(spec.output_specs) > 1 and self.getOutputCols() is not None:  # transform's columns, checked now
             from sparkdl.spark.inference import output_columns
 
-            output_columns(self._spec, self.getOutputCols())
-        policy = None if config.mode in ("bmuf", "easgd", "gossip") else get_policy(config.mode)  # built below, with the workers
-        backend = get_backend(config.resolved_backend)
+            output_columns(spec, self.getOutputCols())
         spark = dataset.sparkSession
-        if config.resolved_backend == "ps":  # before any job: Spark's own barrier checks fail late or after a long wait
-            from sparkdl.spark.backends.ps import check_barrier_ready
-
-            check_barrier_ready(spark, config.num_workers)
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
-            warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=2)
+            warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=3)
         for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks
-            warnings.warn(problem, stacklevel=2)
-        from sparkdl.keras.callbacks import check_callbacks
-
+            warnings.warn(problem, stacklevel=3)
         user_callbacks = check_callbacks(self._callbacks)
-        if user_callbacks and config.resolved_backend == "ps":
-            raise ConfigError(
-                "callbacks run between the rounds that the driver starts (backend 'rounds'); on backend 'ps' the workers "
-                f"run on their own and could not all stop at the same round. Received: {len(user_callbacks)} callbacks with "
-                f"mode={config.mode!r}, backend='ps' (use backend='rounds' with a round mode, or no callbacks)"
-            )
         trackers = self._trackers(observers)  # TensorBoard and MLflow, checked (and the MLflow run started) before any job
-        spec = self._spec
         task = infer_task(self.getTask(), compile_spec)
         if task == "classification" and len(spec.output_shape) != 1:
             raise ConfigError(
                 f"a classifier must output shape (classes,) per row. Received: {spec.output_shape}; "
                 "pass task='regression' to get the raw outputs"
             )
-        fit_id = uuid.uuid4().hex
         loss = compile_spec.loss_info
         if self.getFeaturesCols() is not None and self.isSet(self.featuresCol):
-            warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=2)
+            warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=3)
         request = request_columns(
             dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
             self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
@@ -427,124 +464,180 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if validation_df is not None and getattr(self, "_validation_data", None) is not None:
             self._check_validation_data(validation_df, spec, loss)
         # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
-        # read these labels) fail here on one dummy row, before any Spark job; the backend reuses it.
+        # read these labels) fail here on one dummy row, before any Spark job; the loop reuses it.
         reader = MetricReader(
             spec, compile_spec, [s for _, s, _, _ in request.inputs], [d for _, _, d, _ in request.inputs],
             [s for s, _ in label_specs], [d for _, d in label_specs], weighted=bool(request.weight or request.class_weight),
         )
-        # A model whose updates cannot reach the driver fails now, not after the data jobs.
-        if config.resolved_backend == "rounds":  # ps: updates go to the parameter server, not through task results
-            limit, nbytes = result_limit_bytes(spark), state_nbytes(reader.model)
-            if config.compression in QUANTIZED:
-                pass  # quantized payloads come to the driver one per worker, a few percent of the state each
-            elif config.mode in ("easgd", "gossip") or config.min_workers(config.num_workers) < config.num_workers:
-                check_separate(limit, nbytes, config.num_workers)  # every worker's update comes to the driver apart
-            else:
-                plan_reduction(limit, nbytes, config.num_workers)
-            # Spark Connect has no broadcast: each round's start state rides in its task closure.
-            per_worker = config.mode in ("easgd", "gossip")
-            check_inline(spark, nbytes * (config.num_workers if per_worker else 1), "a round's start weights and optimizer state")
+        trainable = trainable_mask(reader.model)
+        self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
+        backend = preflight(spark, config, reader.model, validation=validation_df is not None)  # ps: slots, reachability; rounds: result sizes
         if validation_df is not None:
             check_inline(spark, len(spec.weights), "the master weights to validate")
-        if policy is None:  # checked now, before any job; the defaults need the workers counted below
-            self._policy(config.mode, reader.model, config.num_workers)
-        budget = task_budget(spark, self.getMaxTaskMemoryMB())
-        checked = time.perf_counter()
+        if start.optimizer is None:  # the fit's master always holds an optimizer state: a fresh optimizer's to begin with
+            start = ModelState(start.weights, initial_optimizer(reader.model))
+        return _FitRequest(
+            fit_id=uuid.uuid4().hex, config=config, backend=backend, spec=spec, compile_spec=compile_spec, start=start,
+            task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
+            validation_df=validation_df, callbacks=user_callbacks, trackers=trackers,
+            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark,
+        )
+
+    # ---- step 2: the data -------------------------------------------------------------------
+
+    def _prepare(self, request: _FitRequest):
+        """The check and caching jobs of the training (and validation) data; warnings about what
+        they found. The data jobs read the whole input: they are bounded by ``dataTimeout``, not
+        by ``roundTimeout``.
+
+        Raises:
+            SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
+        """
+        config, spark = request.config, request.spark
 
         def check_job(action, description):
-            return run_job(spark, action, description, f"sparkdl-{fit_id}-check", config.round_timeout_s)
+            return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
 
-        data = prepare_training_data(train_df, request, loss, config.num_workers, keep_partitioning=config.keep_partitioning, run_job=check_job)
+        data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
+                                     keep_partitioning=config.keep_partitioning, run_job=check_job)
         validation = None
         try:
             if data.skipped:
                 warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value were dropped, "
-                              f"{data.total_rows} rows are trained on", stacklevel=2)
-            if validation_df is not None:
-                validation = prepare_training_data(validation_df, request, loss, config.num_workers, run_job=check_job, role="validation")
+                              f"{data.total_rows} rows are trained on", stacklevel=4)
+            if request.validation_df is not None:
+                validation = prepare_training_data(request.validation_df, request.request, request.loss, config.num_workers,
+                                                   run_job=check_job, role="validation")
                 if validation.skipped:
                     warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
-                                  "were dropped", stacklevel=2)
+                                  "were dropped", stacklevel=4)
                 if validation.total_rows == 0:
-                    warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=2)
-            workers = len(data.partition_rows)
-            if config.keep_partitioning and workers != config.num_workers:
-                warnings.warn(
-                    f"keepPartitioning=True: training with {workers} workers, one per partition of the cached input, "
-                    f"not numWorkers={config.num_workers} (after a shuffle a cached plan keeps spark.sql.shuffle.partitions "
-                    "partitions: AQE does not coalesce it)",
-                    stacklevel=2,
-                )
-            if data.total_rows < workers:
-                warnings.warn(
-                    f"numWorkers={workers} is larger than the {data.total_rows} rows of the input: "
-                    f"{workers - data.total_rows} workers will have no rows to train on",
-                    stacklevel=2,
-                )
-            if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
-                warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
-                              "waits for every worker (no straggler is dropped)", stacklevel=2)
-            if policy is None:
-                policy = self._policy(config.mode, reader.model, workers)
-            plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-            job = TrainJob(fit_id, spec, compile_spec, data, plan, config, reader=reader, validation=validation, budget_bytes=budget)
-            prepared = time.perf_counter()
-            from sparkdl.keras.callbacks import DriverCallbacks
-            from sparkdl.keras.progress import FitProgress
-
-            progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")]  # verbose=0: the DEBUG log only
-            observers.extend(progress)
-            callbacks = DriverCallbacks([*user_callbacks, *trackers, *progress], reader.model, config.epochs, plan.rounds_per_epoch,
-                                        live=backend.name == "rounds")
-            log.info("fit %s: %d rows on %d workers, mode %s on backend %s, %d epochs x %d rounds", fit_id[:8], data.total_rows,
-                     workers, config.mode, backend.name, config.epochs, plan.rounds_per_epoch)
-            result = backend.run(job, policy, start, callbacks=callbacks)
-            restored = callbacks.weights_changed()  # EarlyStopping(restore_best_weights=True) and the like
-            if restored is not None:
-                result.state = ModelState([np.asarray(w) for w in restored], result.state.optimizer)
-                result.info["weights_from_callbacks"] = True
-            check_state_dtypes(start.weights, result.state.weights, "the fitted master weights")  # float32 in, float32 out
-        finally:
+                    warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=4)
+        except BaseException:
             data.df.unpersist()
-            if validation is not None:
-                validation.df.unpersist()
+            raise
+        workers = len(data.partition_rows)
+        if config.keep_partitioning and workers != config.num_workers:
+            warnings.warn(
+                f"keepPartitioning=True: training with {workers} workers, one per partition of the cached input, "
+                f"not numWorkers={config.num_workers} (after a shuffle a cached plan keeps spark.sql.shuffle.partitions "
+                "partitions: AQE does not coalesce it)",
+                stacklevel=4,
+            )
+        if data.total_rows < workers:
+            warnings.warn(
+                f"numWorkers={workers} is larger than the {data.total_rows} rows of the input: "
+                f"{workers - data.total_rows} workers will have no rows to train on",
+                stacklevel=4,
+            )
+        if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
+            warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
+                          "waits for every worker (no straggler is dropped)", stacklevel=4)
+        if validation is not None and validation.total_rows == 0:
+            validation.df.unpersist()
+            validation = None
+        return data, validation
+
+    # ---- step 3: the driver loop -------------------------------------------------------------
+
+    def _train(self, request: _FitRequest, data, validation, observers: list):
+        """Build the fit's job, policy, transport, callbacks, validator and snapshots, and run the
+        driver loop. Returns ``(job, final fit state, loop)``."""
+        from sparkdl.keras.callbacks import DriverCallbacks
+        from sparkdl.keras.custom_objects import registered
+        from sparkdl.keras.progress import FitProgress
+        from sparkdl.spark.training import faults
+        from sparkdl.spark.training.checkpoint import Snapshots
+        from sparkdl.spark.training.loop import TrainingLoop
+        from sparkdl.spark.training.validation import Validator
+        from sparkdl.spark.transports import TransportOptions, get_transport
+
+        config, fit_id = request.config, request.fit_id
+        workers = len(data.partition_rows)
+        policy = self._policy(config.mode, list(request.trainable), workers)
+        plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
+        job = TrainJob(fit_id, request.spec, request.compile_spec, data, plan, config, request.reader,
+                       names=tuple(decode_arrays(request.spec.weights).names), trainable=request.trainable,
+                       validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active())
+        asynchronous = config.mode in ASYNC_MODES
+        snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings(), request.start.optimizer), config.checkpoint_dir, config.checkpoint_every,
+                              epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None)
+        validator = Validator(request.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
+        backups = any(type(c).__name__ == "BackupAndRestore" for c in request.callbacks)
+        snapshot = config.checkpoint_dir is not None or backups
+        pause_at_epochs = validation is not None or (asynchronous and snapshot)
+        transport = get_transport(request.backend, job, policy, TransportOptions(pause_at_epochs=pause_at_epochs, snapshots=snapshot))
+        progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")]  # verbose=0: the DEBUG log only
+        observers.extend(progress)
+        callbacks = DriverCallbacks([*request.callbacks, *request.trackers, *progress], request.reader.model, config.epochs,
+                                    transport.rounds_per_epoch)
+        log.info("fit %s: %d rows on %d workers, mode %s on backend %s, %d epochs x %d rounds", fit_id[:8], data.total_rows,
+                 workers, config.mode, transport.name, config.epochs, transport.rounds_per_epoch)
+        loop = TrainingLoop(job, policy, transport, callbacks, validator, snapshots)
+        fit = loop.run(FitState(identity=snapshots.identity, master=request.start))
+        changed = callbacks.changed_state()  # EarlyStopping(restore_best_weights=True) and the like, at on_train_end
+        if changed is not None:
+            fit.master = ModelState([np.asarray(w) for w in changed.weights], fit.master.optimizer)
+            fit.info["weights_from_callbacks"] = True
+        check_state_dtypes(request.start.weights, fit.master.weights, "the fitted master weights")  # float32 in, float32 out
+        loop.transport_info = transport.info()
+        return job, fit, loop
+
+    def _mode_settings(self) -> dict:
+        """The mode's own settings, for the fit's identity (a snapshot resumes only with them)."""
+        return {"blockMomentum": self.getBlockMomentum(), "blockLearningRate": self.getBlockLearningRate(),
+                "nesterov": self.getNesterov(), "elasticForce": self.getElasticForce()}
+
+    # ---- step 4: the fitted model -----------------------------------------------------------
+
+    def _fitted_model(self, request: _FitRequest, job, fit: FitState, loop, seconds: dict) -> KerasModel:
+        config, data = request.config, job.data
         per_row = row_bytes(data.columns)
+        validation = job.validation
+        info = {**fit.info, **loop.transport_info}
+        first_round = info.pop("first_round_s", loop.first_round_s or 0.0)
         fit_info = {
-            "fit_id": fit_id,
-            "rounds": result.rounds,
-            "rounds_per_epoch": plan.rounds_per_epoch,
-            "local_steps": plan.tau,
-            "epoch_seconds": result.epoch_seconds,
+            "fit_id": request.fit_id,
+            "rounds": fit.rounds,
+            "rounds_per_epoch": job.plan.rounds_per_epoch,
+            "local_steps": job.plan.tau,
+            "epoch_seconds": loop.epoch_seconds,
+            "epochs_run": len(loop.epoch_seconds),
             "partition_rows": list(data.partition_rows),
             "rows": data.total_rows,
-            "backend": backend.name,
+            "backend": request.backend,
             "mode": config.mode,
+            "compression": config.compression,
             "rows_skipped": data.skipped,
             "validation_rows": validation.total_rows if validation is not None else 0,
             "validation_rows_skipped": validation.skipped if validation is not None else 0,
-            "task_budget_bytes": budget,
-            "partitions_on_disk": sum(1 for n in data.partition_rows if n * per_row > budget),
-            **result.info,
+            "task_budget_bytes": request.budget,
+            "partitions_on_disk": sum(1 for n in data.partition_rows if n * per_row > request.budget),
+            **info,
         }
+        if config.compression == "threshold":
+            fit_info["compression_threshold"] = config.compression_threshold
+        if config.min_workers(job.workers) < job.workers:
+            fit_info["min_workers_per_round"] = config.min_workers(job.workers)
         # Where the fit's time went (seconds): checks and the compile dry run on the driver, the data
         # preparation jobs, the first round (replicas built, partitions converted), the other rounds.
         fit_info["seconds"] = {
-            "checks": round(checked - started, 3),
-            "prepare_data": round(prepared - checked, 3),
-            "first_round": round(result.info.get("first_round_s", 0.0), 3),
-            "other_rounds": round(sum(result.epoch_seconds) - result.info.get("first_round_s", 0.0), 3),
-            "total": round(time.perf_counter() - started, 3),
+            "checks": round(seconds["checked"] - seconds["started"], 3),
+            "prepare_data": round(seconds["prepared"] - seconds["checked"], 3),
+            "first_round": round(first_round, 3),
+            "other_rounds": round(max(0.0, sum(loop.epoch_seconds) - first_round), 3),
+            "total": round(time.perf_counter() - seconds["started"], 3),
         }
-        fit_info.pop("first_round_s", None)
-        model = KerasModel._from_fit(spec.with_weights(result.state.weights), result.history, fit_info, optimizer_state=result.state.optimizer)
+        spec = request.spec
+        model = KerasModel._from_fit(spec.with_weights(fit.master.weights), fit.history, fit_info, optimizer_state=fit.master.optimizer)
         self._copyValues(model)
-        model._set(task=task)
-        for tracker in trackers:
+        model._set(task=request.task)
+        for tracker in request.trackers:
             if hasattr(tracker, "log_model"):  # MLflow: the fitted model as an artifact folder KerasModel.load reads
                 model.fitInfo["mlflow_run_id"] = tracker.run_id
                 model.fitInfo["mlflow_model_uri"] = tracker.log_model(model)
-        log.info("fit %s: done in %.1f s, %d rounds%s", fit_id[:8], fit_info["seconds"]["total"], result.rounds,
-                 f", stopped by a callback after epoch {result.info['stopped']['epoch']}" if result.info.get("stopped") else "")
+        log.info("fit %s: done in %.1f s, %d rounds%s", request.fit_id[:8], fit_info["seconds"]["total"], fit.rounds,
+                 f", stopped by a callback after epoch {fit.info['stopped']['epoch']}" if fit.info.get("stopped") else "")
         return model
 
     def _trackers(self, observers: list) -> list:

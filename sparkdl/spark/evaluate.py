@@ -4,7 +4,7 @@ The data path is the fit's validation path, reused: :func:`~sparkdl.spark.data.r
 maps and checks the columns without a job; :func:`~sparkdl.spark.data.prepare_training_data`
 casts them, caches them in the input's own partitions (no shuffle) and runs one check job
 (nulls, NaN, lengths, label ranges, weights >= 0, rows per partition); then one job runs
-:func:`sparkdl.spark.backends.rounds.evaluate_partition` on every partition: ``test_on_batch``
+:func:`sparkdl.spark.training.tasks.evaluate_partition` on every partition: ``test_on_batch``
 over its rows in batches, returning the Keras metric variables (sums and counts) of its rows.
 The driver adds them up (:class:`~sparkdl.core.metrics.MetricSums`) and reads them with the
 metric objects Keras uses (:class:`~sparkdl.keras.metrics.MetricReader`), so each value is the
@@ -71,11 +71,12 @@ def evaluate(
     from sparkdl.core.schedule import RoundPlan
     from sparkdl.keras.custom_objects import registered
     from sparkdl.keras.metrics import MetricReader
-    from sparkdl.spark.backends.rounds import VALIDATION_DDL, TaskSpec, evaluate_partition, summed_evaluation
+    from sparkdl.spark.training.tasks import TaskSpec
+    from sparkdl.spark.training.validation import evaluation_job, summed_evaluation
     from sparkdl.spark.data import prepare_training_data, request_columns
     from sparkdl.spark.jobs import run_job
     from sparkdl.spark.partitions import task_budget
-    from sparkdl.spark.session import check_inline, share
+    from sparkdl.spark.session import check_inline
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"evaluate's batchSize must be a positive integer (rows per batch). Received: {batch_size!r}")
@@ -99,7 +100,6 @@ def evaluate(
         return run_job(spark, action, description, tag, timeout_s)
 
     data = prepare_training_data(df, request, loss, 1, keep_partitioning=True, run_job=check_job, role="evaluation")
-    broadcast = None
     try:
         if data.total_rows == 0:
             raise SchemaError(f"evaluate needs at least one row. Received: 0 rows in column {request.inputs[0][3][0]!r}")
@@ -109,13 +109,8 @@ def evaluate(
             plan=RoundPlan(rows, batch_size), batch_size=batch_size, seed=0, shuffle=False, custom_objects=registered(),
             idle_s=3600.0, canonical_order=False, budget_bytes=task_budget(spark, None), validation=data.columns,
         )
-        broadcast = share(spark, spec.weights, "the model's weights to evaluate")
-        weights = broadcast
-        out = data.df.mapInArrow(lambda batches: evaluate_partition(task, rows, weights, True, batches), VALIDATION_DDL)
         description = f"sparkdl evaluate {evaluation_id[:8]}: {data.total_rows} rows in {len(rows)} partitions"
-        table = run_job(spark, out.toArrow, description, tag, timeout_s)
+        table = evaluation_job(spark, data, task, spec.weights, True, description, tag, timeout_s)
     finally:
         data.df.unpersist()
-        if broadcast is not None:
-            broadcast.destroy()
     return summed_evaluation(table, len(rows), data.total_rows, reader, "evaluate")

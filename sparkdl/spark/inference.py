@@ -31,6 +31,7 @@ whose model outputs hold a NaN gets a NaN prediction and NaN scores
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, row_faults, tensor_to_numpy
-from sparkdl.spark.data import _SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
+from sparkdl.spark.data import SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -289,20 +290,48 @@ def _batch_shapes(batch: pa.RecordBatch, tensor: TensorSpec) -> TensorSpec:
     return dataclasses.replace(tensor, columns=tuple(parts))
 
 
-_broadcasts: OrderedDict[tuple[int, str], tuple[object, Broadcast]] = OrderedDict()
-_MAX_SENT = 8  # models whose weights stay on the executors; older ones are fetched again on use
+@dataclass
+class _Shared:
+    """One model's weights broadcast on one SparkContext, and the live specs scoring with it."""
+
+    context: object  # the SparkContext
+    broadcast: Broadcast
+    # weak references to the ModelSpec objects (one is shared by a KerasModel and its copies) scored with it,
+    # by identity: a reload is equal to the spec it came from, and either may outlive the other
+    owners: list = dataclasses.field(default_factory=list)
+
+    def add_owner(self, spec) -> None:
+        self.owners = [ref for ref in self.owners if ref() is not None]
+        if not any(ref() is spec for ref in self.owners):
+            self.owners.append(weakref.ref(spec))
+
+    def owned(self) -> bool:
+        """Whether a spec scored with this broadcast is alive (dead references are dropped)."""
+        self.owners = [ref for ref in self.owners if ref() is not None]
+        return bool(self.owners)
+
+
+_broadcasts: OrderedDict[tuple[int, str], _Shared] = OrderedDict()  # least recently used first
+_RECENT = 8  # models whose broadcast stays whole after their KerasModel is gone (lazy DataFrames may still run)
 
 
 def weights_broadcast(spark, spec: ModelSpec) -> Broadcast:
     """The Spark broadcast of ``spec``'s Arrow IPC weights: one per model digest and SparkContext.
 
-    Every ``transform`` of a model, and of its copies and reloads, reuses it, so scoring leaves no
+    Every ``transform`` of a model, of its copies and of its reloads reuses it, so scoring leaves no
     temp file per call (PySpark turns a task closure over 1 MB into a broadcast it never deletes).
-    A lazy DataFrame from ``transform`` may run long after its ``KerasModel`` is gone, so the driver
-    keeps each model's copy (one temp file per distinct model) while the SparkContext lives; beyond
-    the 8 most recently used models the executors' copies are unpersisted (fetched again if used).
-    Entries of stopped SparkContexts are dropped. On Spark Connect (no broadcast) the weights ride
-    in the scoring plan's task closure instead (:func:`sparkdl.spark.session.share`).
+    The driver's copy (a temp file and block-manager pieces, the size of the weights) lives while
+    a ``ModelSpec`` with that digest lives (a ``KerasModel`` or a copy of it holds one) or while the
+    model is among the 8 most recently scored; past both it is destroyed at the next call, so a
+    session that scores many models (a CrossValidator's folds, a hyperparameter search) holds the
+    weights of its live models plus 8. The executors' copies of models past the 8 most recent are
+    unpersisted (fetched again if used). A model scored again after its broadcast was destroyed gets
+    a new one. Entries of stopped SparkContexts are dropped. On Spark Connect (no broadcast) the
+    weights ride in the scoring plan's task closure instead (:func:`sparkdl.spark.session.share`).
+
+    A DataFrame from ``transform`` reads the broadcast when it runs: keep its ``KerasModel`` while
+    the DataFrame is used, or run it before 8 other models are scored (past that its job fails
+    with Spark's "Attempted to use Broadcast ... after it was destroyed").
 
     Raises:
         ConfigError: on Spark Connect, weights too large for a Connect plan, naming the limit.
@@ -312,21 +341,44 @@ def weights_broadcast(spark, spec: ModelSpec) -> Broadcast:
     if is_connect(spark):
         return share(spark, spec.weights, "the model's weights")
     sc = spark.sparkContext
-    for stale in [k for k, (owner, _) in _broadcasts.items() if getattr(owner, "_jsc", None) is None]:
-        del _broadcasts[stale]
+    for stale in [k for k, shared in _broadcasts.items() if getattr(shared.context, "_jsc", None) is None]:
+        del _broadcasts[stale]  # a stopped SparkContext removed its broadcasts and temp files itself
     key = (id(sc), spec.digest)
     if key not in _broadcasts:
-        _broadcasts[key] = (sc, sc.broadcast(spec.weights))
+        _broadcasts[key] = _Shared(sc, sc.broadcast(spec.weights))
+    _broadcasts[key].add_owner(spec)
     _broadcasts.move_to_end(key)
-    for _, old in list(_broadcasts.values())[:-_MAX_SENT]:
-        old.unpersist()
-    return _broadcasts[key][1]
+    _release_old()
+    return _broadcasts[key].broadcast
+
+
+def _release_old() -> None:
+    """Past the :data:`_RECENT` most recently used models: destroy the broadcasts no live spec holds,
+    unpersist the executors' copies of the others."""
+    for key in list(_broadcasts)[:-_RECENT]:
+        shared = _broadcasts[key]
+        if shared.owned():
+            shared.broadcast.unpersist()
+        else:
+            del _broadcasts[key]
+            shared.broadcast.destroy()
+
+
+def held_weight_broadcasts(spark) -> set[str]:
+    """The digests (:attr:`ModelSpec.digest`) of the models whose weights broadcast ``transform``
+    holds on ``spark``'s SparkContext now (empty on Spark Connect)."""
+    from sparkdl.spark.session import is_connect
+
+    if is_connect(spark):
+        return set()
+    sc = id(spark.sparkContext)
+    return {digest for context, digest in _broadcasts if context == sc}
 
 
 def _reads_as_is(df: DataFrame, column: str, dtype: str) -> bool:
     """Whether ``column`` is already ``array<T>`` of the Spark type T that model dtype ``dtype`` reads as."""
     data_type = df.schema[column].dataType
-    element = _SPARK_TYPES.get(read_dtype(df, column, dtype), T.FloatType())
+    element = SPARK_TYPES.get(read_dtype(df, column, dtype), T.FloatType())
     return isinstance(data_type, T.ArrayType) and data_type.elementType == element
 
 
@@ -390,7 +442,7 @@ def check_feature_rows(df: DataFrame, checks: list[tuple], count_rows: bool = Tr
             F.max(F.when(wrong, F.size(values))).alias(f"longest_{i}"),
         ]
         if floating:
-            element = _SPARK_TYPES.get(input_dtype, T.FloatType())
+            element = SPARK_TYPES.get(input_dtype, T.FloatType())
             infinite = _has_value(values, element, float("inf")) | _has_value(values, element, float("-inf"))
             counters += [F.count(F.when(present & _has_value(values, element, float("nan")), 1)).alias(f"nans_{i}"),
                          F.count(F.when(present & infinite, 1)).alias(f"infs_{i}")]

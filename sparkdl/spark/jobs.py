@@ -1,6 +1,13 @@
 """Running one Spark action of a fit: in an inheriting thread, under a job tag, with a timeout,
 and with Spark's failures turned into sparkdl errors that name the cause and the setting to change.
 
+A task that cannot import a module says so first: sparkdl or one of its dependencies missing (or a
+Python of another version, or none at the path) means the executors run another Python than the
+driver, fixed by ``PYSPARK_PYTHON`` / ``spark.pyspark.python``; any other module is the user's
+(a custom object's, a decoder's) and must be shipped with ``--py-files``, ``SparkContext.addPyFile``
+or a wheel installed on the cluster. The message names the Python an executor runs, asked with a
+one-task job that needs nothing but pyspark (:func:`executors_python`).
+
 The action runs in a :class:`pyspark.InheritableThread`, so its jobs keep the caller's
 scheduler pool, job group and job tags (a notebook's "cancel" reaches them), and gets one more
 job tag of its own. A timeout cancels only that tag's jobs (``cancelJobsWithTag``), never the
@@ -12,13 +19,16 @@ has no job descriptions (:mod:`sparkdl.spark.session`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import sys
+import uuid
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
-from sparkdl import errors
+import sparkdl.errors as errors
 from sparkdl.errors import FitCancelledError, RoundTimeoutError, SparkDLError, WorkerError
 from sparkdl.spark.session import cancel_tag, tag_jobs
 
@@ -33,8 +43,10 @@ _CAUSES = (
     ),
     (
         r"Python worker exited unexpectedly|crashed|EOFException",
-        "a Python worker died (killed for memory, or a native crash)",
-        "give Python workers more memory: spark.executor.pyspark.memory or spark.executor.memoryOverhead",
+        "a Python worker died (killed by a signal, which is how an out-of-memory kill looks, or by a native crash or "
+        "os._exit), and the task's retries (spark.task.maxFailures) were spent",
+        "if it ran out of memory, give Python workers more: spark.executor.pyspark.memory or spark.executor.memoryOverhead; "
+        "the executor's log tells the signal",
     ),
     (
         r"ExecutorLostFailure|[Ee]xecutor \S* ?lost|Container killed|exit code 137|OutOfMemoryError",
@@ -43,17 +55,32 @@ _CAUSES = (
     ),
 )
 _CANCELLED = re.compile(r"cancell?ed", re.IGNORECASE)
+# A task that could not import a module, or whose Python cannot run pyspark's worker.
+_MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([\w.]+)'")  # on a last exception line
+_OTHER_PYTHON = re.compile(r"PYTHON_VERSION_MISMATCH|Python in worker has different version|Cannot run program \"([^\"]+)\"")
+#: top-level modules of sparkdl, its dependencies (setup.cfg) and pyspark's: missing on an executor, they mean
+#: the executors run another Python than the driver's
+SPARKDL_MODULES = frozenset({"sparkdl", "pyspark", "py4j", "numpy", "pyarrow", "pandas", "keras", "tensorflow", "jax",
+                             "torch", "yaml", "rich", "google", "h5py", "ml_dtypes", "optree"})
 # The last line of a Python traceback raised by one of sparkdl's own errors inside a task.
 _TASK_ERROR = re.compile(r"sparkdl\.errors\.(\w+): (.+)")
 
 
-def task_error(exc: BaseException, description: str) -> BaseException:
+def task_error(exc: BaseException, description: str, executors: str | None = None) -> BaseException:
     """The sparkdl error to raise for ``exc``, a failure of the Spark job ``description``.
 
     A sparkdl error raised inside a task (``SchemaError`` while scoring, say) comes back as its own
-    class with its own message; a cancelled job as :class:`FitCancelledError`; any other Spark
-    failure as :class:`WorkerError` naming Spark's reason and, where known, the setting to change.
-    Errors that are not Spark's (``KeyboardInterrupt``, sparkdl's own) are returned unchanged.
+    class with its own message; a task that could not import a module as :class:`WorkerError`
+    naming the setting that ships it (:func:`import_error`); a cancelled job as
+    :class:`FitCancelledError`; any other Spark failure as :class:`WorkerError` naming Spark's
+    reason and, where known, the setting to change. Errors that are not Spark's
+    (``KeyboardInterrupt``, sparkdl's own) are returned unchanged.
+
+    Args:
+        exc: what the Spark action raised.
+        description: the job's description, e.g. ``"sparkdl fit 1a2b: round 3/8"``.
+        executors: the Python an executor runs (:func:`executors_python`), named by an import
+            failure's message; None: the configured one is named instead.
     """
     if isinstance(exc, SparkDLError) or not _is_spark_failure(exc):
         return exc
@@ -64,12 +91,117 @@ def task_error(exc: BaseException, description: str) -> BaseException:
         cls = getattr(errors, name, None)
         if isinstance(cls, type) and issubclass(cls, SparkDLError):
             return cls(message.strip())
+    failed, module = _failed_import(text)
+    if failed:
+        return import_error(module, text, description, executors)
     if _CANCELLED.search(text) and "Job aborted due to stage failure" not in text:
         return FitCancelledError(f"{description} was cancelled; the master weights are unchanged. Received: {_first_line(text)}")
     for pattern, what, setting in _CAUSES:
         if re.search(pattern, text):
             return WorkerError(f"{description} failed: {what}. To fix: {setting}. Received: {_reason(text)}")
     return WorkerError(f"{description} failed on an executor. Received: {_reason(text)}")
+
+
+def is_import_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Spark failure of a task that could not import a module or could not run
+    its Python (the failures :func:`import_error` explains)."""
+    if isinstance(exc, SparkDLError) or not _is_spark_failure(exc):
+        return False
+    text = str(exc)
+    return _failed_import(text)[0] and not _TASK_ERROR.search(text)
+
+
+_PYTHON_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b:")
+_JAVA = ("org.", "java.", "scala.", "py4j.", "Caused by")
+
+
+def _failed_import(text: str) -> tuple[bool, str | None]:
+    """``(True, module)`` when the task's last Python exception is an import of ``module`` that
+    failed, ``(True, None)`` when its Python could not run pyspark's worker (another version, no
+    program at the path), else ``(False, None)``. Only the last exception counts: an import caught
+    inside a task and followed by another failure is not the cause."""
+    if _OTHER_PYTHON.search(text):
+        return True, None
+    lines = [line.strip() for line in text.splitlines()]
+    raised = [line for line in lines if _PYTHON_EXCEPTION.match(line) and not line.startswith(_JAVA)]
+    missing = _MISSING_MODULE.match(raised[-1]) if raised else None
+    return (True, missing.group(1)) if missing else (False, None)
+
+
+def configured_python() -> str:
+    """The Python the executors are told to run: ``spark.pyspark.python`` (read from the active
+    session where there is one), else ``PYSPARK_PYTHON``, else pyspark's default ``python3``."""
+    import os
+
+    try:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        conf = spark.conf.get("spark.pyspark.python", None) if spark is not None else None
+    except Exception:  # noqa: BLE001 - a stopped or remote session: the environment decides
+        conf = None
+    if conf:
+        return f"{conf} (spark.pyspark.python)"
+    if os.environ.get("PYSPARK_PYTHON"):
+        return f"{os.environ['PYSPARK_PYTHON']} (PYSPARK_PYTHON)"
+    return "python3 (the default: neither PYSPARK_PYTHON nor spark.pyspark.python is set)"
+
+
+def import_error(module: str | None, text: str, description: str, executors: str | None = None) -> WorkerError:
+    """The :class:`WorkerError` of a task that could not import ``module`` (None: its Python could
+    not run pyspark's worker: another version, or no program at the path).
+
+    Its first words name the fix: for sparkdl, a dependency of it, pyspark itself (:data:`SPARKDL_MODULES`)
+    or a foreign Python, ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` set to a Python that has them,
+    as the driver's has; for any other module (a custom object's, a decoder's), ``--py-files``,
+    ``SparkContext.addPyFile`` or a wheel installed on the cluster. Then which Python the executors
+    run (``executors``, else the configured one) and the driver's, then Spark's reason.
+
+    Args:
+        module: the dotted module name that could not be imported, e.g. ``"sparkdl"``, or None.
+        text: Spark's failure text.
+        description: the failed job's description.
+        executors: the Python an executor runs (:func:`executors_python`), or None.
+    """
+    ran = f"an executor runs {executors}" if executors else f"the executors run {configured_python()}"
+    pythons = f"{ran}; the driver runs {sys.executable} (Python {sys.version.split()[0]})"
+    reason = _reason(text)
+    if module is None or module.split(".")[0] in SPARKDL_MODULES:
+        what = f"cannot import {module!r}" if module else "cannot run pyspark's worker with its Python"
+        return WorkerError(
+            f"the executors' Python must have sparkdl and its dependencies installed, as the driver's: set PYSPARK_PYTHON "
+            f"or spark.pyspark.python to such a Python on every executor (e.g. --conf spark.pyspark.python=/path/to/python). "
+            f"{description} failed: an executor {what}; {pythons}. Received: {reason}"
+        )
+    return WorkerError(
+        f"module {module!r} must be importable on the executors: ship your own code with spark-submit --py-files, "
+        f"SparkContext.addPyFile(path) or a wheel installed on the cluster (a package: pip install it there). "
+        f"{description} failed: an executor cannot import {module!r}; {pythons}. Received: {reason}"
+    )
+
+
+def executors_python(spark: SparkSession, timeout_s: float = 60.0) -> str | None:
+    """``"<sys.executable> (Python <version>)"`` of an executor's Python worker, from a one-task job
+    whose function needs nothing but pyspark there; None on Spark Connect or when the job fails or
+    runs past ``timeout_s`` seconds."""
+    from sparkdl.spark.session import is_connect
+
+    if is_connect(spark):
+        return None
+
+    def where(_):  # nested, importing nothing of sparkdl: cloudpickle ships it by value
+        import sys
+
+        return [f"{sys.executable} (Python {sys.version.split()[0]})"]
+
+    def probe():
+        return spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()[0]
+
+    try:
+        return run_job(spark, probe, "sparkdl: which Python an executor runs", f"sparkdl-probe-{uuid.uuid4().hex[:12]}",
+                       timeout_s, explain_imports=False)
+    except Exception:  # noqa: BLE001 - a probe: its own failure leaves the message as it was
+        return None
 
 
 def _is_spark_failure(exc: BaseException) -> bool:
@@ -108,7 +240,8 @@ def _reason(text: str) -> str:
     return reason
 
 
-def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag: str, timeout_s: float) -> T:
+def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag: str, timeout_s: float,
+            explain_imports: bool = True) -> T:
     """Run ``action`` (a Spark action such as ``df.toArrow``) and return its result.
 
     Args:
@@ -117,12 +250,16 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
         description: the jobs' description in the Spark UI, e.g. ``"sparkdl fit 1a2b: round 3/8"``.
         tag: a job tag added to the caller's (no commas), used to cancel these jobs alone.
         timeout_s: seconds to wait before the tagged jobs are cancelled.
+        explain_imports: on a task that could not import a module, run one more job to name the
+            Python the executors run (:func:`executors_python`).
 
     Raises:
         RoundTimeoutError: the action ran longer than ``timeout_s`` seconds; its jobs were cancelled.
         KeyboardInterrupt: re-raised after cancelling the action's jobs.
         FitCancelledError: the jobs were cancelled from outside (job group, tag, UI).
-        WorkerError: a task failed for good, naming Spark's reason and the setting to change.
+        WorkerError: a task failed for good, naming Spark's reason and the setting to change; a task
+            that could not import sparkdl or a user module names ``PYSPARK_PYTHON`` /
+            ``spark.pyspark.python`` or ``--py-files`` / ``addPyFile`` first, and the executors' Python.
         SchemaError, ...: a sparkdl error raised inside a task, as its own class.
     """
     outcome: dict = {}
@@ -147,8 +284,37 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
         raise RoundTimeoutError(f"each Spark job of a fit must finish within {timeout_s} s (roundTimeout). Received: {description} still running; its jobs were cancelled")
     if "error" in outcome:
         error = outcome["error"]
-        mapped = task_error(error, description)
+        executors = executors_python(spark) if explain_imports and is_import_failure(error) else None
+        mapped = task_error(error, description, executors)
         if mapped is error:
             raise error
         raise mapped from error
     return outcome["value"]
+
+
+def run_on_partitions(df, produce: Callable[[Iterator], Iterator[pa.RecordBatch]], partitions: list[int], schema: pa.Schema) -> pa.Table:
+    """Run ``produce`` as one task on each of ``partitions`` of ``df`` (and on no other partition),
+    where the partition's data lives (its cache locality is kept), and return what the tasks
+    yielded as one table of ``schema``. Call it through :func:`run_job` (tags, timeout, errors).
+
+    ``produce(rows)`` receives the partition's rows as an iterator (drain it) and yields record
+    batches of ``schema``; each task sends them back as one Arrow IPC stream, as raw bytes (the
+    RDD's serializer is bypassed: nothing is pickled). Classic sessions only (Spark Connect has no
+    RDDs).
+    """
+    from pyspark.rdd import _load_from_socket  # the reader runJob uses; here with the raw-bytes serializer
+
+    def task(rows):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for batch in produce(rows):
+                writer.write_batch(batch)
+        yield sink.getvalue().to_pybytes()
+
+    sc = df.sparkSession.sparkContext
+    mapped = df.rdd.mapPartitions(task)
+    mapped._bypass_serializer = True  # each task's bytes travel as they are (NoOpSerializer), not pickled
+    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, list(partitions))
+    with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
+        tables = [pa.ipc.open_stream(bytes(chunk)).read_all() for chunk in stream]
+    return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -34,6 +34,11 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
     output followed by ``<column>_<probabilityCol>`` (:func:`sparkdl.spark.inference.transform`);
     :meth:`evaluate` computes the compiled loss and metrics over a DataFrame.
 
+    The weights reach the executors as one Spark broadcast per model, kept on the driver while a
+    ``KerasModel`` that scored with it (this one, a copy, a reload) is alive, or while it is among
+    the 8 most recently scored models: run a DataFrame from ``transform`` while its model is kept, or before 8 other models
+    are scored (:func:`sparkdl.spark.inference.weights_broadcast`).
+
     The loss family decides these rules (:mod:`sparkdl.keras.losses`); ``scoreColumnType="array"``
     writes ``array<double>`` instead of vectors, and an empty ``rawPredictionCol`` or
     ``probabilityCol`` leaves that column out. ``numClasses``, ``predict``, ``predictRaw`` and

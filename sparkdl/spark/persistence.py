@@ -112,6 +112,11 @@ class _HadoopFiles:
         fs.copyToLocalFile(False, qpath, self._local_path(local), True)  # raw local filesystem: no .crc next to ``local``
         return True
 
+    def delete(self, path: str) -> None:
+        fs, qpath = self._resolve(path)
+        if fs.exists(qpath):
+            fs.delete(qpath, True)
+
 
 class _ArrowFiles:
     """A Spark Connect session's files, written and read by this client through ``pyarrow.fs``
@@ -225,8 +230,14 @@ def exists(path: str, spark) -> bool:
     return _files(spark).exists(path)
 
 
-def _listing(path: str, spark) -> list[str]:
+def listing(path: str, spark) -> list[str]:
+    """The names in the folder at ``path`` (sorted; empty when there is none)."""
     return _files(spark).listing(path)
+
+
+def delete(path: str, spark) -> None:
+    """Delete the file or folder (recursively) at ``path``, if any."""
+    _files(spark).delete(path)
 
 
 def upload_file(local: str, path: str, spark) -> None:
@@ -409,7 +420,7 @@ class KerasStageReader(MLReader):
         self.cls = cls
 
     def _incomplete(self, path: str, missing: str) -> IncompleteSaveError:
-        found = _listing(path, self.sparkSession)
+        found = listing(path, self.sparkSession)
         return IncompleteSaveError(
             f"a saved {self.cls.__name__} must contain {missing}; the metadata is written last, so a save that "
             f"stopped early has none: save again with {'model' if self.cls.__name__ == 'KerasModel' else 'stage'}"
@@ -466,7 +477,7 @@ class KerasStageReader(MLReader):
         if data is None and (self.cls._requires_model or (files is not None and MODEL_FILE in files)):
             raise IncompleteSaveError(
                 f"a saved {self.cls.__name__} must contain {MODEL_FILE}. Received: no file at "
-                f"{qualify(model_path, self.sparkSession)} (holding {_listing(root, self.sparkSession)})"
+                f"{qualify(model_path, self.sparkSession)} (holding {listing(root, self.sparkSession)})"
             )
         instance._spec = ModelSpec.from_keras_bytes(data) if data is not None else None
         state_info = metadata.get("optimizerState")
@@ -476,7 +487,7 @@ class KerasStageReader(MLReader):
             if payload is None:
                 raise IncompleteSaveError(
                     f"a saved {self.cls.__name__} with optimizer state must contain {state_info['file']}. Received: "
-                    f"no file at {qualify(state_path, self.sparkSession)} (holding {_listing(root, self.sparkSession)})"
+                    f"no file at {qualify(state_path, self.sparkSession)} (holding {listing(root, self.sparkSession)})"
                 )
             instance._optimizer_state = decode_arrays(payload).arrays
             instance._optimizer_state_source = state_info.get("optimizer")

@@ -38,7 +38,8 @@ def estimator(model, **params):
 
 
 @pytest.mark.backends
-def test_c17_early_stopping_on_a_constant_target_stops_every_worker_in_the_same_round(spark):
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_c17_early_stopping_on_a_constant_target_stops_every_worker_in_the_same_round(spark, backend):
     """C17: 40 rows, 2 workers, a constant target (the zero model is exact at once, so val_loss never
     improves), EarlyStopping(patience=1), epochs=20: fit returns after epoch 2 with a 2-epoch history."""
     rng = np.random.default_rng(0)
@@ -46,7 +47,7 @@ def test_c17_early_stopping_on_a_constant_target_stops_every_worker_in_the_same_
     df = partitioned_df(spark, [rows[:20], rows[20:]], "x array<float>, y double")
     stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=1, restore_best_weights=True)
     started = time.monotonic()
-    fitted = estimator(linear_model(zeros=True), epochs=20, validationSplit=0.25, callbacks=[stop]).fit(df)
+    fitted = estimator(linear_model(zeros=True), epochs=20, validationSplit=0.25, callbacks=[stop], backend=backend).fit(df)
     assert time.monotonic() - started < 120
     assert len(fitted.history["loss"]) == 2 and len(fitted.history["val_loss"]) == 2
     assert fitted.history["val_loss"] == [0.0, 0.0]
@@ -73,13 +74,14 @@ def cached_fits(spark) -> set:
     return {row.fit for row in spark.range(0, 4, 1, 4).mapInArrow(probe, "fit string").collect()}
 
 
-def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark):
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark, backend):
     """Training pulls the slope to +1 while the validation rows have slope -1: val_loss is best after
     epoch 1, and the restored weights equal a 1-epoch fit's (same seed, same rounds)."""
     train, *_ = linear_df(spark, n=32, slope=1.0)
     val, *_ = linear_df(spark, n=16, slope=-1.0, seed=1)
     stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=2, restore_best_weights=True)
-    fitted = estimator(linear_model(), epochs=10, callbacks=[stop]).fit(train, validationData=val)
+    fitted = estimator(linear_model(), epochs=10, callbacks=[stop], backend=backend).fit(train, validationData=val)
     losses = fitted.history["val_loss"]
     assert len(losses) == 3 and losses[0] < losses[1] < losses[2]
     assert fitted.fitInfo["weights_from_callbacks"] is True
@@ -91,13 +93,14 @@ def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark):
 
 
 @pytest.mark.backends
-def test_reduce_lr_on_plateau_reaches_the_replicas_from_the_next_round(spark):
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_reduce_lr_on_plateau_reaches_the_replicas_from_the_next_round(spark, backend):
     """ReduceLROnPlateau halves the learning rate at the end of epochs 2 and 3 (min_delta so large that
     no epoch after the first improves); the learning rate read back from the optimizer state the
     replicas returned is the new one from the next round on."""
     df, *_ = linear_df(spark)
     plateau = keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=1e9)
-    fitted = estimator(linear_model(), epochs=4, callbacks=[plateau]).fit(df)
+    fitted = estimator(linear_model(), epochs=4, callbacks=[plateau], backend=backend).fit(df)
     per_epoch = fitted.fitInfo["rounds_per_epoch"]
     rates = fitted.fitInfo["learning_rates"]  # (round, rate sent, rate in the replicas' returned optimizer state)
     assert [r for r, *_ in rates] == list(range(2 * per_epoch, 4 * per_epoch))  # from the first round after the first change
@@ -134,7 +137,8 @@ def test_learning_rate_scheduler_and_a_round_level_callback(spark):
         np.testing.assert_array_equal(got, want)  # the callbacks' model holds the master weights at epoch end
 
 
-def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path):
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path, backend):
     df, *_ = linear_df(spark)
     from sparkdl.keras.callbacks import ModelCheckpoint
 
@@ -145,7 +149,7 @@ def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path):
                                                        save_freq=2)  # Keras' batches are the fit's rounds
     csv_path = tmp_path / "history.csv"
     callbacks = [checkpoint, through_arrow, every_two_rounds, keras.callbacks.CSVLogger(str(csv_path))]
-    fitted = estimator(linear_model(), epochs=2, callbacks=callbacks).fit(df)
+    fitted = estimator(linear_model(), epochs=2, callbacks=callbacks, backend=backend).fit(df)
     assert sorted(p.name for p in tmp_path.glob("ckpt-*.keras")) == ["ckpt-01.keras", "ckpt-02.keras"]
     assert fitted.fitInfo["rounds"] == 6 and len(list((tmp_path / "rounds").glob("*.weights.h5"))) == 3
     last = keras.saving.load_model(tmp_path / "ckpt-02.keras")
@@ -164,7 +168,7 @@ def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path):
 
     # An exploding learning rate: the loss turns inf/NaN; TerminateOnNaN stops the fit in that round and
     # the master keeps the last finite weights (without the callback the fit fails on the invariant).
-    exploding = dict(optimizer=keras.optimizers.SGD(1e12), epochs=5)
+    exploding = dict(optimizer=keras.optimizers.SGD(1e12), epochs=5, backend=backend)
     nan = estimator(linear_model(), callbacks=[keras.callbacks.TerminateOnNaN()], **exploding).fit(df)
     assert nan.fitInfo["stopped"]["epoch"] == 1 and "not finite" in nan.fitInfo["stopped_reason"]
     assert all(np.isfinite(w).all() for w in nan.getKerasModel().get_weights())
@@ -175,14 +179,9 @@ def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path):
         estimator(linear_model(), **exploding).fit(df)
 
 
-def test_callbacks_are_checked_and_refused_on_ps_before_any_job(spark):
-    df, *_ = linear_df(spark)
+def test_callbacks_are_checked_and_never_params():
     with pytest.raises(ConfigError, match=r"keras.callbacks.Callback objects. Received: str at position 0"):
         estimator(linear_model(), callbacks=["early"])
-    on_ps = estimator(linear_model(), mode="async", callbacks=[keras.callbacks.EarlyStopping()])
-    assert jobs_started(spark, lambda: pytest.raises(ConfigError, on_ps.fit, df)) == 0
-    with pytest.raises(ConfigError, match=r"backend 'rounds'.*backend='ps'"):
-        on_ps.fit(df)
     est = estimator(linear_model(), callbacks=[keras.callbacks.EarlyStopping()])
     assert len(est.getCallbacks()) == 1 and "callbacks" not in {p.name for p in est.params}  # not a Param: never saved
     assert est.copy().getCallbacks() == est.getCallbacks()  # CrossValidator's copies, fit(validationData=) keep them
@@ -212,7 +211,8 @@ def test_verbose_lines_per_epoch_and_job_descriptions(spark, capsys):
         estimator(linear_model(), verbose=3).fit(df)
 
 
-def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_path):
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_path, backend):
     """A fit that fails after epoch 2 resumes from keras.callbacks.BackupAndRestore's backup at epoch 3,
     with the master weights and Adam's state of then: it ends with the weights of an uninterrupted fit."""
     df, *_ = linear_df(spark)
@@ -222,14 +222,14 @@ def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_pat
             if epoch == 1:
                 raise RuntimeError("executor lost")
 
-    adam = dict(optimizer=keras.optimizers.Adam(0.05), epochs=4)
+    adam = dict(optimizer=keras.optimizers.Adam(0.05), epochs=4, backend=backend)
     backup = str(tmp_path / "backup")
     with pytest.raises(RuntimeError, match="executor lost"):
         estimator(linear_model(), callbacks=[keras.callbacks.BackupAndRestore(backup), Crash()], **adam).fit(df)
     resumed = estimator(linear_model(), callbacks=[keras.callbacks.BackupAndRestore(backup)], **adam).fit(df)
-    assert resumed.fitInfo["resumed_from_epoch"] == 2 and len(resumed.history["loss"]) == 2
+    assert resumed.fitInfo["resumed_from_epoch"] == 2 and resumed.fitInfo["epochs_run"] == 2
     whole = estimator(linear_model(), **adam).fit(df)
-    assert resumed.history["loss"] == pytest.approx(whole.history["loss"][2:], rel=1e-5)
+    assert resumed.history["loss"] == pytest.approx(whole.history["loss"], rel=1e-5)  # the whole fit's history
     for got, want in zip(resumed.getKerasModel().get_weights(), whole.getKerasModel().get_weights(), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
     assert not (tmp_path / "backup").exists()  # deleted once the fit ended well, as Keras does
@@ -262,3 +262,28 @@ def test_a_callback_object_serves_one_fit_at_a_time(spark):
         thread.join(120)
     assert len(errors) == 1 and len(errors[0].history["loss"]) == 1
     assert len(estimator(linear_model(), callbacks=[shared]).fit(df).history["loss"]) == 1
+
+
+def test_asynchronous_modes_run_epoch_callbacks_as_observers_and_stop_every_worker_at_its_next_slot(spark):
+    """async on ps: the loop's round is an epoch (its pushes, applied as they came); on_epoch_end sees
+    the server's master; EarlyStopping stops every worker at its next slot, not at a common round."""
+    df, *_ = linear_df(spark, n=64)
+    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=1e9)  # no epoch improves by 1e9: stops after 2
+
+    class Seen(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.epochs, self.weights = [], []
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.epochs.append(epoch)
+            self.weights.append([w.copy() for w in self.model.get_weights()])
+
+    seen = Seen()
+    fitted = estimator(linear_model(), mode="async", epochs=10, callbacks=[stop, seen]).fit(df)
+    info = fitted.fitInfo
+    assert len(fitted.history["loss"]) == 2 and info["stopped"]["epoch"] == 2 and seen.epochs == [0, 1]
+    for got, want in zip(seen.weights[-1], fitted.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)  # the fitted model is the master the last epoch's callbacks saw
+    late = sum(e["updates_applied"] for e in info["ps_epochs"][2:])
+    assert late <= 2 * 2, info["ps_epochs"]  # after the stop, at most a slot in flight per worker

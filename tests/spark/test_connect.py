@@ -234,7 +234,7 @@ def test_sizes_are_read_as_spark_reads_them():
 
 
 def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remote):
-    from sparkdl.spark.backends.ps import task_slots
+    from sparkdl.spark.transports.ps import task_slots
     from sparkdl.spark.session import default_parallelism, is_connect, is_local_server
 
     assert is_connect(_session()) and not is_connect(object())
@@ -243,12 +243,19 @@ def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remo
     assert not is_local_server(_session("yarn", "localhost"))  # a tunnel to a cluster
     assert task_slots(_session("local[3]")) == 3 and default_parallelism(_session("local[3]")) == 3
     assert task_slots(_session("local-cluster[2, 2, 1024]", **{"spark.task.cpus": "2"})) == 2
-    assert task_slots(_session("yarn", "spark.example.com")) is None  # unknown: Spark's own barrier check applies
+    assert task_slots(_session("yarn", "spark.example.com")) is None  # unknown: the workers' liveness timeout applies
     assert task_slots(_session("yarn", "h", **{"spark.executor.instances": "3", "spark.executor.cores": "4"})) == 12
 
 
 def test_ps_on_a_remote_connect_server_needs_a_host_the_executors_reach(no_local_remote):
-    from sparkdl.spark.backends.ps import check_barrier_ready, server_host
+    from sparkdl.config import FitConfig
+    from sparkdl.spark.transports.ps import check_ready, server_addresses
+
+    def check_barrier_ready(session, workers):
+        check_ready(session, FitConfig(num_workers=workers, mode="sync", backend="ps"))
+
+    def server_host(session):
+        return server_addresses(session)[1]
 
     assert server_host(_session("local[2]", "localhost")) == "127.0.0.1"
     remote = _session("spark://master:7077", "connect.example.com", **{"spark.executor.instances": "2", "spark.executor.cores": "2"})

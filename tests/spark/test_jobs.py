@@ -190,7 +190,7 @@ def test_cached_training_data_is_released_on_every_exit_path(spark):
 
 
 def _held_fits(_):
-    from sparkdl.spark.backends.rounds import WORKER_CACHE
+    from sparkdl.spark.partitions import WORKER_CACHE
 
     yield WORKER_CACHE.fits()
 

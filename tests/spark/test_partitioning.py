@@ -13,7 +13,7 @@ import keras
 from sparkdl import KerasEstimator
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.errors import InvariantError
-from sparkdl.spark.backends.rounds import META, RESULT_SCHEMA, _outcome
+from sparkdl.spark.training.results import META, RESULT_SCHEMA, read_round
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.spark.data import prepare_training_data, request_columns
 from sparkdl.keras.losses import describe_loss
@@ -116,10 +116,10 @@ def test_driver_refuses_a_round_that_lost_or_changed_a_partition():
     ok = {"piece": META, "rows": 0, "steps": 0, "missing": False}
     missing = pa.Table.from_pylist([{"partition": 0, "partition_rows": 3, **ok}], schema=RESULT_SCHEMA)
     with pytest.raises(InvariantError, match=r"one update per partition 0..1. Received partitions \[0\]"):
-        _outcome(missing, plan, "round 1", reduced=False)
+        read_round(missing, plan, "round 1", reduced=False)
     changed = pa.Table.from_pylist([{"partition": 0, "partition_rows": 3, **ok}, {"partition": 1, "partition_rows": 5, **ok}], schema=RESULT_SCHEMA)
     with pytest.raises(InvariantError, match="partition 1 must hold the 2 rows counted before training. Received: 5"):
-        _outcome(changed, plan, "round 1", reduced=False)
+        read_round(changed, plan, "round 1", reduced=False)
 
 
 def test_diverging_training_fails_loudly_instead_of_returning_nan_weights(spark):

@@ -1,4 +1,4 @@
-"""The rounds backend at cluster scale: updates combined on the executors, rounds that do not
+"""The rounds transport at cluster scale: updates combined on the executors, rounds that do not
 re-read the data, updates cut into pieces, and limits checked before any job (C27)."""
 
 import os
@@ -7,9 +7,10 @@ import numpy as np
 from pyspark import SparkFiles
 from pyspark.sql import functions as F
 
-import sparkdl.spark.backends.rounds as rounds
+import sparkdl.spark.training.job as job_module
+import sparkdl.spark.training.reduce as reduce_module
 from sparkdl import KerasEstimator
-from sparkdl.core.state import ModelState
+from sparkdl.core.state import FitState, ModelState
 from tests.conftest import run_spark_script
 
 import keras  # noqa: E402  (conftest selected the backend)
@@ -36,8 +37,8 @@ def _fit(spark, **params):
 
 def test_updates_combined_on_the_executors_in_small_pieces_equal_the_driver_combination(spark, monkeypatch):
     on_driver = _fit(spark)
-    monkeypatch.setattr(rounds, "EXECUTOR_REDUCE_MIN_BYTES", 0)
-    monkeypatch.setattr(rounds, "PIECE_BYTES", 40)  # every kernel in several pieces
+    monkeypatch.setattr(reduce_module, "EXECUTOR_REDUCE_MIN_BYTES", 0)
+    monkeypatch.setattr(job_module, "PIECE_BYTES", 40)  # every kernel in several pieces
     on_executors = _fit(spark)
     assert on_driver.fitInfo["reduced_on_executors"] is False
     assert on_executors.fitInfo["reduced_on_executors"] is True
@@ -59,31 +60,29 @@ def test_rounds_after_the_first_read_no_data_and_the_fit_leaves_nothing_behind(s
 def test_a_round_whose_partitions_are_in_no_cache_reads_the_data_again_with_the_same_result(spark):
     """A fresh fit id is in no Python worker's cache and on no executor's disk: the job without rows
     reports every partition missing, and the round runs again over the cached data."""
-    from sparkdl.core.modes import SyncAveraging
-    from sparkdl.spark.backends.base import FitResult
+    from sparkdl.core.modes import get_policy
+    from sparkdl.spark.transports import RoundOrders
+    from sparkdl.spark.transports.rounds import RoundsTransport
 
     first = _fit(spark, epochs=1)  # a reference: its first round read the data
     est = KerasEstimator(model=_mlp(), optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"], featuresCol="x",
                          labelCol="y", numWorkers=3, epochs=1, batchSize=8, localSteps=2, verbose=0)
     job, state = _train_job(spark, est)
-    backend = rounds.RoundsBackend()
-    task = _task(job)
-    result = FitResult(state=state, rounds=1)  # as if mid-fit: the round starts with the job without rows
-    result.info["rounds_reading_data"] = 0
+    policy = get_policy("sync")
+    transport = RoundsTransport(job, policy)
+    fit = FitState({}, state)
     try:
-        ids = job.data.df.select(F.lit(0).cast("byte").alias("_"))
-        outcome = backend._round(spark, ids, job, task, result, rounds.RoundTask(0, 0, False, None), False, "test round")
-        assert result.info["rounds_reading_data"] == 1 and not outcome.missing
-        assert [w[1] for w in outcome.workers] == [8 * 2] * 3
-        second = rounds.RoundTask(0, 1, True, None)
-        result.state = SyncAveraging().apply_mean(result.state, outcome.mean, outcome.rows)
-        result.rounds = 1
-        outcome = backend._round(spark, ids, job, task, result, second, False, "test round 2")
-        assert result.info["rounds_reading_data"] == 1  # now cached: the job without rows found them
-        final = SyncAveraging().apply_mean(result.state, outcome.mean, outcome.rows)
+        transport.start(fit)
+        transport._rounds_run = 1  # as if mid-fit: the round starts with the job without rows
+        for r in range(2):
+            orders = RoundOrders(0, r, r, r == 1, policy.starts(fit), None, False, f"test round {r + 1}")
+            report = transport.run_round(orders)
+            assert transport.info()["rounds_reading_data"] == 1 and [n for _, n in report.workers] == [8 * 2] * 3
+            fit.master = policy.apply(fit, report.updates).master
     finally:
+        transport.close()
         job.data.df.unpersist()
-    for a, b in zip(first.getKerasModel().get_weights(), final.weights, strict=True):
+    for a, b in zip(first.getKerasModel().get_weights(), fit.master.weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
@@ -93,23 +92,22 @@ def _train_job(spark, est):
     from sparkdl.config import FitConfig
     from sparkdl.core.schedule import RoundPlan
     from sparkdl.keras.losses import describe_loss
-    from sparkdl.spark.backends.base import TrainJob
+    from sparkdl.keras.metrics import MetricReader
+    from sparkdl.keras.replica import initial_optimizer, trainable_mask
+    from sparkdl.serialization.arrow_codec import decode_arrays
     from sparkdl.spark.data import prepare_training_data, request_columns
+    from sparkdl.spark.training.job import TrainJob
 
     spec, compile_spec = est._spec, est._compile_spec()
     df, loss = _df(spark), describe_loss("mse")
-    data = prepare_training_data(df, request_columns(df, spec, loss, "x", None, "y"), loss, 3)
+    request = request_columns(df, spec, loss, "x", None, "y")
+    data = prepare_training_data(df, request, loss, 3)
     config = FitConfig(num_workers=3, epochs=1, batch_size=8, local_steps=2, verbose=0)
     plan = RoundPlan(data.partition_rows, 8, 2)
-    return TrainJob(uuid.uuid4().hex, spec, compile_spec, data, plan, config), ModelState(spec.weight_arrays(), None)
-
-
-def _task(job):
-    return rounds.TaskSpec(
-        fit_id=job.fit_id, spec=job.spec.architecture_only(), compile_spec=job.compile_spec, columns=job.data.columns,
-        plan=job.plan, batch_size=8, seed=0, shuffle=True, custom_objects={}, idle_s=3600.0,
-        canonical_order=True,
-    )
+    reader = MetricReader.for_columns(spec, compile_spec, data.columns)
+    job = TrainJob(uuid.uuid4().hex, spec, compile_spec, data, plan, config, reader, tuple(decode_arrays(spec.weights).names),
+                   tuple(trainable_mask(reader.model)))
+    return job, ModelState(spec.weight_arrays(), initial_optimizer(reader.model))
 
 
 C27_SCRIPT = """
@@ -165,8 +163,8 @@ def test_rounds_where_one_worker_trains_alone_combine_on_the_executors_as_on_the
         return est.fit(df)
 
     on_driver = fit()
-    monkeypatch.setattr(rounds, "EXECUTOR_REDUCE_MIN_BYTES", 0)
-    monkeypatch.setattr(rounds, "PIECE_BYTES", 40)
+    monkeypatch.setattr(reduce_module, "EXECUTOR_REDUCE_MIN_BYTES", 0)
+    monkeypatch.setattr(job_module, "PIECE_BYTES", 40)
     on_executors = fit()
     assert on_executors.fitInfo["reduced_on_executors"] and on_executors.fitInfo["rounds"] == 2 * 3
     for a, b in zip(on_driver.getKerasModel().get_weights(), on_executors.getKerasModel().get_weights(), strict=True):

@@ -7,7 +7,8 @@ import pytest
 
 from sparkdl import KerasEstimator
 from sparkdl.errors import ConfigError
-from sparkdl.spark.backends.rounds import TEST_DELAY_PROPERTY
+from sparkdl.spark.training import faults
+from tests.conftest import jobs_started
 
 import keras  # noqa: E402
 
@@ -92,26 +93,33 @@ def test_asynchronous_pushes_quantized_with_fewer_bytes(spark):
 
 @pytest.mark.parametrize("backend", ["rounds", "ps"])
 def test_a_straggler_is_dropped_when_the_minimum_has_arrived(spark, backend):
-    """Partition 1 sleeps 3 s before its local steps in every round (a test hook): waiting for it
-    costs 6 × 3 s; with minWorkersPerRound=1 each round closes with partition 0 alone, partition 1's
-    late update is dropped and it sits out (rounds) or skips (ps) the rounds that closed meanwhile."""
+    """Partition 1 sleeps 3 s before its local steps in every round (a fault-injection hook): waiting
+    for it costs 6 × 3 s; with minWorkersPerRound=1 each round closes with partition 0 alone,
+    partition 1's late update is dropped and it sits out (rounds) or skips (ps) the rounds that
+    closed meanwhile. On rounds, each straggler job runs one task: the tasks of the fit's rounds
+    equal its workers' jobs, not workers² (issue 22)."""
     df = _data(spark).cache()
     df.count()
     settings = dict(epochs=2, localSteps=2, backend=backend)  # 3 rounds per epoch
     _fit(spark, df, **settings)  # warm Python workers
-    sc = spark.sparkContext
-    sc.setLocalProperty(TEST_DELAY_PROPERTY, "1:3")
-    try:
+    group = f"straggler-tasks-{backend}"
+    fitted = []
+    with faults.inject(faults.Delay(partition=1, seconds=3)):
         started = time.perf_counter()
         waiting = _fit(spark, df, **settings)
         waited_s = time.perf_counter() - started
         started = time.perf_counter()
-        tolerant = _fit(spark, df, minWorkersPerRound=1, **settings)
+        jobs_started(spark, lambda: fitted.append(_fit(spark, df, minWorkersPerRound=1, **settings)), group)
         tolerant_s = time.perf_counter() - started
-    finally:
-        sc.setLocalProperty(TEST_DELAY_PROPERTY, None)
     assert "updates_dropped" not in waiting.fitInfo and waited_s > 18
     assert tolerant_s < waited_s / 2, (tolerant_s, waited_s)
+    tolerant = fitted[0]
+    if backend == "rounds":  # after the first round (over the data), each straggler job runs one task
+        tracker = spark.sparkContext.statusTracker()
+        tasks = [sum(tracker.getStageInfo(s).numTasks for s in tracker.getJobInfo(j).stageIds)
+                 for j in sorted(tracker.getJobIdsForGroup(group))]
+        later = tasks[max(i for i, n in enumerate(tasks) if n > 1) + 1:]
+        assert len(later) >= 5 and set(later) == {1}, tasks
     info = tolerant.fitInfo
     assert info["min_workers_per_round"] == 1 and info["updates_dropped"] == 6 and info["dropped_per_round"] == [[1]] * 6
     assert info["rows_dropped"] == 96 and np.isfinite(tolerant.history["loss"]).all()

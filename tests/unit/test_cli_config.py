@@ -336,10 +336,10 @@ def test_plot_history_writes_a_png(tmp_path, with_val):
 
 
 def test_plot_history_lays_out_one_subplot_per_metric(tmp_path):
-    from sparkdl.cli.plot import _metric_names, plot_history
+    from sparkdl.cli.plot import metric_names, plot_history
 
     history = {"accuracy": [0.5, 0.6], "val_loss": [1.0, 0.9], "loss": [1.1, 0.8], "auc": [0.6, 0.7], "val_top5": [0.9, 0.95]}
-    assert _metric_names(history) == ["loss", "accuracy", "auc", "top5"]
+    assert metric_names(history) == ["loss", "accuracy", "auc", "top5"]
     width, height = png_size(open(plot_history(history, str(tmp_path / "h.png")), "rb").read())
     assert (width, height) == (1350, 680)  # 4 metrics: 3 columns, 2 rows
     with pytest.raises(ValueError, match="empty history"):
@@ -441,3 +441,59 @@ def test_schema_module_prints_the_tables():
 
     out = subprocess.run([sys.executable, "-m", "sparkdl.cli.config"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out == cli_config.schema_markdown()
+
+
+# --- the config against its model and its label files, before Spark -------------------------------
+
+
+def small_job(tmp_path, model, fit, **data):
+    from tests.cli_models import write_rows
+
+    write_rows(tmp_path / "train.parquet", 8, seed=0)
+    write_rows(tmp_path / "test.parquet", 4, seed=1)
+    config = {"data": {"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "test.parquet"), "features_col": "x",
+                       **data},
+              "model": {"factory": f"tests.cli_models:{model}"}, "fit": fit}
+    return write_config(tmp_path, config)
+
+
+@pytest.mark.parametrize("model, fit, data, expected", [
+    ("softmax", {"loss": "categorical_crossentropy"}, {"label_col": "label"},
+     r"data\.train \(.*train\.parquet\), label of output .*: label column 'label' must hold 3 value\(s\) per row .*"
+     r"for class indices use sparse_categorical_crossentropy\. Received: 1 per row"),
+    ("softmax", {"loss": "sparse_categorical_crossentropy"}, {"label_col": "onehot"},
+     r"data\.train .*label column 'onehot' must hold one class index per row for sparse_categorical_crossentropy "
+     r"\(use categorical_crossentropy for one-hot labels\)\. Received: 3 values per row"),
+    ("linear", {"loss": "mse"}, {"label_col": "onehot"}, r"label column 'onehot' must hold 1 value\(s\) per row"),
+    ("linear", {"loss": "mse"}, {"label_col": "nope"}, r"data\.train .*label column 'nope' is not in the file"),
+    ("two_outputs", {"loss": "mse"}, {"label_col": "ya"},
+     r"a model with 2 outputs needs data\.label_cols, one label column per output .* the outputs are \['a', 'b'\]"),
+    ("two_outputs", {"loss": "mse"}, {"label_cols": ["ya"]}, r"data\.label_cols must give one label column per model output"),
+    ("two_outputs", {"loss": "mse"}, {"label_cols": {"a": "ya", "c": "yb"}}, r"data\.label_cols must map every model output by name"),
+    ("two_outputs", {"loss": "mse"}, {"label_cols": {"a": "ya", "b": "onehot"}}, r"label of output 'b': label column 'onehot'"),
+    ("linear", {"loss": "mse", "task": "classification"}, {"label_col": "y"}, None),  # (1,) is (classes,): fine
+])
+def test_check_refuses_labels_that_do_not_fit_the_model_or_loss_before_spark(tmp_path, capsys, model, fit, data, expected):
+    from sparkdl.cli.train import main
+
+    path = small_job(tmp_path, model, fit, **data)
+    code = main(["--config", path, "--check"])
+    err = capsys.readouterr().err
+    if expected is None:
+        assert code == 0, err
+        return
+    assert code == 2 and err.startswith("sparkdl-train: error: ") and re.search(expected, err), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # the job itself refuses it the same way, before Spark starts (no session: none is active after it)
+    assert main(["--config", path, "--output", str(tmp_path / "run")]) == 2
+    assert re.search(expected, capsys.readouterr().err)
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_check_accepts_every_label_form_that_fits(tmp_path, capsys):
+    from sparkdl.cli.train import main
+
+    for model, fit, data in [("softmax", {"loss": "categorical_crossentropy"}, {"label_col": "onehot"}),
+                             ("softmax", {"loss": "sparse_categorical_crossentropy"}, {"label_col": "label"}),
+                             ("two_outputs", {"loss": "mse"}, {"label_cols": ["ya", "yb"]})]:
+        assert main(["--config", small_job(tmp_path, model, fit, **data), "--check"]) == 0, capsys.readouterr().err

@@ -57,3 +57,17 @@ def test_no_pickle_in_the_package():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
                 assert not any(n.split(".")[0] in {"pickle", "cloudpickle", "dill"} for n in names), path.name
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A module's private names (``_name``) stay in it: no ``from sparkdl.x import _name`` anywhere
+    in the package, tests, jobs or benchmarks."""
+    roots = [PACKAGE, PACKAGE.parent / "tests", PACKAGE.parent / "jobs", PACKAGE.parent / "benchmarks"]
+    found = []
+    for root in roots:
+        for path in root.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sparkdl"):
+                    found += [f"{path.name}: from {node.module} import {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == [], found

@@ -43,9 +43,15 @@ def test_fit_config_rejects_bad_values(kwargs, message):
         FitConfig(**kwargs)
 
 
-def test_canonical_order_depends_on_row_contents_only():
-    from sparkdl.core.schedule import canonical_order
+def canonical_order(*arrays):
+    from sparkdl.core.schedule import RowFingerprints
 
+    fingerprints = RowFingerprints([(a.shape[1:], a.dtype) for a in arrays], exact=1)
+    fingerprints.add(arrays, chunk_rows=64)
+    return fingerprints.order()
+
+
+def test_row_fingerprints_order_depends_on_row_contents_only():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(300, 7)).astype(np.float32)
     y = rng.integers(0, 3, 300)

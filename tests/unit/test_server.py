@@ -5,9 +5,7 @@ import http.server
 import json
 import pickle
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
 
@@ -16,12 +14,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from sparkdl.core.async_rules import DownpourRule, HogwildRule, StalenessAwareRule
-from sparkdl.core.state import ModelState
+from sparkdl.core.modes.asynchronous import DownpourRule, HogwildRule, StalenessAwareRule
+from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import ConfigError, ServerError, SparkDLError
 from sparkdl.server import ParameterServer, ParameterServerClient
 from sparkdl.server.auth import auth_headers
-from sparkdl.server.flight import ArraySpec, iter_batches, wire_schema
+from sparkdl.server.tls import SERVER_NAME, TLSPin, load_identity, self_signed
+from sparkdl.server.wire import ArraySpec, Assembler, iter_batches, wire_schema
+from tests.unit.modes_helpers import assert_arrays_equal, fit_of, run_round
 
 NAMES = ["dense/kernel", "dense/bias"]
 
@@ -97,7 +97,7 @@ def test_optimizer_arrays_travel_and_rule_sees_meta():
             v, st = c.pull()
     assert v == 2 and st.optimizer[0] == 5 and np.all(st.optimizer[1] == 0)
     np.testing.assert_array_equal(st.weights[0], [2, 2, 2])
-    assert seen[0] == {"worker": "3", "attempt": 1, "seq": 7, "base_version": 0, "rows": 9, "nbytes": seen[0]["nbytes"],
+    assert seen[0] == {"kind": "update", "worker": "3", "attempt": 1, "seq": 7, "base_version": 0, "rows": 9, "nbytes": seen[0]["nbytes"],
                        "encoding": None, "staleness": 0, "version": 0}
     assert seen[1]["staleness"] == 1
 
@@ -422,26 +422,51 @@ def test_plain_http_server_gives_a_clear_error_within_the_timeout():
         thread.join()
 
 
-def test_tls(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI not found; cannot make a self-signed certificate without new dependencies")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    result = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-        capture_output=True, timeout=60,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"openssl could not make a certificate: {result.stderr[-300:]!r}")
-    with ParameterServer(_initial(), DownpourRule(), tls_cert_path=str(cert), tls_key_path=str(key)) as srv:
+def test_tls_with_a_self_signed_certificate_pinned_by_the_client():
+    identity = self_signed()
+    pin = identity.pin()
+    assert pin.server_name == SERVER_NAME and pin.cert_pem == identity.cert_pem and len(pin.fingerprint) == 64
+    assert b"PRIVATE KEY" not in pin.cert_pem  # what travels to the workers holds no key
+    with ParameterServer(_initial(), DownpourRule(), names=NAMES, tls=identity) as srv:
         assert srv.location.startswith("grpc+tls://127.0.0.1:")
-        with ParameterServerClient(srv.location, srv.token, timeout_s=10, tls_root_cert=cert.read_bytes()) as c:
-            assert _push(c)["applied"] and c.pull()[0] == 1
-        with ParameterServerClient(srv.location, srv.token, timeout_s=3, retries=0) as untrusted:  # no root cert
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10, tls=pin) as c:
+            assert _push(c)["applied"]
+            version, state = c.pull()
+            assert version == 1
+            np.testing.assert_array_equal(state.weights[1], [1.5, 1.0])
+        other = self_signed().pin()  # another fit's certificate, of the same server name
+        with ParameterServerClient(srv.location, srv.token, timeout_s=3, retries=0, tls=other) as stranger:
+            with pytest.raises(ServerError, match=re.escape(srv.location)):
+                stranger.pull()
             with pytest.raises(ServerError):
-                untrusted.pull()
-    with pytest.raises(ConfigError, match="together"):
-        ParameterServer(_initial(), DownpourRule(), tls_cert_path=str(cert))
+                _push(stranger, names=NAMES)
+        with pytest.raises(ConfigError, match="grpc\\+tls.*pinned certificate.*no pin"):
+            ParameterServerClient(srv.location, srv.token, timeout_s=3)
+        forged = TLSPin(other.cert_pem, pin.fingerprint)  # a certificate that does not hash to the pin
+        with pytest.raises(ConfigError, match="pinned fingerprint"):
+            ParameterServerClient(srv.location, srv.token, timeout_s=3, tls=forged)
+        # a plain-TCP client cannot talk to a TLS server either
+        plain = srv.location.replace("grpc+tls://", "grpc+tcp://")
+        with ParameterServerClient(plain, srv.token, timeout_s=3, retries=0) as c:
+            with pytest.raises(ServerError):
+                c.pull()
+        assert srv.stats()["updates_applied"] == 1 and srv.version == 1
+
+
+def test_tls_with_the_users_own_certificate_files(tmp_path):
+    made = self_signed("ps.example.test")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_bytes(made.cert_pem)
+    key.write_bytes(made.key_pem)
+    identity = load_identity(str(cert), str(key))
+    assert identity.server_name == "ps.example.test" and identity.fingerprint == made.fingerprint
+    with ParameterServer(_initial(), DownpourRule(), tls=identity) as srv:
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10, tls=identity.pin()) as c:
+            assert c.pull()[0] == 0
+    with pytest.raises(ConfigError, match="readable PEM files"):
+        load_identity(str(tmp_path / "missing.pem"), str(key))
+    with pytest.raises(ConfigError, match="PEM certificate"):
+        load_identity(str(key), str(key))
 
 
 def test_wire_batches_respect_chunk_size_and_bools_round_trip():
@@ -450,8 +475,6 @@ def test_wire_batches_respect_chunk_size_and_bools_round_trip():
     schema = wire_schema(specs)
     batches = list(iter_batches(schema, arrays, chunk_bytes=1024))
     assert len(batches) == 4 and all(b.num_rows == 1 for b in batches)
-    from sparkdl.server.flight import Assembler
-
     asm = Assembler(specs)
     for b in batches:
         asm.add(b)
@@ -462,36 +485,140 @@ def test_wire_batches_respect_chunk_size_and_bools_round_trip():
     assert isinstance(pa.Table.from_batches(batches), pa.Table)
 
 
-def test_round_rule_over_flight_serves_starts_decodes_compressed_pushes_and_closes_by_deadline():
-    """bmuf through the server: workers pull W + η·Δ (ticket state:<worker>); a 1bit push and an
-    fp16 push are decoded against it; with minimum 1 and deadline 0.2 s, wait_round closes the
-    next round with one push, and the other worker's push is answered dropped="late"."""
+def test_round_board_over_flight_serves_starts_decodes_compressed_pushes_and_drops_a_late_push():
+    """bmuf through the server: the driver opens each round on the board with the policy's starts;
+    workers pull W + η·Δ (ticket state:<worker>); a 1bit push and an fp16 push are decoded against
+    it; the driver closes round 1 with one push (its decision, e.g. at its deadline) and the other
+    worker's push is answered dropped="late"."""
+    from sparkdl.core.board import RoundBoard
     from sparkdl.core.compression import encode_update, quantize
     from sparkdl.core.modes import get_policy
-    from sparkdl.core.ps_rules import SyncRoundRule
+    from sparkdl.core.state import RoundUpdates
 
-    rule = SyncRoundRule(2, get_policy("bmuf", block_momentum=0.5, nesterov=True), min_workers=1, deadline_s=0.2)
-    rule.min_workers = 2  # round 0: wait for both
-    with ParameterServer(_initial(), rule, names=NAMES) as srv, ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+    policy = get_policy("bmuf", block_momentum=0.5, nesterov=True)
+    fit = fit_of(_initial())
+    board = RoundBoard(2)
+    with ParameterServer(fit.master, board, names=NAMES) as srv, ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+        assert c.wait_round(0, 0.05) == {"round": -1, "open": False, "late": False, "stop": False, "learning_rate": None,
+                                         "collect": False}
+        board.open(0, policy.starts(fit), {0, 1}, learning_rate=0.01)
+        reply = c.wait_round(0, 1.0, worker=0)
+        assert reply["open"] and reply["learning_rate"] == 0.01 and srv.contacts()["0"]["state"] == "alive"
         _, start = c.pull(worker=0)
+        assert_arrays_equal(start.weights, fit.master.weights)
         target = [w + 1.0 for w in start.weights]  # both workers move every value by +1
         payload, _ = quantize([t - s for t, s in zip(target, start.weights)], None, "1bit")
         c.push([np.frombuffer(payload, np.uint8)], names=["payload"], worker=0, attempt=1, seq=1, base_version=0, rows=5, encoding="1bit")
         half = encode_update(ModelState(target), start, "fp16")
         c.push(half, worker=1, attempt=1, seq=1, base_version=0, rows=5, encoding="fp16")
-        assert c.wait_round(1, 1.0) == (True, 1)
-        _, master = srv.state()
-        for got, s in zip(master.weights, start.weights):  # G = +1, Δ = 1, W = W₀ + 1
+        assert board.wait_pushed(2, 5.0)
+        collection = board.close()
+        assert collection.workers == [(0, 5), (1, 5)] and collection.nbytes > 0
+        run_round(policy, fit, RoundUpdates(collection.rows, mean=collection.mean))
+        for got, s in zip(fit.master.weights, start.weights):  # G = +1, Δ = 1, W = W₀ + 1
             np.testing.assert_allclose(got, s + 1.0, rtol=1e-6)
+        assert_arrays_equal(srv.state()[1].weights, _initial().weights)  # the server's master is not the round's
+        board.open(1, policy.starts(fit), {0, 1})
+        assert c.wait_round(1, 1.0)["open"]
         _, served = c.pull(worker=1)
-        for got, m in zip(served.weights, master.weights):  # Nesterov: W + η·Δ
+        for got, m in zip(served.weights, fit.master.weights):  # Nesterov: W + η·Δ
             np.testing.assert_allclose(got, m + 0.5, rtol=1e-6)
-        rule.min_workers = 1
         c.push(served.weights, worker=0, attempt=1, seq=2, base_version=2, rows=5)
-        started = time.monotonic()
-        assert c.wait_round(2, 5.0) == (True, 2) and time.monotonic() - started < 2.0  # closed by the deadline
+        assert board.wait_pushed(1, 5.0) and not board.wait_pushed(2, 0.1)
+        assert c.wait_round(1, 0.0)["open"]  # the board never closes a round by itself
+        collection = board.close()  # the driver closes it with the minimum
+        assert collection.missing == [1] and collection.workers == [(0, 5)]
+        reply = c.wait_round(1, 1.0, worker=1)
+        assert reply["late"] and not reply["open"]
         reply = c.push(served.weights, worker=1, attempt=1, seq=2, base_version=2, rows=5)
         assert reply["dropped"] == "late" and not reply["applied"] and srv.stats()["late_dropped"] == 1
-        assert rule.dropped == [[], [1]]
+        assert c.progress(1) == (1, 2)  # the late slot is done: a retry does not push it again
         with pytest.raises(ServerError, match="payload"):
             c.push(_delta(), worker=0, attempt=1, seq=3, base_version=2, rows=5, encoding="1bit")
+        board.stop()
+        assert c.wait_round(2, 5.0)["stop"]
+
+
+def test_round_actions_need_a_round_board(server, client):
+    with pytest.raises(ServerError, match="wait_round needs a round rule"):
+        client.wait_round(0, 0.1)
+    with pytest.raises(ServerError, match="round rule"):
+        client.pull(worker=0)
+    _assert_unchanged(server)
+
+
+def test_the_drivers_orders_reach_the_workers_with_pulls_and_heartbeats(server, client):
+    client.pull()
+    assert client.control == {"stop": False, "learning_rate": None}
+    server.set_control(learning_rate=0.125)
+    client.pull(weights_only=True)
+    assert client.control == {"stop": False, "learning_rate": 0.125}
+    server.set_control(stop=True)  # the learning rate stays
+    assert client.heartbeat("w0") == {"version": 0, "stop": True, "learning_rate": 0.125}
+    client.pull()
+    assert client.control == {"stop": True, "learning_rate": 0.125}
+
+
+def test_the_control_action_answers_the_drivers_orders(server, client):
+    server.set_control(stop=True, learning_rate=0.5)
+    assert client.orders() == {"stop": True, "learning_rate": 0.5}
+
+
+def test_the_control_action_over_raw_flight(server):
+    server.set_control(learning_rate=0.5)
+    options = flight.FlightCallOptions(timeout=5, headers=auth_headers(server.token))
+    raw = flight.FlightClient(server.location, generic_options=[("grpc.enable_http_proxy", 0)])
+    (result,) = list(raw.do_action(flight.Action("control", b""), options))
+    raw.close()
+    assert json.loads(result.body.to_pybytes()) == {"stop": False, "learning_rate": 0.5}
+
+
+def test_set_state_replaces_the_master_of_the_same_signature(server, client):
+    new = ModelState([np.full((3, 2), 7.0, np.float32), np.zeros(2, np.float32)])
+    server.set_state(new)
+    version, state = client.pull()
+    assert version == 0
+    assert_arrays_equal(state.weights, new.weights)
+    with pytest.raises(ValueError, match="dense/kernel"):
+        server.set_state(ModelState([np.zeros((2, 2), np.float32), np.zeros(2, np.float32)]))
+    assert_arrays_equal(server.state()[1].weights, new.weights)
+
+
+def test_a_workers_own_state_goes_up_and_comes_back(server, client):
+    assert client.pull_local("w0") is None
+    local = WorkerLocal(0, [np.ones((3, 2), np.float32), np.array([0.5, -0.5], np.float32)], None)
+    assert client.push_local(local, worker="w0", attempt=1, seq=1) == {"applied": True, "dropped": None}
+    back = client.pull_local("w0")
+    assert back.version == 0 and back.optimizer is None
+    assert_arrays_equal(back.residual, local.residual)
+    assert server.local("w0").version == 0 and server.local("other") is None
+    only_optimizer = WorkerLocal(1, None, [np.array(3, np.int64), np.array([True, False])])
+    client.push_local(only_optimizer, worker="w0", attempt=1, seq=2)
+    back = client.pull_local("w0")
+    assert back.version == 1 and back.residual is None
+    assert_arrays_equal(back.optimizer, only_optimizer.optimizer)
+    assert _push(client, attempt=2, seq=3)["applied"]  # attempt 2 supersedes attempt 1
+    assert client.push_local(local, worker="w0", attempt=1, seq=4) == {"applied": False, "dropped": "superseded_attempt"}
+    assert client.pull_local("w0").version == 1 and server.stats()["local_puts"] == 2
+    _assert_unchanged(server, version=1, state=ModelState([w + d for w, d in zip(_initial().weights, _delta(), strict=True)]))
+
+
+def test_a_resumed_server_starts_from_its_marks_and_the_workers_own_state():
+    local = WorkerLocal(4, None, [np.array(9, np.int64)])
+    with ParameterServer(_initial(), DownpourRule(), names=NAMES, marks={"w0": [2, 5]}, local={"w0": local}) as srv, \
+            ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+        assert c.progress("w0") == (2, 5) and srv.marks() == {"w0": [2, 5]}
+        assert _push(c, attempt=3, seq=5)["dropped"] == "duplicate"  # slot 5 was applied before the snapshot
+        assert _push(c, attempt=1, seq=6)["dropped"] == "superseded_attempt"
+        back = c.pull_local("w0")
+        assert back.version == 4 and back.residual is None and back.optimizer[0] == 9
+        assert _push(c, attempt=3, seq=6)["applied"] and srv.marks() == {"w0": [3, 6]}
+
+
+def test_the_location_advertises_another_address_than_the_bound_one():
+    with ParameterServer(_initial(), DownpourRule(), host="127.0.0.1", advertise="ps.example.test") as srv:
+        assert srv.location == f"grpc+tcp://ps.example.test:{srv.port}"
+        with ParameterServerClient(f"grpc+tcp://127.0.0.1:{srv.port}", srv.token, timeout_s=10) as c:
+            assert c.pull()[0] == 0
+    with pytest.raises(ConfigError, match="advertise must be a non-empty string"):
+        ParameterServer(_initial(), DownpourRule(), advertise="")

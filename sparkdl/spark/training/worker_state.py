@@ -1,5 +1,6 @@
-"""What a worker keeps of its own between rounds of backend ``rounds``: with ``compression`` ``"1bit"``
-or ``"threshold"``, the error-feedback residual and the optimizer state that stays on the worker.
+"""What a worker keeps of its own between rounds: with ``compression`` ``"1bit"`` or
+``"threshold"``, the error-feedback residual and the optimizer state that stays on the worker
+(a :class:`~sparkdl.core.state.WorkerLocal`), on either backend.
 
 A round's tasks are placed by cache locality but may run in any Python worker of the executor,
 so the state is kept in this Python worker's cache and written to this executor's disk (Arrow
@@ -16,8 +17,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
+from sparkdl.core.state import WorkerLocal
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.spark.partitions import WORKER_CACHE, spill_dir
 
@@ -28,31 +28,36 @@ def _path(fit_id: str, partition: int, version: int) -> str:
     return os.path.join(spill_dir(fit_id), f"{PREFIX}-{partition}-v{version}.arrow")
 
 
-def save(fit_id: str, partition: int, version: int, arrays: list[np.ndarray]) -> None:
-    """Keep ``arrays`` as ``partition``'s state after round ``version`` (memory and disk; the file
-    is written whole, then renamed, so a killed task never leaves half a version)."""
-    WORKER_CACHE.put(fit_id, (PREFIX, partition), (version, arrays))
-    path = _path(fit_id, partition, version)
+def save(fit_id: str, partition: int, local: WorkerLocal) -> None:
+    """Keep ``local`` as ``partition``'s state after round ``local.version`` (memory and disk; the
+    file is written whole, then renamed, so a killed task never leaves half a version)."""
+    WORKER_CACHE.put(fit_id, (PREFIX, partition), local)
+    path = _path(fit_id, partition, local.version)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.{os.getpid()}.tmp"
+    names = [f"r/{i}" for i in range(len(local.residual or []))] + [f"o/{i}" for i in range(len(local.optimizer or []))]
     with open(temporary, "wb") as f:
-        f.write(encode_arrays(arrays))
+        f.write(encode_arrays([*(local.residual or []), *(local.optimizer or [])], names))
     os.replace(temporary, path)
 
 
-def load(fit_id: str, partition: int, version: int) -> list[np.ndarray] | None:
+def load(fit_id: str, partition: int, version: int) -> WorkerLocal | None:
     """``partition``'s state saved after round ``version``, or None when neither this Python
     worker nor this executor's disk holds it. Older versions are deleted."""
     held = WORKER_CACHE.get(fit_id, (PREFIX, partition))
-    arrays = held[1] if held is not None and held[0] == version else None
-    if arrays is None:
+    local = held if held is not None and held.version == version else None
+    if local is None:
         try:
             with open(_path(fit_id, partition, version), "rb") as f:
-                arrays = decode_arrays(f.read()).arrays
+                decoded = decode_arrays(f.read())
         except FileNotFoundError:
-            arrays = None
+            decoded = None
+        if decoded is not None:
+            residual = [a for n, a in zip(decoded.names, decoded.arrays, strict=True) if n.startswith("r/")]
+            optimizer = [a for n, a in zip(decoded.names, decoded.arrays, strict=True) if n.startswith("o/")]
+            local = WorkerLocal(version, residual or None, optimizer or None)
     _prune(fit_id, partition, version)
-    return arrays
+    return local
 
 
 def _prune(fit_id: str, partition: int, keep_from: int) -> None:

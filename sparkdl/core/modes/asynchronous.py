@@ -1,4 +1,4 @@
-"""Asynchronous update rules for a parameter server, in pure numpy.
+"""The asynchronous modes: update rules a parameter server applies to each push, in pure numpy.
 
 A worker pulls the master weights ``B`` (at server version ``v_base``), trains for τ local
 steps and pushes its change ``Δ = W_worker − B`` (same names, shapes and dtypes as the
@@ -14,6 +14,12 @@ Conventions shared by every rule here:
 * Floating-point arrays are combined by the rule. Non-float arrays (int, uint, bool: seed
   generator state, step counters) cannot carry a fractional change: the update holds the
   worker's *value* for them (not a difference) and the master takes it.
+* Non-trainable float arrays (BatchNorm's moving mean and variance, given by ``trainable``) are
+  statistics, not parameters: each push adds Δ / ``workers`` of them, whatever the rule, so the
+  pushes of all workers from one base give the *mean* of their statistics, as ``sync`` does.
+  Adding each worker's whole Δ would count every worker's estimate as the population's, and a
+  low BatchNorm momentum could drive a moving variance below zero (finite, so no invariant
+  fires, yet inference gives NaN).
 * ``base`` is ``None`` when the update already holds Δ (what :class:`ParameterServerClient`
   pushes). When ``base`` is given, the update holds the worker's new weights and Δ is
   computed as ``update − base``.
@@ -29,7 +35,7 @@ from collections.abc import Hashable, Mapping
 
 import numpy as np
 
-from sparkdl.core.state import ModelState
+from sparkdl.core.state import FitState, ModelState, RoundUpdates
 
 
 def _check_same_layout(master: list[np.ndarray], other: list[np.ndarray], what: str) -> None:
@@ -55,9 +61,10 @@ def _deltas(master: ModelState, update: ModelState, base: ModelState | None) -> 
     ]
 
 
-def _additive(master: ModelState, deltas: list[np.ndarray], scale: float, out: bool) -> ModelState:
+def _additive(master: ModelState, deltas: list[np.ndarray], scale: float, out: bool, statistics: list[bool] | None = None,
+              workers: int = 1) -> ModelState:
     weights = []
-    for m, d in zip(master.weights, deltas, strict=True):
+    for i, (m, d) in enumerate(zip(master.weights, deltas, strict=True)):
         if m.dtype.kind != "f":
             value = np.array(d, dtype=m.dtype)
             if out:
@@ -65,7 +72,8 @@ def _additive(master: ModelState, deltas: list[np.ndarray], scale: float, out: b
                 value = m
             weights.append(value)
             continue
-        step = d if scale == 1.0 else np.multiply(d, scale, dtype=m.dtype)
+        factor = 1.0 / workers if statistics is not None and statistics[i] else scale
+        step = d if factor == 1.0 else np.multiply(d, factor, dtype=m.dtype)
         if out:
             np.add(m, step, out=m, casting="same_kind")
             weights.append(m)
@@ -75,8 +83,20 @@ def _additive(master: ModelState, deltas: list[np.ndarray], scale: float, out: b
 
 
 class _Rule:
+    """Base of the rules. ``trainable`` (per weight array; default all) marks the parameters;
+    the other float arrays are statistics, averaged over ``workers`` (see the module docstring)."""
+
     name = "rule"
     lock = True
+
+    def __init__(self, trainable: list[bool] | None = None, workers: int = 1) -> None:
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1. Received: {workers!r}")
+        self.statistics = None if trainable is None else [not t for t in trainable]
+        self.workers = workers
+
+    def _add(self, master: ModelState, deltas: list[np.ndarray], scale: float, out: bool = False) -> ModelState:
+        return _additive(master, deltas, scale, out, self.statistics, self.workers)
 
     def apply(self, master: ModelState, update: ModelState, base: ModelState | None, staleness: int, rows: int) -> ModelState:
         raise NotImplementedError
@@ -114,7 +134,7 @@ class DownpourRule(_Rule):
     name = "downpour"
 
     def apply(self, master, update, base, staleness, rows):
-        return _additive(master, _deltas(master, update, base), 1.0, out=False)
+        return self._add(master, _deltas(master, update, base), 1.0)
 
 
 class HogwildRule(_Rule):
@@ -137,11 +157,12 @@ class HogwildRule(_Rule):
     name = "hogwild"
     lock = False
 
-    def __init__(self, in_place: bool = True) -> None:
+    def __init__(self, in_place: bool = True, trainable: list[bool] | None = None, workers: int = 1) -> None:
+        super().__init__(trainable, workers)
         self.in_place = bool(in_place)
 
     def apply(self, master, update, base, staleness, rows):
-        return _additive(master, _deltas(master, update, base), 1.0, out=self.in_place)
+        return self._add(master, _deltas(master, update, base), 1.0, out=self.in_place)
 
     def __repr__(self) -> str:
         return f"HogwildRule(in_place={self.in_place})"
@@ -168,7 +189,7 @@ class StalenessAwareRule(_Rule):
     def apply(self, master, update, base, staleness, rows):
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0 updates. Received: {staleness}")
-        return _additive(master, _deltas(master, update, base), 1.0 / max(1, staleness), out=False)
+        return self._add(master, _deltas(master, update, base), 1.0 / max(1, staleness))
 
 
 class SSPRule(DownpourRule):
@@ -185,45 +206,45 @@ class SSPRule(DownpourRule):
 class SSPClock:
     """Per-worker clocks for Stale Synchronous Parallel (bounded staleness).
 
-    Each worker's clock counts the pushes (clock ticks) it has completed. A worker at clock
-    ``c`` may start its next clock only while ``c − min_w c_w <= s``: no worker runs more
-    than ``s`` clocks ahead of the slowest. ``s = 0`` is bulk synchronous; ``s = ∞`` is fully
-    asynchronous. The class is pure (no threads, no waiting); a server wraps it in a
-    condition variable and re-checks :meth:`can_advance` after each :meth:`tick`.
+    A worker's clock is the number of its slots (pushes) applied. A worker at clock ``c`` may
+    start its next slot only while ``c − min_w c_w <= s``: no worker runs more than ``s`` clocks
+    ahead of the slowest registered worker. ``s = 0`` is bulk synchronous; ``s = ∞`` is fully
+    asynchronous. A worker stays registered while it is being retried (a failed task keeps its
+    clock, so the others wait for it within the bound); only a worker that finished its slots is
+    unregistered. The class is pure (no threads, no waiting); the parameter server wraps it in a
+    condition variable and re-checks :meth:`can_advance` after each :meth:`advance`.
 
     Paper: Ho et al., "More Effective Distributed ML via a Stale Synchronous Parallel
     Parameter Server", NIPS 2013.
 
     Raises:
         ValueError: on a negative bound ``s``.
-        KeyError: from :meth:`tick` / :meth:`clock` for an unregistered worker.
     """
 
-    def __init__(self, workers: list[Hashable] | tuple = ()) -> None:
-        self._clocks: dict[Hashable, int] = {w: 0 for w in workers}
+    def __init__(self, clocks: Mapping[Hashable, int] | None = None) -> None:
+        self._clocks: dict[Hashable, int] = {w: int(c) for w, c in (clocks or {}).items()}
 
-    def register(self, worker: Hashable) -> None:
-        """Adds a worker at the slowest clock (0 when it is the first), so it does not stall others."""
-        if worker not in self._clocks:
-            self._clocks[worker] = self.min_clock()
+    def register(self, worker: Hashable, clock: int = 0) -> None:
+        """Adds ``worker`` at ``clock`` (kept when it is registered already at a higher clock)."""
+        self._clocks[worker] = max(int(clock), self._clocks.get(worker, 0))
 
     def unregister(self, worker: Hashable) -> None:
-        """Removes a finished or failed worker so it no longer holds the others back."""
+        """Removes a worker that finished, so it no longer holds the others back."""
         self._clocks.pop(worker, None)
 
-    def tick(self, worker: Hashable) -> int:
-        """Marks one clock of ``worker`` done; returns its new clock."""
-        self._clocks[worker] += 1
-        return self._clocks[worker]
+    def advance(self, worker: Hashable, clock: int) -> None:
+        """Records that ``worker`` completed its slots up to ``clock`` (a registered worker only)."""
+        if worker in self._clocks:
+            self._clocks[worker] = max(self._clocks[worker], int(clock))
 
-    def clock(self, worker: Hashable) -> int:
-        return self._clocks[worker]
+    def clocks(self) -> dict[Hashable, int]:
+        return dict(self._clocks)
 
     def min_clock(self) -> int:
         return min(self._clocks.values(), default=0)
 
     def can_advance(self, worker: Hashable, s: int) -> bool:
-        """True unless ``worker`` is more than ``s`` clocks ahead of the slowest worker."""
+        """True unless ``worker`` is more than ``s`` clocks ahead of the slowest registered worker."""
         if s < 0:
             raise ValueError(f"staleness bound s must be >= 0 clocks. Received: {s}")
         if worker not in self._clocks:
@@ -232,3 +253,35 @@ class SSPClock:
 
     def __repr__(self) -> str:
         return f"SSPClock({self._clocks!r})"
+
+
+RULES = {"async": DownpourRule, "hogwild": HogwildRule, "staleness_aware": StalenessAwareRule, "ssp": SSPRule}
+
+
+class AsyncPolicy:
+    """An asynchronous mode as the driver loop sees it: the parameter server applies each push with
+    :meth:`rule` as it arrives; at each epoch's end the loop adopts the server's master
+    (:attr:`~sparkdl.core.state.RoundUpdates.master`).
+
+    Args:
+        name: ``async``, ``hogwild``, ``staleness_aware`` or ``ssp``.
+        trainable: per weight array, whether it is a parameter (the others are statistics, averaged).
+        workers: the workers of the fit.
+    """
+
+    per_worker = False
+
+    def __init__(self, name: str, trainable: list[bool] | None = None, workers: int = 1) -> None:
+        self.name, self.trainable, self.workers = name, trainable, workers
+
+    def rule(self) -> _Rule:
+        """A new server update rule for this mode."""
+        return RULES[self.name](trainable=self.trainable, workers=self.workers)
+
+    def starts(self, fit: FitState) -> ModelState:
+        return fit.master
+
+    def apply(self, fit: FitState, round_: RoundUpdates):
+        from sparkdl.core.modes import Transition
+
+        return Transition(round_.master if round_.master is not None else fit.master, fit.mode)

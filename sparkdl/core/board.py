@@ -1,0 +1,336 @@
+"""What the parameter server keeps for the driver loop, in pure numpy: the open round of a round
+mode (:class:`RoundBoard`) and the per-epoch record of an asynchronous fit (:class:`EpochLedger`).
+
+Round modes (``sync``, ``bmuf``, ``easgd``, ``gossip``) on backend ``ps``: the driver opens round g
+with the state each worker starts from (:meth:`RoundBoard.open`); a worker waits until its round
+is open (:meth:`RoundBoard.wait_open`), pulls its start (:meth:`RoundBoard.served`), trains τ
+steps and pushes its state, or its compressed update relative to that start, with its rows and
+metric sums (:meth:`RoundBoard.__call__`, the server's update rule). The driver waits until the
+round's workers pushed (:meth:`RoundBoard.wait_pushed`), closes it (:meth:`RoundBoard.close`),
+applies the mode's policy and runs its callbacks, then opens the next round: so no worker starts
+round g + 1 before the driver's callbacks of round g returned, and every worker stops in the
+same round. A push for a round already closed (a straggler) is dropped as late.
+
+Asynchronous modes: the server applies each push with the mode's rule as it arrives;
+:class:`EpochLedger` wraps the rule and records, per epoch, what the applied pushes carried in
+``meta["extra"]`` (metric sums, rows, staleness, bytes) and each worker's latest optimizer state,
+and wakes the driver when an epoch's rows are all in.
+
+Nothing here imports Spark, TensorFlow or Keras, and nothing starts threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sparkdl.core.aggregation import WeightedMean
+from sparkdl.core.compression import decode_mean
+from sparkdl.core.metrics import MetricSums
+from sparkdl.core.state import ModelState, WorkerLocal, WorkerUpdate
+
+
+def encode_metric_sums(sums: Sequence[np.ndarray] | None) -> list | None:
+    """Metric variable sums as JSON: ``[[shape, [values...]], ...]`` (float64 values round-trip exactly)."""
+    if sums is None:
+        return None
+    return [[list(np.shape(a)), np.asarray(a, np.float64).reshape(-1).tolist()] for a in sums]
+
+
+def decode_metric_sums(encoded: list) -> list[np.ndarray]:
+    """The inverse of :func:`encode_metric_sums`.
+
+    Raises:
+        ValueError: on a malformed list.
+    """
+    return [np.asarray(values, np.float64).reshape([int(d) for d in shape]) for shape, values in encoded]
+
+
+class LatePush(Exception):
+    """A push for a round that is not open (it closed first): the server answers it ``dropped: late``."""
+
+
+@dataclass
+class RoundCollection:
+    """What one closed round brought to the driver.
+
+    Attributes:
+        index: the round's index in the fit.
+        workers: ``(partition, rows)`` of each push applied, sorted.
+        rows: rows those pushes trained.
+        mean: their row-weighted mean state (not per-worker rounds; None when none trained).
+        updates: each trained worker's state (per-worker rounds).
+        metrics: each push's metric variable sums.
+        nbytes: bytes of the applied pushes.
+        missing: expected workers whose push had not arrived when the round closed.
+        local: what workers sent of their own state with the round (collected rounds).
+    """
+
+    index: int
+    workers: list[tuple[int, int]] = field(default_factory=list)
+    rows: int = 0
+    mean: ModelState | None = None
+    updates: list[WorkerUpdate] | None = None
+    metrics: list[list[np.ndarray]] = field(default_factory=list)
+    nbytes: int = 0
+    missing: list[int] = field(default_factory=list)
+    local: dict[int, WorkerLocal] = field(default_factory=dict)
+
+
+class RoundBoard:
+    """The rounds of a round mode on a parameter server (see the module docstring).
+
+    Args:
+        workers: the fit's workers (partitions 0..workers−1).
+        per_worker: keep each worker's state apart (``easgd``, ``gossip``) instead of their
+            running row-weighted mean (held as one float64 sum, not N copies).
+
+    The round of a push is its ``seq`` − 1 (a worker's slot index). Thread-safe: the server's
+    handlers and the driver call it from different threads.
+    """
+
+    name = "rounds"
+    lock = True
+
+    def __init__(self, workers: int, per_worker: bool = False) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1. Received: {workers}")
+        self.workers, self.per_worker = workers, per_worker
+        self._cond = threading.Condition()
+        self.opened = -1  # the index of the round opened last
+        self.closed = True  # whether that round is closed
+        self.stopped = False
+        self.late = 0
+        self.learning_rate: float | None = None
+        self.collect = False
+        self._starts: ModelState | list[ModelState] | None = None
+        self._expected: set[int] = set()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._weights, self._optimizer, self._all_optimizer = WeightedMean(), WeightedMean(), True
+        self._states: dict[int, tuple[int, ModelState]] = {}
+        self._pushed: dict[int, int] = {}
+        self._metrics: list[list[np.ndarray]] = []
+        self._nbytes = 0
+        self._local: dict[int, WorkerLocal] = {}
+
+    # ---- the driver's side ---------------------------------------------------------------------
+
+    def open(self, index: int, starts: ModelState | Sequence[ModelState], expected: set[int],
+             learning_rate: float | None = None, collect: bool = False) -> None:
+        """Open round ``index``: ``starts`` (one state, or one per worker) are what workers pull,
+        ``expected`` the partitions with rows in it, ``learning_rate`` what replicas train it with
+        (None: their own), ``collect`` whether workers send their own state with their push."""
+        with self._cond:
+            if not self.closed or index <= self.opened:
+                raise ValueError(f"rounds open one after the other, each once closed. Received: round {index} after "
+                                 f"round {self.opened} ({'closed' if self.closed else 'open'})")
+            self._reset()
+            self._starts = starts if isinstance(starts, ModelState) else list(starts)
+            self._expected = set(expected)
+            self.learning_rate, self.collect = learning_rate, collect
+            self.opened, self.closed = index, False
+            self._cond.notify_all()
+
+    def pushed(self) -> set[int]:
+        """The partitions whose push for the open round arrived."""
+        with self._cond:
+            return set(self._pushed)
+
+    def wait_pushed(self, need: int, timeout_s: float) -> bool:
+        """Wait until every expected worker pushed, or at least ``need`` of them did (straggler
+        rounds), for at most ``timeout_s`` seconds; returns whether that many arrived."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._complete() or len(set(self._pushed) & self._expected) >= need,
+                                       timeout=max(0.0, timeout_s))
+
+    def _complete(self) -> bool:
+        return self._expected <= set(self._pushed)
+
+    def close(self) -> RoundCollection:
+        """Close the open round (later pushes for it are dropped as late) and return what arrived."""
+        with self._cond:
+            if self.closed:
+                raise ValueError(f"round {self.opened} is closed already")
+            self.closed = True
+            out = RoundCollection(self.opened, workers=sorted(self._pushed.items()), nbytes=self._nbytes,
+                                  metrics=self._metrics, missing=sorted(self._expected - set(self._pushed)), local=self._local)
+            out.rows = sum(rows for _, rows in out.workers)
+            if self.per_worker:
+                out.updates = [WorkerUpdate(p, rows, 0, state) for p, (rows, state) in sorted(self._states.items())]
+            else:
+                weights = self._weights.result()
+                optimizer = self._optimizer.result() if self._all_optimizer and self._optimizer.total_weight else None
+                out.mean = None if weights is None else ModelState(weights, optimizer)
+            self._reset()
+            self._cond.notify_all()
+            return out
+
+    def stop(self) -> None:
+        """No more rounds: workers waiting for one return."""
+        with self._cond:
+            self.stopped = True
+            self._cond.notify_all()
+
+    # ---- the workers' side (server handlers) ---------------------------------------------------
+
+    def wait_open(self, index: int, timeout_s: float) -> dict:
+        """Wait up to ``timeout_s`` seconds until round ``index`` is open, a later one was opened,
+        or the fit stopped. Returns ``{"round": opened, "open": bool (this round is open now),
+        "late": bool (it closed, or a later one opened, without this worker), "stop": bool,
+        "learning_rate", "collect"}``."""
+        with self._cond:
+            def ready():
+                return self.stopped or self.opened > index or (self.opened == index and not self.closed) \
+                    or (self.opened == index and self.closed)
+
+            self._cond.wait_for(ready, timeout=max(0.0, timeout_s))
+            is_open = self.opened == index and not self.closed
+            late = self.opened > index or (self.opened == index and self.closed)
+            return {"round": self.opened, "open": is_open and not self.stopped, "late": late and not self.stopped,
+                    "stop": self.stopped, "learning_rate": self.learning_rate, "collect": self.collect}
+
+    def served(self, worker, master: ModelState) -> ModelState:
+        """The state ``worker`` starts the open round from (the master before any round opened)."""
+        with self._cond:
+            starts = self._starts
+        if starts is None:
+            return master
+        return starts[int(worker)] if isinstance(starts, list) else starts
+
+    def is_late(self, meta: Mapping) -> bool:
+        """Whether a push is not for the open round (``seq`` − 1 != the open round's index)."""
+        seq = meta.get("seq")
+        with self._cond:  # a re-entrant lock: also called from __call__
+            return not (isinstance(seq, int) and seq - 1 == self.opened and not self.closed)
+
+    def __call__(self, master: ModelState, update: ModelState, meta: Mapping) -> ModelState:
+        """A push for the open round (the server's update rule): kept for the driver; the master
+        does not change until the driver closes the round. ``meta["encoding"]`` (fp16, 1bit,
+        threshold) says ``update`` is relative to the worker's start; ``meta["extra"]`` carries
+        ``metrics`` (:func:`encode_metric_sums`)."""
+        worker = int(meta["worker"])
+        rows = int(meta.get("rows", 0))
+        extra = meta.get("extra") or {}
+        sums = decode_metric_sums(extra["metrics"]) if extra.get("metrics") is not None else None
+        with self._cond:
+            if self.is_late(meta):  # the round closed between the server's check and this call
+                self.late += 1
+                raise LatePush(f"round {meta.get('seq', 0) - 1} is not open")
+            if worker in self._pushed:
+                raise ValueError(f"each worker pushes once per round. Received: a second push from worker {worker} for round {self.opened}")
+            start = self._starts if isinstance(self._starts, ModelState) or self._starts is None else self._starts[worker]
+            if rows > 0:
+                encoding = meta.get("encoding")
+                state = update if encoding is None else decode_mean(update, start if start is not None else master)
+                if self.per_worker:
+                    self._states[worker] = (rows, state)
+                else:
+                    self._weights.add(state.weights, rows)
+                    if state.optimizer is not None:
+                        self._optimizer.add(state.optimizer, rows)
+                    else:
+                        self._all_optimizer = False
+            if sums is not None:
+                self._metrics.append(sums)
+            self._pushed[worker] = rows
+            self._nbytes += int(meta.get("nbytes", 0))
+            self._cond.notify_all()
+        return master
+
+    def add_local(self, worker: int, local: WorkerLocal) -> None:
+        """A worker's own state after the open round (a collected round), sent before its push."""
+        with self._cond:
+            self._local[int(worker)] = local
+
+
+class EpochStats:
+    """What the pushes of one epoch carried (see :class:`EpochLedger`)."""
+
+    def __init__(self) -> None:
+        self.sums = MetricSums()
+        self.rows = 0
+        self.updates = 0
+        self.staleness: list[int] = []
+        self.bytes_pushed = 0
+        self.bytes_pulled = 0
+
+    def summary(self) -> dict:
+        return {
+            "updates_applied": self.updates,
+            "staleness_mean": float(np.mean(self.staleness)) if self.staleness else 0.0,
+            "staleness_max": int(max(self.staleness, default=0)),
+            "bytes_pushed": int(self.bytes_pushed),
+            "bytes_pulled": int(self.bytes_pulled),
+        }
+
+
+class EpochLedger:
+    """Wraps an asynchronous update rule ``inner`` and records each applied push in its epoch.
+
+    Reads ``meta["extra"]``: ``epoch`` (0-based), ``metrics`` (:func:`encode_metric_sums`),
+    ``pulled`` (bytes the worker pulled since its last push), ``final`` (the worker's last push).
+    A push that carries ``update.optimizer`` (a worker's last push of an epoch, and its final one)
+    becomes that worker's latest optimizer state (:attr:`optimizers`, for snapshots and retries);
+    a final one joins :attr:`final_optimizer`, weighted by ``extra["worker_rows"]``. ``rows``,
+    ``nbytes`` and ``staleness`` come from the server's meta. A push is recorded only once
+    ``inner`` returned (the server drops duplicates before the rule).
+
+    ``lock`` is ``inner``'s, so a Hogwild rule still runs outside the server's lock; the
+    bookkeeping takes its own short lock. :meth:`wait_epoch` wakes when an epoch's rows are in.
+    """
+
+    def __init__(self, inner, epochs: int, first_epoch: int = 0) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self.lock = getattr(inner, "lock", True)
+        self.epochs = [EpochStats() for _ in range(epochs)]
+        self.first_epoch = first_epoch
+        self.final_optimizer = WeightedMean()
+        self.optimizers: dict[int, list[np.ndarray]] = {}
+        self._cond = threading.Condition()
+
+    def __call__(self, master: ModelState, update: ModelState, meta: Mapping) -> ModelState:
+        extra = meta.get("extra") or {}
+        epoch = min(max(int(extra.get("epoch", 0)), 0), len(self.epochs) - 1)
+        pulled = int(extra.get("pulled", 0))
+        worker_rows = max(1, int(extra.get("worker_rows", 1)))
+        metrics = extra.get("metrics")
+        sums = decode_metric_sums(metrics) if metrics is not None else None
+        weights_only = ModelState(update.weights, None)
+        new = self.inner(master, weights_only, meta)
+        with self._cond:
+            stats = self.epochs[epoch]
+            stats.rows += int(meta.get("rows", 0))
+            stats.updates += 1
+            stats.staleness.append(int(meta.get("staleness", 0)))
+            stats.bytes_pushed += int(meta.get("nbytes", 0))
+            stats.bytes_pulled += pulled
+            if sums is not None:
+                stats.sums.add(sums)
+            if update.optimizer is not None:
+                self.optimizers[int(meta["worker"])] = [np.array(a, copy=True) for a in update.optimizer]
+                if extra.get("final"):
+                    self.final_optimizer.add(update.optimizer, worker_rows)
+            self._cond.notify_all()
+        if new.optimizer is None and master.optimizer is not None:
+            new = ModelState(new.weights, master.optimizer)
+        return new
+
+    def rows(self, epoch: int) -> int:
+        with self._cond:
+            return self.epochs[epoch].rows
+
+    def wait_epoch(self, epoch: int, rows: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds until ``rows`` rows of ``epoch`` were applied."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.epochs[epoch].rows >= rows, timeout=max(0.0, timeout_s))
+
+    def summaries(self) -> list[dict]:
+        with self._cond:
+            return [e.summary() for e in self.epochs]
+

@@ -1,0 +1,139 @@
+"""Model averaging: ``sync`` (SparkNet) and ``bmuf`` (blockwise model-update filtering).
+
+Both act on the round's row-weighted mean of the workers' states
+(:attr:`~sparkdl.core.state.RoundUpdates.mean`); every worker starts a round from one state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sparkdl.core.aggregation import WeightedMean
+from sparkdl.core.modes import Transition
+from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerUpdate
+from sparkdl.errors import ConfigError
+
+
+def row_weighted_mean(updates: Sequence[WorkerUpdate]) -> tuple[ModelState | None, int]:
+    """The row-weighted mean of the trained workers' states (optimizer arrays over the workers that
+    sent them; None when none did) and the rows behind it; ``(None, 0)`` when no worker trained."""
+    weights, optimizer = WeightedMean(), WeightedMean()
+    for update in updates:
+        if update.rows == 0 or update.state is None:
+            continue
+        weights.add(update.state.weights, update.rows)
+        if update.state.optimizer is not None:
+            optimizer.add(update.state.optimizer, update.rows)
+    result = weights.result()
+    return (None if result is None else ModelState(result, optimizer.result())), int(weights.total_weight)
+
+
+def _mean_of(round_: RoundUpdates) -> tuple[ModelState | None, int]:
+    if round_.updates is not None:
+        return row_weighted_mean(round_.updates)
+    return round_.mean, round_.rows
+
+
+class SyncAveraging:
+    """Synchronous model averaging every τ local steps, weighted by rows.
+
+    W ← Σᵢ nᵢ·Wᵢ / Σᵢ nᵢ over the workers that trained in the round, for model weights
+    (trainable and non-trainable) and optimizer state alike, so that Adam moments and the
+    iteration counter survive from round to round. With one worker this is exactly local
+    training. Workers with nᵢ = 0 (an empty or exhausted partition) carry no weight; a round
+    in which no worker trained leaves the master unchanged.
+
+    References:
+        Moritz, Nishihara, Stoica, Jordan. "SparkNet: Training Deep Networks in Spark", ICLR 2016.
+        Su, Chen. "Experiments on Parallel Training of Deep Neural Network using Model Averaging", 2015.
+    """
+
+    name = "sync"
+    per_worker = False
+
+    def starts(self, fit: FitState) -> ModelState:
+        """Every worker starts from the master."""
+        return fit.master
+
+    def apply(self, fit: FitState, round_: RoundUpdates) -> Transition:
+        """W ← the mean itself; the master is kept when no worker trained (mean None or 0 rows)."""
+        mean, rows = _mean_of(round_)
+        if mean is None or rows == 0:
+            return Transition(fit.master, fit.mode)
+        return Transition(ModelState(mean.weights, mean.optimizer if mean.optimizer is not None else fit.master.optimizer), fit.mode)
+
+
+class BlockMomentum:
+    """Blockwise model-update filtering (BMUF): model averaging with momentum across blocks.
+
+    Each round (a block of τ local steps) starts every worker from W_g; with W̄ the row-weighted
+    average of the worker models after the block:
+
+        G = W̄ − W_g                 (the block's aggregated update)
+        Δ ← η·Δ + ζ·G                (block momentum η, block learning rate ζ)
+        W ← W + Δ
+        W_g = W + η·Δ  with Nesterov, else W   (where the next block starts)
+
+    η = 0, ζ = 1 is plain model averaging (``sync``). Only the entries of ``trainable`` are
+    filtered; the others (BatchNorm moving statistics, integer variables) and the optimizer state
+    take the average as in ``sync``. Δ (float64, one array per weight) is the fit's mode state
+    ``delta``, absent before the first block.
+
+    Args:
+        block_momentum: η in [0, 1), e.g. 1 − 1/numWorkers (the paper's advice).
+        block_learning_rate: ζ > 0 (default 1).
+        nesterov: start each block from W + η·Δ (default True).
+        trainable: per weight array, whether it is filtered (default: every float array).
+
+    References:
+        Chen, Huo. "Scalable training of deep learning machines by incremental block training with
+        intra-block parallel optimization and blockwise model-update filtering", ICASSP 2016.
+    """
+
+    name = "bmuf"
+    per_worker = False
+
+    def __init__(self, block_momentum: float, block_learning_rate: float = 1.0, nesterov: bool = True,
+                 trainable: Sequence[bool] | None = None) -> None:
+        if not 0.0 <= block_momentum < 1.0:
+            raise ConfigError(f"blockMomentum must be in [0, 1). Received: {block_momentum!r}")
+        if not block_learning_rate > 0:
+            raise ConfigError(f"blockLearningRate must be > 0. Received: {block_learning_rate!r}")
+        self.eta, self.zeta, self.nesterov = float(block_momentum), float(block_learning_rate), bool(nesterov)
+        self.trainable = None if trainable is None else list(trainable)
+
+    def _filtered(self, i: int, array: np.ndarray) -> bool:
+        return array.dtype.kind == "f" and (self.trainable is None or self.trainable[i])
+
+    def _start(self, master: ModelState, delta: list[np.ndarray] | None) -> ModelState:
+        if not self.nesterov or delta is None or self.eta == 0.0:
+            return master
+        weights = [np.asarray((w + self.eta * d).astype(w.dtype)) if self._filtered(i, w) else w
+                   for i, (w, d) in enumerate(zip(master.weights, delta, strict=True))]
+        return ModelState(weights, master.optimizer)
+
+    def starts(self, fit: FitState) -> ModelState:
+        """W_g: the state the workers start the next block from (W + η·Δ with Nesterov)."""
+        return self._start(fit.master, fit.mode.get("delta"))
+
+    def apply(self, fit: FitState, round_: RoundUpdates) -> Transition:
+        mean, rows = _mean_of(round_)
+        if mean is None or rows == 0:
+            return Transition(fit.master, fit.mode)
+        master = fit.master
+        previous = fit.mode.get("delta")
+        start = self._start(master, previous)
+        delta = previous if previous is not None else [np.zeros(w.shape, np.float64) for w in master.weights]
+        weights, new_delta = [], []
+        for i, (w, w_g, average, d) in enumerate(zip(master.weights, start.weights, mean.weights, delta, strict=True)):
+            if not self._filtered(i, w):
+                weights.append(np.asarray(average, dtype=w.dtype))
+                new_delta.append(d)
+                continue
+            step = self.eta * d + self.zeta * (np.asarray(average, np.float64) - w_g)
+            new_delta.append(step)
+            weights.append(np.asarray((w + step).astype(w.dtype)))  # 0-d arithmetic gives numpy scalars
+        optimizer = mean.optimizer if mean.optimizer is not None else master.optimizer
+        return Transition(ModelState(weights, optimizer), {**fit.mode, "delta": new_delta})

@@ -1,0 +1,200 @@
+"""THE driver loop of a fit: epochs, rounds, callbacks, metric sums, invariants, validation and
+snapshots, for every mode on every transport.
+
+The loop owns the fit's state (:class:`~sparkdl.core.state.FitState`). Each round it asks the
+mode's policy where the workers start (:meth:`~sparkdl.core.modes.RoundPolicy.starts`), has the
+transport run the round (:meth:`~sparkdl.spark.transports.Transport.run_round`), asks the policy
+for the new master (:meth:`~sparkdl.core.modes.RoundPolicy.apply`), checks it and commits it, then
+runs the callbacks' round hooks. No round starts before the callbacks of the previous one
+returned, so a callback's decision (stop, a learning rate, weights it set) reaches every worker
+in the same round, on either transport. At each epoch's end: the rows invariant, validation (the
+transport frees its task slots first), ``on_epoch_end`` (weights or optimizer variables a
+callback set become the master, as in Keras), the history, and the snapshots that are due
+(``checkpointDir``, ``BackupAndRestore``). The asynchronous modes run as one "round" per epoch
+from the loop's point of view: the epoch's pushes, applied by the parameter server as they came.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sparkdl.core.invariants import check_epoch_rows, check_finite
+from sparkdl.core.metrics import append_epoch
+from sparkdl.core.state import EpochProgress, FitState, ModelState
+from sparkdl.errors import InvariantError
+from sparkdl.spark.training.job import TrainJob
+from sparkdl.spark.transports import RoundOrders, RoundReport, Transport
+
+log = logging.getLogger("sparkdl")
+
+
+class TrainingLoop:
+    """Runs a fit's epochs and rounds (see the module docstring).
+
+    Args:
+        job: the fit's plain values.
+        policy: the mode's policy (:mod:`sparkdl.core.modes`).
+        transport: how rounds run (:mod:`sparkdl.spark.transports`).
+        callbacks: the driver's callbacks (:class:`~sparkdl.keras.callbacks.DriverCallbacks`).
+        validator: validates the master after each epoch (:class:`~sparkdl.spark.training.validation.Validator`), or None.
+        snapshots: the fit's snapshots (:class:`~sparkdl.spark.training.checkpoint.Snapshots`).
+    """
+
+    def __init__(self, job: TrainJob, policy, transport: Transport, callbacks, validator, snapshots) -> None:
+        self.job, self.policy, self.transport = job, policy, transport
+        self.callbacks, self.validator, self.snapshots = callbacks, validator, snapshots
+        self.epoch_seconds: list[float] = []
+        self.first_round_s: float | None = None
+
+    def run(self, fit: FitState) -> FitState:
+        """Train from ``fit`` (or from a snapshot the snapshots or a ``BackupAndRestore`` hold) to the
+        last epoch or a callback's stop; returns the final state.
+
+        Raises:
+            InvariantError: a round or an epoch breaks an invariant (rows, finite weights).
+            WorkerError, RoundTimeoutError, FitCancelledError: from the transport.
+        """
+        job, callbacks = self.job, self.callbacks
+        rounds_per_epoch = self.transport.rounds_per_epoch
+        epochs = job.config.epochs
+        callbacks.train_begin(fit.master)
+        fit = self.snapshots.resume(fit, callbacks, rounds_per_epoch)
+        self.snapshots.attach(self, callbacks, fit)
+        self.transport.start(fit)
+        logs: dict = {}
+        stopped = "stopped" in fit.info  # a snapshot of a fit a callback stopped: it is over
+        try:
+            while fit.epochs < epochs and not stopped:
+                logs, stopped = self._epoch(fit, rounds_per_epoch)
+            callbacks.train_end(logs)
+            self.transport.finish(stopped)
+        finally:
+            self.transport.close()
+        self.snapshots.finish(fit)
+        return fit
+
+    # ---- one epoch -----------------------------------------------------------------------------
+
+    def _epoch(self, fit: FitState, rounds_per_epoch: int) -> tuple[dict, bool]:
+        job, callbacks, epoch = self.job, self.callbacks, fit.epochs
+        first = fit.rounds - epoch * rounds_per_epoch  # > 0 when resumed inside the epoch
+        if first == 0:
+            fit.epoch = EpochProgress()
+        callbacks.epoch_begin(epoch)
+        started = time.perf_counter()
+        reported_seconds = 0.0
+        stopped = False
+        for r in range(first, rounds_per_epoch):
+            callbacks.round_begin(r)
+            report = self._round(fit, epoch, r, rounds_per_epoch)
+            reported_seconds += report.seconds
+            stopped = callbacks.stop_training
+            if stopped:
+                break
+            self.snapshots.after_round(fit, epoch_end=r + 1 == rounds_per_epoch)
+        check_epoch_rows(epoch, fit.epoch.rows, fit.epoch.dropped, fit.epoch.expected, job.data.total_rows, stopped)
+        metrics = job.reader.results(fit.epoch.sums) if fit.epoch.sums is not None else {}
+        if self.validator is not None:
+            self.transport.pause()
+            metrics.update(self.validator(fit.master.weights, epoch, epoch + 1 == job.config.epochs or stopped))
+        seconds = reported_seconds or (time.perf_counter() - started)
+        self._pending = (epoch, metrics)
+        logs = callbacks.epoch_end(epoch, metrics, fit.master)
+        self._pending = None
+        self._adopt(fit)
+        append_epoch(fit.history, logs)
+        fit.info.setdefault("update_bytes_per_epoch", []).append(fit.epoch.nbytes)  # what the workers sent (bytes)
+        fit.info["update_bytes"] = fit.info.get("update_bytes", 0) + fit.epoch.nbytes
+        self.epoch_seconds.append(seconds)
+        fit.epochs += 1
+        stopped = stopped or callbacks.stop_training
+        if stopped:
+            fit.info["stopped"] = {"epoch": epoch + 1, "round": fit.rounds, "rows_in_epoch": fit.epoch.expected}
+        else:
+            self.snapshots.after_epoch(fit)
+        return logs, stopped
+
+    # ---- one round -----------------------------------------------------------------------------
+
+    def _round(self, fit: FitState, epoch: int, r: int, rounds_per_epoch: int) -> RoundReport:
+        job, callbacks = self.job, self.callbacks
+        total = job.config.epochs * rounds_per_epoch
+        description = (f"sparkdl fit {job.fit_id[:8]}: round {fit.rounds + 1}/{total} "
+                       f"(epoch {epoch + 1}/{job.config.epochs}, round {r + 1}/{rounds_per_epoch})")
+        orders = RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, self.policy.starts(fit), callbacks.learning_rate,
+                             self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description)
+        started = time.perf_counter()
+        report = self.transport.run_round(orders)
+        if self.first_round_s is None:
+            self.first_round_s = time.perf_counter() - started
+        transition = self.policy.apply(fit, report.updates)
+        not_finite = None
+        try:
+            check_finite(transition.master, job.names, description)
+            fit.master, fit.mode = transition.master, transition.mode
+        except InvariantError as exc:  # the master keeps the last finite state; a callback may stop (TerminateOnNaN)
+            not_finite = exc
+        fit.rounds += 1
+        self._count(fit, report)
+        if callbacks.wants_rounds:  # the epoch's running metrics, for the callbacks' round hooks
+            callbacks.round_end(r, job.reader.results(fit.epoch.sums) if fit.epoch.sums is not None else {})
+            self._adopt(fit)
+        if orders.learning_rate is not None:  # what the replicas trained with, read back from their optimizer state
+            exact = job.config.compression is None  # compressed updates carry the optimizer state approximately, or not at all
+            fit.info.setdefault("learning_rates", []).append(
+                [fit.rounds - 1, orders.learning_rate, callbacks.master_learning_rate(fit.master) if exact else None])
+        if not_finite is not None:
+            if not callbacks.stop_training:
+                raise not_finite
+            fit.info["stopped_reason"] = f"not finite: {not_finite}"[:300]
+        return report
+
+    def _count(self, fit: FitState, report: RoundReport) -> None:
+        progress = fit.epoch
+        for variables in report.metrics:
+            progress.add_sums(variables)
+        progress.rows += sum(rows for _, rows in report.workers)
+        progress.dropped += report.rows_dropped
+        progress.nbytes += report.nbytes
+        progress.expected += report.rows_expected
+        fit.local.update(report.local)
+        info = fit.info
+        if report.local_resets or self.job.quantized:
+            info["local_state_resets"] = info.get("local_state_resets", 0) + report.local_resets
+        if self.job.config.min_workers(self.job.workers) < self.job.workers:
+            info["updates_dropped"] = info.get("updates_dropped", 0) + len(report.dropped)
+            info["rows_dropped"] = info.get("rows_dropped", 0) + report.rows_dropped
+            info.setdefault("dropped_per_round", []).append(list(report.dropped))
+
+    def _adopt(self, fit: FitState) -> None:
+        """Weights or optimizer variables a callback set on the driver's model become the master."""
+        changed = self.callbacks.changed_state()
+        if changed is not None:
+            check_finite(changed, self.job.names, "a callback set the weights")
+            fit.master = ModelState(changed.weights, changed.optimizer if changed.optimizer is not None else fit.master.optimizer)
+            fit.info["weights_from_callbacks"] = True
+            self.callbacks.set_master(fit.master)
+
+    def pending_state(self, fit: FitState) -> FitState:
+        """``fit`` as a snapshot taken now should hold it: inside ``on_epoch_end`` (a
+        ``BackupAndRestore`` saving), the epoch counts as done, its logs in the history, and
+        weights a callback set before it are the master."""
+        pending = getattr(self, "_pending", None)
+        changed = self.callbacks.changed_state()
+        if pending is None and changed is None:
+            return fit
+        import copy
+
+        out = copy.copy(fit)
+        out.history = {k: list(v) for k, v in fit.history.items()}
+        out.info = dict(fit.info)
+        if changed is not None:
+            out.master = ModelState(changed.weights, changed.optimizer if changed.optimizer is not None else fit.master.optimizer)
+        if pending is not None:
+            epoch, logs = pending
+            append_epoch(out.history, logs)
+            out.epochs = epoch + 1
+            out.epoch = EpochProgress()
+        return out
+

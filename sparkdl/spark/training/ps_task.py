@@ -1,0 +1,370 @@
+"""Executor-side task code of backend ``ps``: one long-lived task per worker, talking to the
+parameter server on the driver (:mod:`sparkdl.server`).
+
+A task runs its worker's slots ``[first, last)`` of the fit's schedule (a slot is a round:
+(epoch, round), the same rows and seeds as backend ``rounds``: :class:`~sparkdl.core.schedule.RoundPlan`,
+``epoch_order``, ``Replica.seed_round``), keeping its partition and its Keras replica:
+
+* round modes (``sync``, ``bmuf``, ``easgd``, ``gossip``): in each slot where it has rows the
+  worker waits until the driver opened the round (``wait_round``), pulls its start state
+  (``state:<partition>``), trains τ steps and pushes its state, or its fp16 / 1bit / threshold
+  update, its rows and metric sums. A round the driver closed without it (a straggler) is skipped.
+* asynchronous modes: in each slot where it has rows the worker pulls the master weights
+  (keeping its own optimizer state), trains τ steps and pushes Δ = new − pulled weights, applied
+  by the mode's rule as it arrives; ``ssp`` first waits until it is at most ``staleness`` clocks
+  ahead of the slowest worker.
+
+Every push carries (worker = partition, attempt, seq = slot + 1): the server applies each slot
+once. A retried task (Spark retries a failed one) asks the server which slot of its worker was
+applied last and skips those; its own state (1bit/threshold residual, its optimizer state) comes
+back from this executor's disk, else from the server (a resumed fit), else starts afresh
+(counted). A thread of its own sends a heartbeat every ``heartbeat_s`` seconds from the task's
+start, so the driver's ``workerTimeout`` measures a dead or stopped worker, not a slow step, a
+TensorFlow import or a replica build.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark import TaskContext
+
+from sparkdl.core.board import encode_metric_sums
+from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
+from sparkdl.core.schedule import epoch_order
+from sparkdl.core.state import ModelState, WorkerLocal
+from sparkdl.errors import InvariantError
+from sparkdl.server.tls import TLSPin
+from sparkdl.spark.partitions import load_partition, release
+from sparkdl.spark.training import worker_state
+from sparkdl.spark.training.tasks import TaskSpec, hook_point, prepare_worker, replica_for
+
+RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint, late bigint, local_resets bigint"
+RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
+                           ("partition", "attempt", "rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets")])
+WAIT_CHUNK_S = 5.0  # a server-side wait lasts at most this long before the worker asks again
+
+
+@dataclass(frozen=True)
+class PSTaskSpec:
+    """What travels to the ps tasks: the fit's plain settings, the server's address, token and
+    pinned certificate (no weights), the mode, the slots ``[first, last)`` this stage runs, and
+    the clients' timeouts (seconds).
+
+    ``snapshots``: the fit writes snapshots, so a worker of a quantized round mode puts its own
+    state on the server after its last slot of each epoch (a snapshot after a later round of the
+    epoch needs it); ``final``: whether ``last`` is the fit's last slot.
+    """
+
+    task: TaskSpec
+    mode: str
+    rounds_mode: bool
+    location: str
+    token: str
+    tls: TLSPin | None
+    staleness: int
+    first: int
+    last: int
+    final: bool
+    snapshots: bool = False
+    call_timeout_s: float = 30.0
+    retries: int = 3
+    heartbeat_s: float = 2.0
+
+
+class Heartbeat:
+    """A thread that tells the server, every ``interval_s`` seconds, that this task is alive."""
+
+    def __init__(self, spec: PSTaskSpec, partition: int, attempt: int) -> None:
+        self.spec, self.partition, self.attempt = spec, partition, attempt
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sparkdl-heartbeat-{partition}", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from sparkdl.server import ParameterServerClient
+
+        client = None
+        while not self._stop.is_set():
+            try:
+                if client is None:
+                    client = ParameterServerClient(self.spec.location, self.spec.token, tls=self.spec.tls,
+                                                   timeout_s=self.spec.call_timeout_s, retries=0)
+                client.heartbeat(self.partition, attempt=self.attempt)
+            except Exception:  # noqa: BLE001 - the next beat tries again; the task's own calls report real failures
+                pass
+            self._stop.wait(self.spec.heartbeat_s)
+        if client is not None:
+            client.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.spec.call_timeout_s + 1)
+
+
+def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ps task: heartbeats from the start, load the partition, run :class:`Worker`, yield one
+    result row. A failure is reported to the server (heartbeat ``"error"`` with the message)
+    before it is raised, for the driver's message; Spark retries the task."""
+    from sparkdl.server import ParameterServerClient
+
+    context = TaskContext.get()
+    partition = context.partitionId()
+    attempt = context.taskAttemptId()  # unique in the application and rising: a retry supersedes
+    heartbeat = Heartbeat(spec, partition, attempt).start()
+    client = ParameterServerClient(spec.location, spec.token, tls=spec.tls, timeout_s=spec.call_timeout_s, retries=spec.retries)
+    task = spec.task
+    try:
+        prepare_worker(context, task)
+        plan = task.plan
+        expected = plan.partition_rows[partition] if partition < len(plan.partition_rows) else 0
+        data = load_partition(task.fit_id, "train", partition, task.columns, batches, expected, task.budget_bytes, task.canonical_order)
+        if len(data) != expected:
+            release(task.fit_id, "train", partition)
+            raise InvariantError(
+                f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
+                "(the cached training data changed; is the input non-deterministic?)"
+            )
+        worker = Worker(spec, client, partition, attempt, context.attemptNumber())
+        counts = worker.run(data) if expected else worker.counts
+        if spec.final or worker.stopped:
+            worker_state.drop(task.fit_id, partition)
+            release(task.fit_id, "train", partition)
+        client.heartbeat(partition, "done", attempt=attempt)
+    except BaseException as exc:
+        try:
+            client.heartbeat(partition, "error", f"{type(exc).__name__}: {exc}", attempt=attempt)
+        except Exception:  # noqa: BLE001 - the task's own error is the one to raise
+            pass
+        raise
+    finally:
+        heartbeat.stop()
+        client.close()
+    yield pa.RecordBatch.from_pylist([{"partition": partition, "attempt": attempt, **counts}], schema=RESULT_SCHEMA)
+
+
+class Worker:
+    """One worker's slots ``[spec.first, spec.last)`` against the parameter server.
+
+    Args:
+        spec: the stage's settings.
+        client: a :class:`~sparkdl.server.ParameterServerClient` of the fit's server.
+        partition: this worker's partition (its id on the server).
+        attempt: this task's attempt id (higher supersedes lower).
+        attempt_number: Spark's attempt number of the task (0 first), for the fault hooks.
+    """
+
+    def __init__(self, spec: PSTaskSpec, client, partition: int, attempt: int, attempt_number: int = 0) -> None:
+        self.spec, self.client, self.partition, self.attempt = spec, client, partition, attempt
+        self.attempt_number = attempt_number
+        task = spec.task
+        self.plan, self.quantized = task.plan, task.compression in QUANTIZED
+        self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0, "late": 0, "local_resets": 0}
+        self.stopped = False
+        self.local: WorkerLocal | None = None
+
+    def slots(self) -> list[int]:
+        """The slots of ``[first, last)`` in which this worker has rows."""
+        rounds = self.plan.rounds_per_epoch
+        out = []
+        for g in range(self.spec.first, self.spec.last):
+            begin, stop = self.plan.row_range(self.partition, g % rounds)
+            if stop > begin:
+                out.append(g)
+        return out
+
+    def run(self, data) -> dict:
+        """Run the slots; returns the counts: ``rows`` and ``steps`` trained, ``pushes`` sent,
+        ``dropped`` (pushes the server did not apply), ``skipped`` (slots an earlier attempt had
+        pushed), ``late`` (round-mode slots whose round closed without this worker), and
+        ``local_resets`` (1 when this worker's own state was found nowhere)."""
+        spec, client = self.spec, self.client
+        self.replica = replica_for(spec.task)
+        self.exact = [not t for t in self.replica.trainable]  # quantized updates: the non-trainable weights travel exactly
+        highest, last_seq = client.progress(self.partition)
+        if highest is None or highest > self.attempt:
+            last_seq = 0  # a first attempt (or a zombie of an older attempt: its pushes are dropped anyway)
+        slots = self.slots()
+        applied = [g for g in slots if g + 1 <= (last_seq or 0)]
+        self.counts["skipped"] = len(applied)
+        self.local = self._own_state(max(applied[-1] if applied else -1, self._before_first(slots)))
+        self.data = data
+        for g in slots[len(applied):]:
+            if self.stopped:
+                break
+            if spec.rounds_mode:
+                self._round_slot(g, slots)
+            else:
+                self._async_slot(g, slots)
+        if not spec.rounds_mode and not self.stopped and slots:
+            self._put_local(slots[-1])  # the optimizer state (and residual) it keeps, for a snapshot or the next stage
+        return self.counts
+
+    def _before_first(self, slots: list[int]) -> int:
+        """The slot this worker last trained before this stage (its own state's version), -1 for none."""
+        rounds = self.plan.rounds_per_epoch
+        for g in range(self.spec.first - 1, -1, -1):
+            begin, stop = self.plan.row_range(self.partition, g % rounds)
+            if stop > begin:
+                return g
+        return -1
+
+    def _own_state(self, version: int) -> WorkerLocal | None:
+        """This worker's own state after slot ``version``: from this Python worker or executor's
+        disk, else from the server (a resumed fit), else None (counted when one was expected)."""
+        needed = self.quantized if self.spec.rounds_mode else True
+        if version < 0 or not needed:
+            return None
+        local = worker_state.load(self.spec.task.fit_id, self.partition, version)
+        if local is None:
+            served = self.client.pull_local(self.partition)
+            local = served if served is not None and served.version == version else None
+        if local is None and self.quantized:
+            self.counts["local_resets"] = 1
+        return local
+
+    # ---- a slot ----------------------------------------------------------------------------------
+
+    def _train(self, g: int) -> dict:
+        task = self.spec.task
+        epoch, r = divmod(g, self.plan.rounds_per_epoch)
+        begin, stop = self.plan.row_range(self.partition, r)
+        expected = self.plan.partition_rows[self.partition]
+        self.replica.seed_round(task.seed, epoch, r, self.partition)
+        order = epoch_order(expected, task.seed, epoch, self.partition, task.shuffle)[begin:stop]
+        hook_point(task, self.partition, epoch, r, g, self.attempt_number)
+        arrays = self.data.arrays
+        metrics = self.replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=self.data.rows(order))
+        self.rows, self.steps = int(stop) - int(begin), -(-(int(stop) - int(begin)) // task.batch_size)
+        return metrics
+
+    def _applied(self, reply: dict) -> bool:
+        self.counts["pushes"] += 1
+        if not reply.get("applied"):
+            self.counts["dropped"] += 1
+            return False
+        self.counts["rows"] += self.rows
+        self.counts["steps"] += self.steps
+        return True
+
+    def _wait_open(self, g: int) -> dict:
+        while True:
+            reply = self.client.wait_round(g, WAIT_CHUNK_S, worker=self.partition)
+            if reply["open"] or reply["late"] or reply["stop"]:
+                return reply
+
+    def _round_slot(self, g: int, slots: list[int]) -> None:
+        spec, client, task = self.spec, self.client, self.spec.task
+        reply = self._wait_open(g)
+        if reply["stop"]:
+            self.stopped = True
+            return
+        if reply["late"]:
+            self.counts["late"] += 1  # the round closed without this worker (straggler-tolerant rounds)
+            return
+        version, start = client.pull(worker=self.partition)
+        own = self.local.optimizer if self.quantized and self.local is not None and self.local.optimizer is not None else start.optimizer
+        self.replica.set_state(ModelState(start.weights, own))
+        if reply.get("learning_rate") is not None:
+            self.replica.set_learning_rate(reply["learning_rate"])
+        metrics = self._train(g)
+        state = self.replica.get_state()
+        names, encoding, local = None, None, self.local
+        if task.compression is None:
+            update = state
+        elif task.compression == "fp16":
+            update, encoding = encode_update(state, start, "fp16"), "fp16"
+        else:
+            payload, residual = quantize_update(state.weights, start.weights, self.local.residual if self.local else None,
+                                                task.compression, task.threshold, exact=self.exact)
+            update, names, encoding = ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], task.compression
+            local = WorkerLocal(g, [np.asarray(a) for a in residual], list(state.optimizer))
+            worker_state.save(task.fit_id, self.partition, local)
+            if reply.get("collect"):
+                client.push_local(local, worker=self.partition, attempt=self.attempt, seq=g + 1)
+        epoch = g // self.plan.rounds_per_epoch
+        pushed = client.push(update, worker=self.partition, attempt=self.attempt, seq=g + 1, base_version=version, rows=self.rows,
+                             extra={"epoch": epoch, "metrics": encode_metric_sums(metrics)}, names=names, encoding=encoding)
+        if self._applied(pushed):
+            self.local = local
+        elif pushed.get("dropped") == "late":
+            self.counts["late"] += 1  # dropped whole: the residual and optimizer state stay as before this slot
+        if self.quantized and spec.snapshots and self.local is not None and self._last_of_epoch(g, slots):
+            self._put_local(g)  # a snapshot after a later round of this epoch finds this worker's state
+
+    def _last_of_epoch(self, g: int, slots: list[int]) -> bool:
+        """Whether ``g`` is this worker's last slot of its epoch while the epoch has later rounds."""
+        rounds = self.plan.rounds_per_epoch
+        epoch_end = (g // rounds + 1) * rounds - 1
+        later = [s for s in slots if g < s <= epoch_end]
+        return g < epoch_end and not later
+
+    def _put_local(self, g: int) -> None:
+        if self.local is None and self.spec.rounds_mode:
+            return
+        local = self.local if self.local is not None else WorkerLocal(g, None, None)
+        self.client.push_local(local, worker=self.partition, attempt=self.attempt, seq=local.version + 1)
+
+    def _async_slot(self, g: int, slots: list[int]) -> None:
+        spec, client, task = self.spec, self.client, self.spec.task
+        if spec.mode == "ssp":
+            while True:
+                reply = client.wait_clock(self.partition, spec.staleness, WAIT_CHUNK_S)
+                if reply.get("stop"):
+                    self.stopped = True
+                    return
+                if reply.get("reached"):
+                    break
+        own = self.local is not None and self.local.optimizer is not None
+        version, master = client.pull(weights_only=own)
+        if client.control.get("stop"):
+            self.stopped = True
+            return
+        if own:
+            self.replica.set_state(ModelState(master.weights, self.local.optimizer))
+        else:
+            self.replica.set_state(master)  # the optimizer state stays the worker's after the first pull
+        if client.control.get("learning_rate") is not None:
+            self.replica.set_learning_rate(client.control["learning_rate"])
+        metrics = self._train(g)
+        state = self.replica.get_state()
+        rounds = self.plan.rounds_per_epoch
+        epoch = g // rounds
+        final = spec.final and g == slots[-1]
+        epoch_end = final or not [s for s in slots if g < s < (epoch + 1) * rounds]
+        residual = self.local.residual if self.local is not None else None
+        update, names, encoding, residual = self._async_update(state, master, residual, final)
+        if epoch_end:  # the worker's optimizer state: the server keeps its latest (snapshots, the fitted model)
+            update = ModelState(update.weights, list(state.optimizer)) if encoding is None else update
+        extra = {"epoch": epoch, "clock": g + 1, "metrics": encode_metric_sums(metrics), "final": final,
+                 "worker_rows": int(self.plan.partition_rows[self.partition])}
+        pushed = client.push(update, worker=self.partition, attempt=self.attempt, seq=g + 1, base_version=version, rows=self.rows,
+                             extra=extra, names=names, encoding=encoding)
+        self._applied(pushed)
+        self.local = WorkerLocal(g, residual, list(state.optimizer))
+        if self.quantized:
+            worker_state.save(task.fit_id, self.partition, self.local)
+
+    def _async_update(self, state: ModelState, master: ModelState, residual, final: bool):
+        """What an asynchronous worker pushes: ``(update, names, encoding, new residual)``: Δ = its
+        weights − the pulled ones, as they are, as float16 (fp16), or quantized with the residual kept
+        here (1bit, threshold). The last push goes in full precision with the residual added (nothing
+        of the worker's updates is left behind)."""
+        deltas = [np.subtract(w, b, dtype=w.dtype) if w.dtype.kind == "f" else w for w, b in zip(state.weights, master.weights, strict=True)]
+        compression = self.spec.task.compression
+        if final or compression is None:
+            if residual is not None:  # (arrays sent exactly, and non-float ones, keep an empty residual)
+                deltas = [(d + r).astype(d.dtype) if d.dtype.kind == "f" and r.size == d.size else d
+                          for d, r in zip(deltas, residual, strict=True)]
+            return ModelState(deltas, None), None, None, None
+        if compression == "fp16":
+            return encode_update(ModelState(state.weights), ModelState(master.weights), "fp16"), None, "fp16", residual
+        payload, residual = quantize_update(state.weights, master.weights, residual, compression, self.spec.task.threshold, exact=self.exact)
+        return ModelState([np.frombuffer(payload, np.uint8)]), ["payload"], compression, [np.asarray(a) for a in residual]

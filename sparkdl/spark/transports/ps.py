@@ -1,0 +1,482 @@
+"""Transport ``ps``: long-lived tasks and a parameter server on the driver (Arrow Flight).
+
+The driver starts a :class:`sparkdl.server.ParameterServer` (TLS with a per-fit certificate the
+workers pin, a per-fit bearer token) and runs the workers as one Spark stage of ordinary tasks
+(:func:`~sparkdl.spark.training.ps_task.ps_partition`, one per partition of the cached training
+data), each keeping its partition and replica for the stage's slots.
+
+- **Round modes** (``sync``, ``bmuf``, ``easgd``, ``gossip``): the driver loop opens each round on
+  the server's :class:`~sparkdl.core.board.RoundBoard` with the workers' start states, waits until
+  the round's workers pushed (or, straggler-tolerant, the minimum did and ``roundDeadline``
+  passed), closes it, applies the policy and runs the callbacks, then opens the next: the same
+  rounds as backend ``rounds``, and no worker starts round g + 1 before the callbacks of round g
+  returned.
+- **Asynchronous modes**: the server applies each push with the mode's rule as it arrives
+  (:class:`~sparkdl.core.board.EpochLedger` records each epoch); the loop's round is an epoch,
+  done when all of its rows were pushed. ``stop_training`` and a learning rate reach every worker
+  at its next slot.
+
+**Failures.** The stage is not a barrier stage: Spark retries a failed task (a killed Python
+worker, a lost executor, an exception; ``spark.task.maxFailures``, 4 on a cluster) on its own
+while the other workers wait at the round; the retried task skips the slots its worker had pushed
+(``(worker, attempt, seq)``: each slot is applied once) and rejoins. A barrier stage would lose
+every worker's progress in the stage on any fault, and Spark never retries a failed barrier
+result stage. When the retries are spent the fit fails with :class:`~sparkdl.errors.WorkerError`
+naming the cause. Each task sends heartbeats from a thread of its own; a worker silent for
+``workerTimeout`` seconds (dead, or stopped) fails the fit. Without a barrier, Spark does not
+start the tasks together: the driver checks before any job that the cluster has a task slot per
+worker, and a worker that never starts is caught by the same timeout.
+
+**Stages.** With validation (and, for the asynchronous modes, snapshots) the workers' tasks end
+at each epoch's end, freeing every slot for the validation job, and new ones start for the next
+epoch (each Python worker keeps the partition and the replica, so a stage costs a Spark job, not
+a reload); otherwise one stage runs the whole fit.
+
+Spark Connect: the server runs in the Connect client's process, so the executors must reach this
+machine: with a Connect server on this machine it binds 127.0.0.1; with a remote one it binds the
+address set in ``spark.sparkdl.ps.host`` (:data:`PS_HOST_CONF`), and without one the fit is
+refused before any job. On a classic session it binds ``spark.driver.bindAddress`` (or
+``spark.driver.host``) and advertises ``spark.driver.host``: a driver in a container or behind
+NAT binds 0.0.0.0 and is reached at its published address.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from sparkdl.config import ROUND_MODES
+from sparkdl.core.board import EpochLedger, RoundBoard
+from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal
+from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
+from sparkdl.spark.jobs import run_job, task_error
+from sparkdl.spark.partitions import spill_dir
+from sparkdl.spark.session import cancel_tag, cluster_cores, conf_get, describe, is_connect, is_local_server
+from sparkdl.spark.training.job import TrainJob
+from sparkdl.spark.training.ps_task import RESULT_DDL, PSTaskSpec, ps_partition
+from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
+
+log = logging.getLogger("sparkdl")
+PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the parameter server binds, when set (needed on a remote Connect server)
+POLL_S = 0.1  # how often the driver's waits look at the stage and the workers' liveness
+# A task's first heartbeat comes once Spark has scheduled it and its Python worker has started and
+# read the task (importing TensorFlow on a cold one): a worker not heard from yet gets this long.
+STARTUP_GRACE_S = 180.0
+
+
+# ---- before any job ---------------------------------------------------------------------------
+
+
+def task_slots(spark) -> int | None:
+    """Tasks the cluster can run at once. Classic: Spark's own count with the default resource
+    profile (``defaultParallelism // spark.task.cpus`` when that is unavailable). Spark Connect:
+    the cores its settings tell (:func:`~sparkdl.spark.session.cluster_cores`) divided by
+    ``spark.task.cpus``, or None when they do not tell."""
+    cpus = max(1, int(conf_get(spark, "spark.task.cpus", "1")))
+    if is_connect(spark):
+        cores = cluster_cores(spark)
+        return None if cores is None else cores // cpus
+    sc = spark.sparkContext
+    try:
+        jsc = sc._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 - older or other schedulers: the settings' count
+        return max(0, sc.defaultParallelism // cpus)
+
+
+def check_ready(spark, config) -> None:
+    """Fail at once, before any job, when the workers could not all run at once, or (Spark
+    Connect) when the executors could not reach the parameter server (:func:`server_addresses`).
+
+    Raises:
+        ConfigError: the cluster has fewer task slots than workers (the workers of a round wait
+            for each other), naming both numbers; on Spark Connect, a remote server and no
+            ``spark.sparkdl.ps.host``.
+    """
+    workers = config.num_workers
+    dynamic = conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
+    slots = task_slots(spark)
+    if slots is not None and slots < workers and not dynamic:
+        raise ConfigError(
+            f"backend 'ps' needs one task slot per worker at once (its workers wait for each other): numWorkers={workers} "
+            f"workers, but the cluster has {slots} free task slots. Lower numWorkers to {slots} or less, add executors or "
+            f"cores, or use backend='rounds'. Received: numWorkers={workers}, task slots={slots}"
+        )
+    server_addresses(spark)  # on Spark Connect: the executors must be able to reach this client
+
+
+def server_addresses(spark) -> tuple[str, str]:
+    """``(bind, advertise)``: the address the parameter server binds and the one the executors
+    dial. ``spark.sparkdl.ps.host`` for both when set; on a classic session, loopback for a
+    ``local`` master, else ``spark.driver.bindAddress`` (or ``spark.driver.host``) bound and
+    ``spark.driver.host`` advertised; on Spark Connect (the server runs in this client process)
+    loopback when the Connect server runs on this machine.
+
+    Raises:
+        ConfigError: on Spark Connect with a remote server and no ``spark.sparkdl.ps.host``.
+    """
+    configured = conf_get(spark, PS_HOST_CONF)
+    if configured is not None:
+        return configured.strip(), configured.strip()
+    if is_connect(spark):
+        if is_local_server(spark):
+            return "127.0.0.1", "127.0.0.1"
+        raise ConfigError(
+            "backend 'ps' on Spark Connect runs its parameter server in this client process, which the executors of a "
+            f"remote Connect server must reach: set {PS_HOST_CONF} to an address of this machine they can connect to "
+            f"(spark.conf.set({PS_HOST_CONF!r}, '10.0.0.5')), or use backend='rounds' (mode 'sync'), which needs no server. "
+            f"Received: {describe(spark)} with master {conf_get(spark, 'spark.master', 'unknown')!r} and no {PS_HOST_CONF}"
+        )
+    conf = spark.sparkContext.getConf()
+    host = conf.get("spark.driver.host", None) or "127.0.0.1"
+    bind = conf.get("spark.driver.bindAddress", None)
+    if spark.sparkContext.master.startswith("local") and bind is None:
+        return "127.0.0.1", "127.0.0.1"
+    return bind or host, host
+
+
+def tls_identity(config):
+    """The server's certificate and key: the user's own (``serverCertFile``, ``serverKeyFile``), a
+    fresh self-signed pair (``serverTls``, the default), or None (plain TCP)."""
+    from sparkdl.server.tls import load_identity, self_signed
+
+    if config.server_cert_file is not None:
+        return load_identity(config.server_cert_file, config.server_key_file)
+    return self_signed() if config.server_tls else None
+
+
+# ---- the stage --------------------------------------------------------------------------------
+
+
+class _Stage(threading.Thread):
+    """One stage of the workers' tasks, run as a Spark job in the background."""
+
+    def __init__(self, spark, action, description: str, tag: str, timeout_s: float) -> None:
+        super().__init__(name=tag, daemon=True)
+        self.spark, self.action, self.description, self.tag, self.timeout_s = spark, action, description, tag, timeout_s
+        self.table: pa.Table | None = None
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.table = run_job(self.spark, self.action, self.description, self.tag, self.timeout_s)
+        except BaseException as exc:  # handed to the driver's thread
+            self.error = exc
+        finally:
+            self.finished.set()
+
+
+class _Monitor(threading.Thread):
+    """Watches the workers of a running stage: the first silent longer than ``timeout_s`` seconds
+    (no heartbeat: dead or stopped), or not heard from at all within ``max(timeout_s,
+    STARTUP_GRACE_S)`` of the stage's start (never started), is recorded and the stage cancelled.
+    It never ends on an error of its own: a failed look is retried at the next tick."""
+
+    def __init__(self, spark, server, timeout_s: float) -> None:
+        super().__init__(name="sparkdl-ps-monitor", daemon=True)
+        self.spark, self.server, self.timeout_s = spark, server, timeout_s
+        self.stop = threading.Event()
+        self.silent: tuple[int, float] | None = None
+        self.watch: tuple[str, list[int], float] | None = None  # (tag, partitions, since)
+        self.errors = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.25):
+            try:
+                self._look()
+            except Exception:  # noqa: BLE001 - the next tick looks again
+                self.errors += 1
+
+    def _look(self) -> None:
+        watch = self.watch
+        if watch is None or self.silent is not None:
+            return
+        tag, partitions, since = watch
+        contacts = self.server.contacts()
+        now = time.monotonic()
+        for partition in partitions:
+            contact = contacts.get(str(partition))
+            if contact is None or now - contact["seconds"] < since:  # not heard from in this stage yet
+                silent, limit = now - since, max(self.timeout_s, STARTUP_GRACE_S)
+            elif contact["state"] == "done":
+                continue
+            else:  # a worker that reported an error is being retried: its new attempt gets the start's grace
+                silent = contact["seconds"]
+                limit = max(self.timeout_s, STARTUP_GRACE_S) if contact["state"] == "error" else self.timeout_s
+            if silent > limit:
+                self.silent = (partition, silent)
+                cancel_tag(self.spark, tag)
+                return
+
+
+class PSTransport:
+    """A parameter server on the driver and long-lived worker tasks; see the module docstring."""
+
+    name = "ps"
+
+    def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
+        self.job, self.policy, self.options = job, policy, options
+        config = job.config
+        self.rounds_mode = config.mode in ROUND_MODES
+        self.plan_rounds = job.plan.rounds_per_epoch
+        self.rounds_per_epoch = self.plan_rounds if self.rounds_mode else 1
+        self.total_slots = config.epochs * self.plan_rounds
+        self.task = job.task_spec(per_worker=bool(policy.per_worker))
+        self.bind, self.advertise = server_addresses(job.spark)
+        self.identity = tls_identity(config)
+        self.server = None
+        self.stage: _Stage | None = None
+        self.segment_end = 0
+        self.results: list[pa.Table] = []
+        self.monitor: _Monitor | None = None
+        self._last_master = None
+        self._learning_rate = None
+        self._epoch_done = time.monotonic()
+
+    # ---- the loop's calls ------------------------------------------------------------------------
+
+    def start(self, fit: FitState) -> None:
+        from sparkdl.server import ParameterServer
+
+        job, config = self.job, self.job.config
+        if self.rounds_mode:
+            self.rule = RoundBoard(job.workers, per_worker=bool(self.policy.per_worker))
+        else:
+            self.rule = EpochLedger(self.policy.rule(), config.epochs)
+        self.fit = fit
+        self.server = ParameterServer(fit.master, self.rule, names=list(job.names), host=self.bind, advertise=self.advertise,
+                                      port=config.server_port, tls=self.identity, local={str(p): v for p, v in fit.local.items()})
+        try:
+            self.server.start()
+        except ServerError as exc:
+            raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
+        self.monitor = _Monitor(job.spark, self.server, config.worker_timeout_s)
+        self.monitor.start()
+        self._last_master = fit.master
+        self._epoch_done = time.monotonic()
+
+    def run_round(self, orders: RoundOrders) -> RoundReport:
+        if orders.learning_rate is not None and orders.learning_rate != self._learning_rate:
+            self._learning_rate = orders.learning_rate
+            self.server.set_control(learning_rate=orders.learning_rate)
+        if self.rounds_mode:
+            return self._round(orders)
+        return self._epoch(orders)
+
+    def pause(self) -> None:
+        """Let the running stage end (its tasks end at this epoch's end) and check what it returned."""
+        self._end_stage()
+
+    def finish(self, stopped: bool) -> None:
+        if self.server is None:
+            return
+        if stopped:
+            if self.rounds_mode:
+                self.rule.stop()
+            self.server.set_control(stop=True)
+        self._end_stage()
+        if stopped:
+            self.job.release_executors()
+
+    def close(self) -> None:
+        if self.stage is not None and not self.stage.finished.is_set():
+            cancel_tag(self.job.spark, self.stage.tag)
+            self.stage.finished.wait(30.0)
+        if self.monitor is not None:
+            self.monitor.stop.set()
+            self.monitor.join(5.0)
+        if self.server is not None:
+            self.server.shutdown()
+        # A failed task leaves its on-disk partition behind (local mode: all of them here);
+        # Spark deletes other executors' copies with the application's directory.
+        shutil.rmtree(spill_dir(self.job.fit_id), ignore_errors=True)
+
+    def info(self) -> dict:
+        if self.server is None:
+            return {}
+        stats = self.server.stats()
+        out = {
+            "server_version": stats["version"], "updates_applied": stats["updates_applied"],
+            "duplicates_dropped": stats["duplicates_dropped"], "late_dropped": stats["late_dropped"],
+            "staleness_mean": stats["staleness_mean"], "staleness_max": stats["staleness_max"],
+            "bytes_pushed": stats["bytes_pushed"], "bytes_pulled": stats["bytes_pulled"],
+            "server_bind": self.bind, "server_location": self.server.location, "server_tls": self.identity is not None,
+            "task_attempts": self.server.attempts(),
+        }
+        if self.results:
+            rows = pa.concat_tables(self.results).to_pydict()
+            per = {}
+            for i, partition in enumerate(rows["partition"]):
+                entry = per.setdefault(partition, {"steps": 0, "pushes": 0, "late": 0})
+                for key in entry:
+                    entry[key] += rows[key][i]
+            out["worker_steps"] = [per[p]["steps"] for p in sorted(per)]
+            out["worker_pushes"] = [per[p]["pushes"] for p in sorted(per)]
+            if self.job.config.min_workers(self.job.workers) < self.job.workers:
+                out["worker_late"] = [per[p]["late"] for p in sorted(per)]
+        if not self.rounds_mode:
+            out["ps_epochs"] = self.rule.summaries()
+            if self.job.config.mode == "ssp":
+                out["staleness"] = self.job.config.staleness
+                out["clock_gap_max"] = self.server.clock_gap_max
+        return out
+
+    # ---- stages ----------------------------------------------------------------------------------
+
+    def _stage_for(self, slot: int) -> None:
+        """Make sure a stage runs slot ``slot``: start one at it when none runs."""
+        if self.stage is not None and not self.stage.finished.is_set() and slot < self.segment_end:
+            return
+        if self.stage is not None:
+            self._end_stage()
+        job, config = self.job, self.job.config
+        last = ((slot // self.plan_rounds) + 1) * self.plan_rounds if self.options.pause_at_epochs else self.total_slots
+        snapshots = self.options.snapshots
+        spec = PSTaskSpec(task=self.task, mode=config.mode, rounds_mode=self.rounds_mode, location=self.server.location,
+                          token=self.server.token, tls=self.identity.pin() if self.identity is not None else None,
+                          staleness=config.staleness, first=slot, last=last, final=last == self.total_slots,
+                          snapshots=snapshots, call_timeout_s=max(30.0, 2 * 5.0), retries=3)
+        if config.mode == "ssp":
+            self.server.register_clocks({str(p): slot for p in range(job.workers) if job.plan.partition_rows[p]})
+        out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_DDL)
+        tag = f"sparkdl-{job.fit_id}-ps-{slot}"
+        epochs = f"epochs {slot // self.plan_rounds + 1}-{(last - 1) // self.plan_rounds + 1}"
+        description = f"sparkdl fit {job.fit_id[:8]}: {config.mode} on ps, {epochs} ({last - slot} rounds)"
+        self.stage = _Stage(job.spark, out.toArrow, description, tag, config.round_timeout_s * max(1, last - slot))
+        self.segment_end = last
+        self.monitor.silent = None
+        self.monitor.watch = (tag, [p for p in range(job.workers) if job.plan.partition_rows[p]], time.monotonic())
+        self.stage.start()
+
+    def _end_stage(self) -> None:
+        """Wait for the running stage to end (its workers ran their slots, or were told to stop)."""
+        stage = self.stage
+        if stage is None:
+            return
+        self._wait(lambda: stage.finished.is_set(), f"the end of {stage.description}", stage_may_end=True)
+        self.monitor.watch = None
+        self.stage = None
+        if stage.error is not None:
+            raise self._failure(stage.error)
+        table = stage.table
+        partitions = sorted(table.column("partition").to_pylist())
+        if partitions != list(range(self.job.workers)):
+            raise InvariantError(f"the ps stage must return one result per partition 0..{self.job.workers - 1}. Received partitions {partitions}")
+        self.results.append(table)
+
+    def _failure(self, error: BaseException) -> BaseException:
+        """The error to raise for a failed stage: a silent worker named, else Spark's cause with the
+        workers' own messages."""
+        if self.monitor.silent is not None:
+            partition, silent = self.monitor.silent
+            return WorkerError(
+                f"every ps worker must send a heartbeat at least every workerTimeout={self.job.config.worker_timeout_s:g} s. "
+                f"Received: partition {partition} silent for {silent:.1f} s (dead, stopped, or never started: are there "
+                "enough free task slots?); the fit's job was cancelled"
+            )
+        if isinstance(error, FitCancelledError):
+            return error
+        messages = "; ".join(f"partition {w}: {c['message']}" for w, c in sorted(self.server.contacts().items()) if c["state"] == "error")
+        if messages and isinstance(error, WorkerError) and messages not in str(error):
+            return type(error)(f"{error} | worker reports: {messages}"[:4000])
+        return error
+
+    def _wait(self, ready, what: str, stage_may_end: bool = False, timeout_s: float | None = None) -> None:
+        """Wait until ``ready()``, failing when the stage failed or ended first, a worker went
+        silent, or ``roundTimeout`` passed."""
+        timeout_s = self.job.config.round_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            stage = self.stage
+            if self.monitor.silent is not None and stage is not None:
+                stage.finished.wait(30.0)
+                raise self._failure(stage.error or WorkerError("a silent worker"))
+            if stage is not None and stage.finished.is_set():
+                if stage.error is not None:
+                    raise self._failure(stage.error)
+                if not stage_may_end and not ready():
+                    raise InvariantError(f"the ps workers' tasks must run until {what}. Received: the stage ended first")
+            if time.monotonic() > deadline:
+                if stage is not None:
+                    cancel_tag(self.job.spark, stage.tag)
+                raise RoundTimeoutError(f"each round must finish within roundTimeout={timeout_s:g} s. Received: {what} still "
+                                        "waiting; the fit's job was cancelled")
+            time.sleep(POLL_S) if stage is None else stage.finished.wait(POLL_S)
+
+    # ---- a round of a round mode -----------------------------------------------------------------
+
+    def _round(self, orders: RoundOrders) -> RoundReport:
+        job, config, board = self.job, self.job.config, self.rule
+        plan, r = job.plan, orders.round_in_epoch
+        expected = {p for p in range(job.workers) if plan.row_range(p, r)[1] > plan.row_range(p, r)[0]}
+        board.open(orders.index, orders.starts, expected, orders.learning_rate, orders.collect)
+        self._stage_for(orders.index)
+        need = min(config.min_workers(job.workers), len(expected))
+        opened = time.monotonic()
+
+        def closable() -> bool:
+            pushed = board.pushed()
+            return expected <= pushed or (len(pushed & expected) >= need and time.monotonic() - opened >= config.round_deadline_s)
+
+        self._wait(closable, orders.description)
+        collection = board.close()
+        local = self._collect_local(orders) if orders.collect and job.quantized else {}
+        rows_dropped = sum(int(plan.row_range(p, r)[1] - plan.row_range(p, r)[0]) for p in collection.missing)
+        return RoundReport(
+            updates=RoundUpdates(collection.rows, mean=collection.mean, updates=collection.updates), workers=collection.workers,
+            metrics=collection.metrics, nbytes=collection.nbytes, dropped=collection.missing, rows_dropped=rows_dropped,
+            local=local, rows_expected=plan.round_rows(r),
+        )
+
+    def _collect_local(self, orders: RoundOrders) -> dict[int, WorkerLocal]:
+        """Each worker's own state as of this round: its last trained slot up to it (a snapshot follows)."""
+        plan, index = self.job.plan, orders.index
+        want = {}
+        for p in range(self.job.workers):
+            for g in range(index, -1, -1):
+                begin, stop = plan.row_range(p, g % self.plan_rounds)
+                if stop > begin:
+                    want[p] = g
+                    break
+        fresh = lambda: all((self.server.local(str(p)) or WorkerLocal(-2)).version >= v for p, v in want.items())  # noqa: E731
+        self._wait(fresh, f"the workers' own state after {orders.description}")
+        return {p: self.server.local(str(p)) for p in want}
+
+    # ---- an epoch of an asynchronous mode --------------------------------------------------------
+
+    def _epoch(self, orders: RoundOrders) -> RoundReport:
+        job, epoch, ledger = self.job, orders.epoch, self.rule
+        if orders.starts is not self._last_master:  # a callback set the weights: the server's master becomes them
+            self.server.set_state(orders.starts)
+        self._stage_for(epoch * self.plan_rounds)
+        total = job.data.total_rows
+        self._wait(lambda: ledger.rows(epoch) >= total, orders.description, timeout_s=job.config.round_timeout_s * self.plan_rounds)
+        done = time.monotonic()
+        seconds, self._epoch_done = done - self._epoch_done, done
+        if self.options.pause_at_epochs:
+            self._end_stage()  # every worker at the epoch's end: a consistent state for validation and snapshots
+        _, master = self.server.state()
+        optimizers = {int(w): o for w, o in ledger.optimizers.items()}
+        if optimizers:  # the fitted model's optimizer state: the workers' latest, weighted by their rows
+            from sparkdl.core.aggregation import WeightedMean
+
+            mean = WeightedMean()
+            for p, state in optimizers.items():
+                mean.add(state, max(1, job.plan.partition_rows[p]))
+            master = ModelState(master.weights, [np.asarray(a) for a in mean.result()])
+        self._last_master = master
+        stats = ledger.epochs[epoch]
+        local = {}
+        if self.options.pause_at_epochs:
+            local = {p: self.server.local(str(p)) for p in range(job.workers) if self.server.local(str(p)) is not None}
+        sums = stats.sums.total()
+        return RoundReport(
+            updates=RoundUpdates(stats.rows, master=master), workers=[(-1, stats.rows)], metrics=[sums] if sums is not None else [],
+            nbytes=stats.bytes_pushed, local=local, rows_expected=total, seconds=seconds,
+        )

@@ -1,0 +1,88 @@
+"""sparkdl-train in-process on the test session (local[2]) for the label forms and output counts that
+have no ``prediction == label``: one-hot labels, a model with two outputs, a regressor. Each run ends
+with a saved model that ``KerasModel.load`` reads and ``metrics.json`` holding ``KerasModel.evaluate``'s
+metrics, checked against plain Keras' ``evaluate`` of the saved model on the same test rows."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from sparkdl import KerasModel
+from tests.cli_models import write_rows
+
+import keras  # noqa: E402
+
+
+def run_job(tmp_path, capsys, model, fit, **data):
+    """``sparkdl-train --config <config> --output <tmp>/run`` on 48 train rows and 20 test rows;
+    returns (metrics.json, the last stdout line, the test columns, the output folder)."""
+    write_rows(tmp_path / "train.parquet", 48, seed=0)
+    test = write_rows(tmp_path / "test.parquet", 20, seed=1)
+    config = {
+        "name": "cli",
+        "data": {"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "test.parquet"), "features_col": "x", **data},
+        "model": {"factory": f"tests.cli_models:{model}"},
+        "fit": {"optimizer": {"class_name": "SGD", "config": {"learning_rate": 0.1}}, "num_workers": 2, "epochs": 1,
+                "batch_size": 8, "verbose": 0, "seed": 1, **fit},
+        "output": {"plot": False},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    from sparkdl.cli.train import main
+
+    out = tmp_path / "run"
+    assert main(["--config", str(path), "--output", str(out)]) == 0, capsys.readouterr().err
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    return json.loads((out / "metrics.json").read_text()), last, test, out
+
+
+def keras_evaluate(out, x, y):
+    """Plain Keras' evaluate of the saved model (compiled as the fit compiled it) on the test rows."""
+    model = KerasModel.load(str(out / "model")).getKerasModel()
+    return model.evaluate(x, y, batch_size=len(x), verbose=0, return_dict=True)
+
+
+def test_one_hot_labels_save_the_model_and_report_evaluate_metrics(spark, tmp_path, capsys):
+    metrics, last, test, out = run_job(tmp_path, capsys, "softmax", {"loss": "categorical_crossentropy", "metrics": ["accuracy"]},
+                                       label_col="onehot")
+    want = keras_evaluate(out, test["x"], test["onehot"])
+    assert sorted(metrics["test_metrics"]) == ["accuracy", "loss"]
+    assert metrics["test_metrics"]["loss"] == pytest.approx(want["loss"], abs=1e-5)
+    assert metrics["test_metrics"]["accuracy"] == pytest.approx(want["accuracy"], abs=1e-6)
+    assert metrics["test_accuracy"] == metrics["test_metrics"]["accuracy"]  # one-hot: the compiled accuracy
+    assert last.startswith(f"sparkdl: test accuracy {metrics['test_accuracy']:.4f}, loss {want['loss']:.4f}, fit ")
+    assert metrics["train_rows"] == 48
+
+
+def test_class_index_labels_count_prediction_equal_to_label(spark, tmp_path, capsys):
+    metrics, last, test, out = run_job(tmp_path, capsys, "softmax", {"loss": "sparse_categorical_crossentropy", "metrics": []})
+    model = KerasModel.load(str(out / "model")).getKerasModel()
+    predicted = model.predict(test["x"], verbose=0).argmax(axis=1)
+    assert metrics["test_accuracy"] == pytest.approx(float((predicted == test["label"]).mean()), abs=1e-12)  # k/20
+    assert sorted(metrics["test_metrics"]) == ["loss"]
+    assert metrics["test_metrics"]["loss"] == pytest.approx(keras_evaluate(out, test["x"], test["label"])["loss"], abs=1e-5)
+    assert last.startswith(f"sparkdl: test accuracy {metrics['test_accuracy']:.4f}, loss ")
+
+
+def test_regression_reports_loss_and_metrics_without_an_accuracy(spark, tmp_path, capsys):
+    metrics, last, test, out = run_job(tmp_path, capsys, "linear", {"loss": "mse", "metrics": ["mae"]}, label_col="y")
+    model = KerasModel.load(str(out / "model")).getKerasModel()
+    error = model.predict(test["x"], verbose=0)[:, 0] - test["y"]
+    assert "test_accuracy" not in metrics
+    assert metrics["test_metrics"]["loss"] == pytest.approx(float(np.mean(error**2)), rel=1e-5)
+    assert metrics["test_metrics"]["mae"] == pytest.approx(float(np.mean(np.abs(error))), rel=1e-5)
+    assert last.startswith(f"sparkdl: test loss {metrics['test_metrics']['loss']:.4f}, mae {metrics['test_metrics']['mae']:.4f}, fit ")
+
+
+def test_two_outputs_with_label_cols_report_each_outputs_loss(spark, tmp_path, capsys):
+    metrics, last, test, out = run_job(tmp_path, capsys, "two_outputs", {"loss": "mse"}, label_cols={"a": "ya", "b": "yb"})
+    model = KerasModel.load(str(out / "model")).getKerasModel()
+    predicted = model.predict(test["x"], verbose=0)
+    mse = {name: float(np.mean((predicted[name][:, 0] - test[column]) ** 2)) for name, column in (("a", "ya"), ("b", "yb"))}
+    assert "test_accuracy" not in metrics
+    assert metrics["test_metrics"]["loss"] == pytest.approx(mse["a"] + mse["b"], rel=1e-5)
+    # one batch per partition: each output's loss is a mean of partition means, so only the sum is exact
+    assert set(metrics["test_metrics"]) == {"loss", "a_loss", "b_loss"}
+    assert last.startswith(f"sparkdl: test loss {metrics['test_metrics']['loss']:.4f}, a_loss ")

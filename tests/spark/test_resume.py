@@ -1,0 +1,128 @@
+"""Resume built on the fit's whole state (issue 20): a fit that fails after epoch 2 and is fitted
+again with the same ``BackupAndRestore`` folder or ``checkpointDir`` ends where an uninterrupted
+4-epoch fit ends (1e-6), for every round mode, each compression and straggler-tolerant rounds, on
+both transports, on an input out of a shuffle; and callbacks that set weights or optimizer
+variables between epochs train as ``keras.Model.fit`` does."""
+
+import numpy as np
+import pytest
+
+import keras
+from sparkdl import KerasEstimator
+
+
+class Crash(keras.callbacks.Callback):
+    """Fails the fit as epoch 3 begins (index 2), after epoch 2's snapshot."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 2:
+            raise RuntimeError("driver lost")
+
+
+def _shuffled(spark, n=48):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32) > 0).astype(np.float64)
+    df = spark.createDataFrame([(x[i].tolist(), float(y[i]), float(rng.normal())) for i in range(n)], "x array<float>, y double, k double")
+    return df.orderBy("k").drop("k")  # out of a shuffle: partitions as AQE makes them
+
+
+def _estimator(settings: dict, **extra):
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.BatchNormalization(),
+                              keras.layers.Dense(2, activation="softmax")])
+    params = dict(model=model, optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  featuresCol="x", labelCol="y", numWorkers=2, epochs=4, batchSize=8, localSteps=2, verbose=0, seed=5)
+    params.update(settings)
+    params.update(extra)
+    return KerasEstimator(**params)
+
+
+CONFIGS = {
+    "sync": {},
+    "bmuf": {"mode": "bmuf", "blockMomentum": 0.5},
+    "easgd": {"mode": "easgd"},
+    "gossip": {"mode": "gossip"},
+    "fp16": {"compression": "fp16"},
+    "1bit": {"compression": "1bit"},
+    "threshold": {"compression": "threshold", "compressionThreshold": 0.01},
+    "stragglers": {"minWorkersPerRound": 1, "roundDeadline": 60.0},  # the straggler path, nobody late
+}
+
+
+def _assert_equal_fits(resumed, whole):
+    assert resumed.fitInfo["resumed_from_epoch"] == 2 and resumed.fitInfo["epochs_run"] == 2, resumed.fitInfo
+    for got, want in zip(resumed.getKerasModel().get_weights(), whole.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(resumed.history["loss"], whole.history["loss"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
+    df = _shuffled(spark)
+    settings = {**CONFIGS[name], "backend": "rounds"}
+    whole = _estimator(settings).fit(df)
+    backup = str(tmp_path / "backup")
+    with pytest.raises(RuntimeError, match="driver lost"):
+        _estimator(settings, callbacks=[keras.callbacks.BackupAndRestore(backup), Crash()]).fit(df)
+    resumed = _estimator(settings, callbacks=[keras.callbacks.BackupAndRestore(backup)]).fit(df)
+    _assert_equal_fits(resumed, whole)
+
+
+@pytest.mark.parametrize("name", ["sync", "bmuf", "easgd", "gossip", "1bit"])
+def test_checkpoint_dir_on_ps_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
+    df = _shuffled(spark)
+    settings = {**CONFIGS[name], "backend": "ps"}
+    whole = _estimator(settings).fit(df)
+    folder = str(tmp_path / "checkpoints")
+    with pytest.raises(RuntimeError, match="driver lost"):
+        _estimator(settings, checkpointDir=folder, callbacks=[Crash()]).fit(df)
+    resumed = _estimator(settings, checkpointDir=folder).fit(df)
+    _assert_equal_fits(resumed, whole)
+    again = _estimator(settings, checkpointDir=folder).fit(df)  # a finished fit resumes finished: nothing to train
+    assert again.fitInfo["epochs_run"] == 0 and again.fitInfo["resumed_from_epoch"] == 4
+    for got, want in zip(again.getKerasModel().get_weights(), resumed.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+class HalveWeights(keras.callbacks.Callback):
+    """Sets the model's weights between epochs (every epoch but the last)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch < 2:
+            self.model.set_weights([w * 0.5 for w in self.model.get_weights()])
+
+
+class ResetMomentum(keras.callbacks.Callback):
+    """Sets an optimizer variable between epochs: SGD's momentum buffers back to zero."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        for variable in self.model.optimizer.variables:
+            if "momentum" in variable.path:
+                variable.assign(np.zeros(variable.shape, variable.dtype))
+
+
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("callback", [HalveWeights, ResetMomentum])
+def test_weights_and_optimizer_variables_a_callback_sets_train_as_keras_fit(spark, backend, callback):
+    from tests.conftest import partitioned_df
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 3)).astype(np.float32)
+    y = (x @ np.array([0.5, -1.0, 2.0], np.float32)).astype(np.float32)
+    df = partitioned_df(spark, [[(x[i].tolist(), float(y[i])) for i in range(40)]], "x array<float>, y double")
+
+    def model():
+        keras.utils.set_random_seed(2)
+        return keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)])
+
+    plain = model()
+    plain.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    history = plain.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[callback()])
+    fitted = KerasEstimator(model=model(), optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", featuresCol="x",
+                            labelCol="y", numWorkers=1, keepPartitioning=True, shuffle=False, epochs=3, batchSize=8, verbose=0,
+                            backend=backend, callbacks=[callback()]).fit(df)
+    assert fitted.fitInfo["weights_from_callbacks"] is True
+    for got, want in zip(fitted.getKerasModel().get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fitted.history["loss"], history.history["loss"], rtol=1e-6)

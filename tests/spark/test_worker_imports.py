@@ -1,0 +1,124 @@
+"""A task that cannot import a module says which setting ships it and which Python ran: a decoder's
+module missing on the executors (here: on the driver's sys.path only) names the module, --py-files /
+addPyFile and the executor's sys.executable; sparkdl missing in the executors' Python (a real session
+whose PYSPARK_PYTHON is a bare virtualenv) names PYSPARK_PYTHON / spark.pyspark.python and that Python."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+import venv
+
+import numpy as np
+import pytest
+
+from sparkdl import KerasEstimator
+from sparkdl.errors import ConfigError, WorkerError
+from tests.conftest import ROOT, jobs_started
+
+import keras  # noqa: E402
+
+
+def _binary_df(spark):
+    rows = [(np.full(3, i, np.float32).tobytes(), float(i % 2)) for i in range(8)]
+    return spark.createDataFrame(rows, "blob binary, label double")
+
+
+def _estimator(decoder):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    return KerasEstimator(model=model, loss="mse", featuresCol="blob", labelCol="label", decoders={"blob": decoder},
+                          numWorkers=1, verbose=0)
+
+
+def test_a_decoder_module_nowhere_is_refused_before_any_job_naming_how_to_ship_it(spark):
+    df = _binary_df(spark)
+    with pytest.raises(ConfigError) as info:
+        assert jobs_started(spark, lambda: _estimator("nonexistent_mod_xyz:fn").fit(df)) == 0
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("decoder 'nonexistent_mod_xyz:fn' must be an importable callable")
+    assert "module 'nonexistent_mod_xyz' cannot be imported" in first
+    assert "--py-files" in first and "SparkContext.addPyFile" in first and sys.executable in first
+
+
+def test_a_decoder_module_on_the_drivers_path_only_fails_in_the_task_naming_the_executors_python(spark, tmp_path, monkeypatch):
+    name = f"driver_only_{uuid.uuid4().hex[:8]}"  # a new name: no Python worker has it imported
+    (tmp_path / f"{name}.py").write_text("import numpy as np\n\ndef decode(b):\n    return np.frombuffer(b, np.float32)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the driver's sys.path only: the executors' workers never see it
+    df = _binary_df(spark)
+    with pytest.raises(ConfigError) as info:
+        _estimator(f"{name}:decode").fit(df)  # the driver's check passes; the check job's task cannot import it
+    message = str(info.value)
+    assert len(message.splitlines()) == 1
+    assert message.startswith(f"decoder '{name}:decode' must be an importable callable on the driver and every executor: "
+                              f"module '{name}' cannot be imported by this Python ({os.environ['PYSPARK_PYTHON']}, Python ")
+    assert "--py-files" in message and "SparkContext.addPyFile" in message
+    assert message.endswith(f"Received: ModuleNotFoundError: No module named '{name}'")
+
+
+def test_task_error_names_the_setting_for_sparkdl_or_a_user_module_missing_on_the_executors():
+    from pyspark.errors.exceptions.connect import PythonException
+
+    from sparkdl.spark.jobs import task_error
+
+    def failure(module):
+        return PythonException(message="[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback:\n"
+                                       '  File "/opt/py/pyspark/worker.py", line 1, in main\n'
+                                       f"ModuleNotFoundError: No module named '{module}'\n SQLSTATE: 38000")
+
+    mapped = task_error(failure("sparkdl"), "sparkdl: check and count training rows", "/usr/bin/python3 (Python 3.10.12)")
+    assert isinstance(mapped, WorkerError)
+    assert str(mapped).startswith("the executors' Python must have sparkdl and its dependencies installed, as the driver's: "
+                                  "set PYSPARK_PYTHON or spark.pyspark.python to such a Python on every executor")
+    assert "an executor runs /usr/bin/python3 (Python 3.10.12)" in str(mapped)
+    assert f"the driver runs {sys.executable}" in str(mapped) and "No module named 'sparkdl'" in str(mapped)
+    assert str(task_error(failure("pyarrow.lib"), "job")).startswith("the executors' Python must have sparkdl")  # a dependency
+    user = task_error(failure("mypkg.layers"), "job")
+    assert str(user).startswith("module 'mypkg.layers' must be importable on the executors: ship your own code with "
+                                "spark-submit --py-files, SparkContext.addPyFile(path) or a wheel installed on the cluster")
+    assert "PYSPARK_PYTHON" in str(user)  # unknown executors' Python: the configured one is named
+    # an import caught inside a task, then another failure: not an import failure
+    caught = PythonException(message="Traceback:\nModuleNotFoundError: No module named 'scipy'\n\nDuring handling of the above "
+                                     "exception, another exception occurred:\nValueError: bad value\n")
+    assert "must be importable" not in str(task_error(caught, "job"))
+
+
+SCRIPT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[2])  # sparkdl on the driver's path only: the executors' bare Python has none of it
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+spark.sparkContext.setLogLevel("OFF")
+import keras
+from sparkdl import KerasEstimator
+df = spark.createDataFrame([([1.0, 2.0], 1.0)] * 4, "features array<double>, label double")
+try:
+    KerasEstimator(model=keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]), loss="mse", numWorkers=1, verbose=0).fit(df)
+    out = {"type": None, "message": ""}
+except Exception as e:
+    out = {"type": type(e).__name__, "message": str(e)}
+spark.stop()
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.slow  # a second JVM and a TensorFlow import: 64 s measured on 2 shared, loaded cores
+def test_a_session_whose_executors_run_a_python_without_sparkdl_says_to_set_pyspark_python(tmp_path):
+    venv.create(tmp_path / "bare", with_pip=False)  # this Python's version, none of its packages
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
+    env["PYSPARK_PYTHON"] = bare
+    out = tmp_path / "out.json"
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(out), ROOT], env=env, cwd=str(tmp_path), timeout=300,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    raised = json.loads(out.read_text())
+    assert raised["type"] == "WorkerError"
+    message = raised["message"]
+    assert len(message.splitlines()) == 1
+    assert message.startswith("the executors' Python must have sparkdl and its dependencies installed, as the driver's: "
+                              "set PYSPARK_PYTHON or spark.pyspark.python to such a Python on every executor")
+    version = sys.version.split()[0]
+    assert f"an executor cannot import 'sparkdl'; an executor runs {bare} (Python {version}); the driver runs {sys.executable}" in message
+    assert message.endswith("ModuleNotFoundError: No module named 'sparkdl'")
