@@ -243,7 +243,7 @@ def row_faults(column: pa.Array, size: int | None = None, width: int | None = No
         return faults
     if levels and values.null_count:
         faults.null_element[_rows_of(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)), levels)] = True
-    if pa.types.is_floating(values.type):
+    if pa.types.is_floating(values.type) and not pc.all(pc.fill_null(pc.is_finite(values), True)).as_py():  # one pass when all are finite
         for mask, test in ((faults.nan, pc.is_nan), (faults.inf, pc.is_inf)):
             hits = np.flatnonzero(np.asarray(pc.fill_null(test(values), False).to_numpy(zero_copy_only=False), dtype=bool))
             if hits.size:
