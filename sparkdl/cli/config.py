@@ -15,7 +15,9 @@ checks every key before anything starts: an unknown key (named with its section,
 valid key and every valid key), a value of the wrong type or outside its choices, a missing
 required key all raise :class:`~sparkdl.errors.ConfigError`. ``conf/README.md`` documents every
 key; its tables are :func:`schema_markdown`'s output (``python -m sparkdl.cli.config`` prints
-them; a test checks they match).
+them; a test checks they match). The ``fit`` keys and the ``data`` keys that are Params come from
+the Params' declarations (:mod:`sparkdl.param_specs`, :func:`param_keys`): their names in
+snake_case, types, defaults, meanings and choices.
 
 Pure Python: importing this module loads neither Spark nor Keras.
 """
@@ -32,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from sparkdl.config import BACKENDS, MIXED_PRECISION, MODES
 from sparkdl.errors import ConfigError
+from sparkdl.param_specs import KINDS, NO_DEFAULT, PARAMS
 
 # type name -> check; "float" accepts integers, "int" and "float" refuse booleans
 _TYPE_CHECKS = {
@@ -72,6 +74,22 @@ class Section:
 
 _NULL = ("null",)
 
+def param_keys(section: str) -> dict[str, Key]:
+    """The job config keys of the ``KerasEstimator`` Params that :mod:`sparkdl.param_specs` declares
+    in ``section`` (``"fit"`` or ``"data"``): each Param's name in snake_case, the config types of
+    its kind, its default (None for ``loss``, which has none), its doc with the Param's name in
+    brackets, its choices (for ``fit``, those ``fit`` accepts) and its example."""
+    keys = {}
+    for spec in PARAMS:
+        if spec.config != section:
+            continue
+        choices = spec.fit_choices or spec.choices
+        keys[spec.key] = Key(KINDS[spec.kind].types, f"{spec.doc} [{spec.name}]",
+                             None if spec.default is NO_DEFAULT else spec.default, spec.example, param=spec.name,
+                             choices=tuple(choices) if choices is not None else None)
+    return keys
+
+
 DATA = Section(
     "Where the rows come from. Relative paths are read from the working directory (on a cluster: give "
     "paths every executor reaches, `hdfs://`, `s3a://`, `/Volumes/...`, `dbfs:/`).",
@@ -84,17 +102,7 @@ DATA = Section(
                           "data/mnist10k/test.parquet"),
         "format": Key(("str",), "`spark.read` format of train, test and validation (parquet, orc, json, delta, ...)",
                       "parquet", "orc"),
-        "features_col": Key(("str",), "the model input's column (array or vector)", "features", "pixels",
-                            param="featuresCol"),
-        "label_col": Key(("str",), "the label column (of a model with one output)", "label",
-                         "label", param="labelCol"),
-        "features_cols": Key(("list", "dict", "null"),
-                             "instead of features_col: columns concatenated into the input, or input name -> column(s)",
-                             None, ["x1", "x2"], param="featuresCols"),
-        "label_cols": Key(("list", "dict", "null"), "labels of a multi-output model: list in output order or "
-                          "output name -> column", None, {"digit": "label"}, param="labelCols"),
-        "decoders": Key(("dict", "null"), "binary columns' decoders: column -> `module:function` (bytes -> array), "
-                        "importable on the executors", None, {"image": "mypkg.decode:png"}, param="decoders"),
+        **param_keys("data"),  # the column Params
     },
 )
 
@@ -112,74 +120,9 @@ MODEL = Section(
 
 FIT = Section(
     "`KerasEstimator` Params in snake_case (each key's Param in brackets); a key left out keeps the "
-    "estimator's default, shown here. See `KerasEstimator`'s docstring for the details of each.",
-    {
-        "optimizer": Key(("str", "dict"), "Keras optimizer: a name or a config `{class_name, config}` [optimizer]",
-                         "adam", {"class_name": "Adam", "config": {"learning_rate": 0.002}}, param="optimizer"),
-        "loss": Key(("str", "dict"), "Keras loss: a name or a config; needed unless the factory compiles the model "
-                    "[loss]", None, "sparse_categorical_crossentropy", param="loss"),
-        "metrics": Key(("list",), "Keras metrics: names or configs [metrics]", [], ["accuracy"], param="metrics"),
-        "num_workers": Key(("int",), "model replicas, one Spark task each [numWorkers]", 2, 4, param="numWorkers"),
-        "epochs": Key(("int",), "passes over the data [epochs]", 1, 8, param="epochs"),
-        "batch_size": Key(("int",), "rows per training step [batchSize]", 32, 64, param="batchSize"),
-        "local_steps": Key(("int", "null"), "τ: local steps between averaging rounds (or pushes); null = one round "
-                           "per epoch [localSteps]", None, 16, param="localSteps"),
-        "mode": Key(("str",), "training mode [mode]", "sync", "bmuf", param="mode", choices=MODES),
-        "backend": Key(("str",), "`rounds` (a Spark job per round), `ps` (parameter server) or `auto` [backend]",
-                       "auto", "ps", param="backend", choices=BACKENDS),
-        "seed": Key(("int",), "seed of the shuffles and random layers [seed]", 0, 1, param="seed"),
-        "shuffle": Key(("bool",), "reshuffle each partition every epoch [shuffle]", True, False, param="shuffle"),
-        "verbose": Key(("int",), "0 silent; 1 a live progress bar in a terminal, else one line per epoch; 2 one line per epoch [verbose]", 1, 0, param="verbose",
-                       choices=(0, 1, 2)),
-        "log_dir": Key(("str", "null"), "folder of TensorBoard event files (train/, validation/) [logDir]", None,
-                       "runs/mnist_cnn/tb", param="logDir"),
-        "mlflow": Key(("bool", "null"), "log Params, per-epoch metrics and the model to MLflow; null = when mlflow is "
-                      "installed and a run is active [mlflow]", None, True, param="mlflow"),
-        "task": Key(("str",), "how transform reads outputs: auto, classification or regression [task]", "auto",
-                    "classification", param="task", choices=("auto", "classification", "regression")),
-        "staleness": Key(("int",), "ssp: clocks a worker may run ahead of the slowest [staleness]", 2, 3,
-                         param="staleness"),
-        "server_port": Key(("int",), "ps: the parameter server's port on the driver, 0 = a free port [serverPort]", 0,
-                           7078, param="serverPort"),
-        "worker_timeout": Key(("float",), "ps: seconds a worker may stay silent before the fit fails [workerTimeout]",
-                              600.0, 900, param="workerTimeout"),
-        "round_timeout": Key(("float",), "seconds a round may run before its jobs are cancelled [roundTimeout]",
-                             3600.0, 1800, param="roundTimeout"),
-        "keep_partitioning": Key(("bool",), "train on the input's own partitions, one worker each "
-                                 "[keepPartitioning]", False, True, param="keepPartitioning"),
-        "sample_weight_col": Key(("str", "null"), "column of per-row loss weights [sampleWeightCol]", None, "weight",
-                                 param="sampleWeightCol"),
-        "class_weight": Key(("dict", "null"), "class index -> loss weight [classWeight]", None, {0: 1.0, 1: 5.0},
-                            param="classWeight"),
-        "validation_col": Key(("str", "null"), "boolean column: true rows are validated on, not trained on "
-                              "[validationCol]", None, "is_val", param="validationCol"),
-        "validation_split": Key(("float",), "fraction of rows held out for validation, by a seeded hash "
-                                "[validationSplit]", 0.0, 0.1, param="validationSplit"),
-        "handle_invalid": Key(("str",), "rows with null/NaN/inf: `error` or `skip` [handleInvalid]", "error", "skip",
-                              param="handleInvalid", choices=("error", "skip")),
-        "max_task_memory_mb": Key(("float", "null"), "a task's memory budget for its partition, MB; larger spills to "
-                                  "disk; null = derived from the executor memory [maxTaskMemoryMB]", None, 2048,
-                                  param="maxTaskMemoryMB"),
-        "block_momentum": Key(("float", "null"), "bmuf: block momentum η in [0, 1); null = 1 - 1/num_workers "
-                              "[blockMomentum]", None, 0.5, param="blockMomentum"),
-        "block_learning_rate": Key(("float",), "bmuf: block learning rate ζ [blockLearningRate]", 1.0, 1.0,
-                                   param="blockLearningRate"),
-        "nesterov": Key(("bool",), "bmuf: workers start each block from W + η·Δ [nesterov]", True, False,
-                        param="nesterov"),
-        "elastic_force": Key(("float", "null"), "easgd: elastic force α; null = 0.9/num_workers [elasticForce]", None,
-                             0.3, param="elasticForce"),
-        "compression": Key(("str", "null"), "update compression: null, fp16, 1bit or threshold [compression]", None,
-                           "fp16", param="compression", choices=(None, "fp16", "1bit", "threshold")),
-        "compression_threshold": Key(("float",), "compression threshold: t of ±t [compressionThreshold]", 0.01,
-                                     0.001, param="compressionThreshold"),
-        "min_workers_per_round": Key(("int", "float", "null"), "a round closes once this many workers (int) or this "
-                                     "fraction (float) sent updates; null = all [minWorkersPerRound]", None, 3,
-                                     param="minWorkersPerRound"),
-        "round_deadline": Key(("float",), "with min_workers_per_round: seconds a round waits for every worker "
-                              "[roundDeadline]", 0.0, 30, param="roundDeadline"),
-        "mixed_precision": Key(("str", "null"), "Keras dtype policy of the replicas [mixedPrecision]", None,
-                               "mixed_bfloat16", param="mixedPrecision", choices=(None, *MIXED_PRECISION)),
-    },
+    "estimator's default, shown here. The keys, types, defaults and meanings come from the Params' "
+    "declarations (`sparkdl/param_specs.py`), as README.md's Params table does.",
+    param_keys("fit"),
 )
 
 CALLBACK = Section(

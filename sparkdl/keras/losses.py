@@ -41,7 +41,9 @@ Families, their losses, and what ``transform`` writes with ``task="classificatio
 - A single output (k = 1) under a categorical family is read as the binary rule.
 
 With ``task="regression"`` every family writes the outputs as ``prediction`` (a double, or
-``array<double>`` of k) and nothing else. Probabilities are always in [0, 1].
+``array<double>`` of k) and nothing else. Probabilities are always in [0, 1], or NaN: an output
+that holds a NaN gives a NaN prediction (a NaN decision, a NaN argmax) and NaN probabilities in
+its row, never a class or a fill value.
 """
 
 from __future__ import annotations
@@ -122,10 +124,26 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 def _as_distribution(o: np.ndarray) -> np.ndarray:
-    """Rows of non-negative scores scaled to sum 1 (negatives clipped to 0; an all-zero row is uniform)."""
+    """Rows of non-negative scores scaled to sum 1 (negatives clipped to 0; an all-zero row is
+    uniform; a row holding a NaN, or whose sum is infinite, is all NaN: no fill may hide it)."""
     q = np.clip(o, 0.0, None)
     total = q.sum(axis=1, keepdims=True)
-    return np.divide(q, total, out=np.full_like(q, 1.0 / q.shape[1]), where=total > 0)
+    out = np.divide(q, total, out=np.full_like(q, 1.0 / q.shape[1]), where=total > 0)
+    out[~np.isfinite(total[:, 0])] = np.nan
+    return out
+
+
+def _decide(condition: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """A 0/1 decision per value as float64, NaN where the output ``z`` is NaN (a comparison with
+    NaN is False, which would read as class 0)."""
+    return np.where(np.isnan(z), np.nan, condition.astype(np.float64))
+
+
+def _argmax(z: np.ndarray) -> np.ndarray:
+    """The argmax of each row as float64, NaN for a row holding a NaN (``np.argmax`` would give an index)."""
+    if z.shape[0] == 0:
+        return np.zeros(0, np.float64)
+    return np.where(np.isnan(z).any(axis=1), np.nan, z.argmax(axis=1).astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -242,31 +260,38 @@ class LossInfo:
             task: ``"classification"`` or ``"regression"`` (already inferred).
 
         Returns:
-            :class:`SparkOutputs` with the widths of :meth:`layout` (float64).
+            :class:`SparkOutputs` with the widths of :meth:`layout` (float64). A row whose outputs
+            hold a NaN gets a NaN prediction and NaN probabilities (per label for multi-label and
+            hinge decisions); its raw scores are its outputs.
 
         Raises:
             ConfigError: for a task other than ``"classification"`` or ``"regression"``.
         """
         z = np.asarray(raw, np.float64)
         z = z.reshape(len(z), int(np.prod(z.shape[1:], dtype=np.int64)))  # (rows, k), zero rows included
+        with np.errstate(invalid="ignore", divide="ignore"):  # NaN and ±inf outputs are expected here: they stay NaN
+            return self._spark_outputs(z, task)
+
+    def _spark_outputs(self, z: np.ndarray, task: str) -> SparkOutputs:
         k = z.shape[1]
         layout = self.layout(task, k)
         if task == "regression":
             return SparkOutputs(z[:, 0] if layout.prediction_width == 0 else z, None, None)
+        # A NaN output stays NaN in every column: NaN decisions, NaN argmax, NaN probabilities.
         if self.family == HINGE or (self.family == CATEGORICAL_HINGE and k == 1):
             m = z[:, 0] if k == 1 else z
-            return SparkOutputs((m > 0).astype(np.float64), np.stack([-m, m], axis=1) if k == 1 else z, None)
+            return SparkOutputs(_decide(m > 0, m), np.stack([-m, m], axis=1) if k == 1 else z, None)
         if self.family == CATEGORICAL_HINGE:
-            return SparkOutputs(z.argmax(axis=1).astype(np.float64), z, None)
+            return SparkOutputs(_argmax(z), z, None)
         if k == 1 or self.family == BINARY:  # per output: the probability of class 1
             p, decision = (_sigmoid(z), z >= 0.0) if self.from_logits else (np.clip(z, 0.0, 1.0), z >= 0.5)
             if k > 1:  # multi-label
-                return SparkOutputs(decision.astype(np.float64), z, p)
+                return SparkOutputs(_decide(decision, z), z, p)
             s, p = z[:, 0], p[:, 0]
             raw_pair = np.stack([-s, s], axis=1) if self.from_logits else np.stack([1.0 - s, s], axis=1)
-            return SparkOutputs(decision[:, 0].astype(np.float64), raw_pair, np.stack([1.0 - p, p], axis=1))
+            return SparkOutputs(_decide(decision[:, 0], s), raw_pair, np.stack([1.0 - p, p], axis=1))
         probability = _softmax(z) if self.from_logits else _as_distribution(z)
-        return SparkOutputs(z.argmax(axis=1).astype(np.float64), z, probability)
+        return SparkOutputs(_argmax(z), z, probability)
 
 
 def _family_tables(keras):

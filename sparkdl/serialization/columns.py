@@ -159,6 +159,109 @@ def invalid_rows(column: pa.Array) -> np.ndarray:
     return bad
 
 
+@dataclass
+class RowFaults:
+    """Per row of an Arrow column (or a model input), what keeps it from being scored; each a bool
+    array of shape ``(rows,)``.
+
+    Attributes:
+        null: the row is null.
+        null_element: the row holds a null element (or a null step of a sequence).
+        nan: the row holds a NaN.
+        inf: the row holds +inf or -inf.
+        size: the row holds another number of values than the model input takes (or a sequence
+            step of another width).
+    """
+
+    null: np.ndarray
+    null_element: np.ndarray
+    nan: np.ndarray
+    inf: np.ndarray
+    size: np.ndarray
+
+    @classmethod
+    def none(cls, rows: int) -> RowFaults:
+        return cls(*(np.zeros(rows, bool) for _ in range(5)))
+
+    @property
+    def any(self) -> np.ndarray:
+        """Rows with any fault."""
+        return self.null | self.null_element | self.nan | self.inf | self.size
+
+    def __or__(self, other: RowFaults) -> RowFaults:
+        return RowFaults(self.null | other.null, self.null_element | other.null_element, self.nan | other.nan,
+                         self.inf | other.inf, self.size | other.size)
+
+    def describe(self) -> str:
+        """The counts as a message says them, e.g. ``"1 null rows, 2 rows with NaN"``."""
+        counts = [(self.null, "null rows"), (self.null_element, "rows with null elements"), (self.size, "wrongly sized rows"),
+                  (self.nan, "rows with NaN"), (self.inf, "rows with ±inf")]
+        return ", ".join(f"{int(mask.sum())} {what}" for mask, what in counts if mask.any())
+
+
+def _rows_of(elements: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+    """The row index of each flattened element index, through each list level's per-row lengths."""
+    for lengths in reversed(levels):
+        elements = np.searchsorted(np.cumsum(lengths), elements, side="right")
+    return elements
+
+
+def row_faults(column: pa.Array, size: int | None = None, width: int | None = None) -> RowFaults:
+    """Per row of ``column``, what keeps it from being scored: nulls, null elements, NaN, ±inf and
+    wrong sizes, each counted apart (:class:`RowFaults`). Element-level work is done in Arrow
+    compute; only the faulty elements are mapped back to their rows.
+
+    Args:
+        column: a scalar, list or list-of-lists column (binary columns: only nulls count; a
+            decoder's output is checked after decoding).
+        size: values per row the model input takes (a list column's row length), or None for no
+            length rule (a sequence, or a column assembled with others).
+        width: values per step of a sequence column (``array<array<T>>``), or None.
+
+    Returns:
+        :class:`RowFaults` of ``len(column)`` rows.
+    """
+    n = len(column)
+    faults = RowFaults.none(n)
+    if column.null_count:
+        faults.null |= np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    values, levels = column, []
+    while _list_like(values.type):
+        lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
+        if values is not column and values.null_count:  # a null inner array (a sequence's null step)
+            faults.null_element[_rows_of(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)), levels)] = True
+        if not levels and size is not None:
+            faults.size |= (lengths != size) & ~faults.null
+        elif len(levels) == 1 and width is not None:
+            wrong = (lengths != width) & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            faults.size[_rows_of(np.flatnonzero(wrong), levels)] = True
+        levels.append(lengths)
+        values = values.flatten()
+    if not levels and size not in (None, 1):  # a scalar column holds one value per row
+        faults.size |= ~faults.null
+    if len(values) == 0:
+        return faults
+    if levels and values.null_count:
+        faults.null_element[_rows_of(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)), levels)] = True
+    if pa.types.is_floating(values.type) and not pc.all(pc.fill_null(pc.is_finite(values), True)).as_py():  # one pass when all are finite
+        for mask, test in ((faults.nan, pc.is_nan), (faults.inf, pc.is_inf)):
+            hits = np.flatnonzero(np.asarray(pc.fill_null(test(values), False).to_numpy(zero_copy_only=False), dtype=bool))
+            if hits.size:
+                mask[_rows_of(hits, levels)] = True  # a scalar column's elements are its rows
+    return faults
+
+
+def array_faults(values: np.ndarray) -> RowFaults:
+    """Per row of a numeric array ``(rows, ...)`` (e.g. a decoder's output): NaN and ±inf rows."""
+    rows = len(values)
+    faults = RowFaults.none(rows)
+    if values.dtype.kind == "f" and rows:
+        flat = values.reshape(rows, -1)
+        faults.nan = np.isnan(flat).any(axis=1)
+        faults.inf = np.isinf(flat).any(axis=1)
+    return faults
+
+
 _decoders: dict[str, Callable] = {}
 
 

@@ -26,6 +26,7 @@ from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.model import KerasModel
+from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
 from sparkdl.spark.partitions import row_bytes, task_budget
 from sparkdl.spark.persistence import KerasStageIO
@@ -68,139 +69,25 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     ``localSteps=None`` a round is one pass over each partition, i.e. one round per epoch.
     ``numWorkers=1`` with ``keepPartitioning=True`` is exactly ``keras.Model.fit`` on the same batches.
 
+    Every Param is a keyword of the constructor and of :meth:`setParams`, with a ``getX`` and a
+    ``setX`` method; the fitted :class:`KerasModel` carries every Param with the value it was fitted
+    with. The Params are declared once in :mod:`sparkdl.param_specs`, and the entries below are
+    generated from the declarations (README.md's Params table and the job config's keys too).
+
     Args:
-        model: a built Functional or Sequential ``keras.Model`` (one or several inputs and outputs). It is kept as
-            architecture JSON plus weights (Arrow IPC), never pickled. If it is compiled and
-            ``optimizer``/``loss``/``metrics`` are not given, its compile arguments are used.
-        optimizer: Keras optimizer as a name (``"adam"``), an object (``Adam(1e-3)``) or a config dict.
-        loss: Keras loss as a name, an object, a function or a config dict.
-        metrics: list of Keras metrics (names, objects or configs).
-        weightedMetrics, lossWeights, jitCompile: ``keras.Model.compile``'s ``weighted_metrics``,
-            ``loss_weights`` (a float, a list or a dict of floats) and ``jit_compile`` (True, False,
-            ``"auto"``), kept as Params and used on the executors.
-        initialModel: a fitted or loaded ``KerasModel`` to continue from (weights and optimizer
-            state), see :meth:`setInitialModel`.
-        featuresCol: input column: numeric, ``array<numeric>`` or an ml/mllib vector with
-            ``prod(input_shape)`` values per row, e.g. 784 for an input of shape ``(28, 28, 1)``;
-            cast to the model input's dtype (float32 by default).
-        labelCol: label column: numeric (class index or value) or ``array<numeric>``/vector (one-hot).
-        featuresCols: instead of ``featuresCol``: a list of columns (scalars, arrays, vectors) whose
-            values are concatenated per row, in order, into the one model input; or a dict model input
-            name -> column (or list of columns) for multi-input models. Each input is cast to its
-            Keras input's dtype (int32/int64 ids stay integers). A sequence input ``(None, k)`` takes
-            one ``array<array<numeric>>`` column, padded with 0.0 to the longest row (``Masking``).
-        decoders: dict binary column -> ``"module:function"`` run on the executors on each row's bytes,
-            returning an array of the input's shape (a binary column without one is refused).
-        labelCols: labels of a multi-output model: a list in output order or a dict output name -> column.
-        sampleWeightCol: per-row loss weights (numeric, finite, >= 0), Keras ``sample_weight``, in
-            training and validation (loss Σ w·l / rows per batch, as Keras).
-        classWeight: Keras ``class_weight``, dict class index -> weight (not with ``sampleWeightCol``).
-        validationCol, validationSplit: validate after each epoch on the rows where the boolean
-            ``validationCol`` is true, or on a seeded ``validationSplit`` fraction of the rows (a hash
-            of each row: the same rows every run); or pass ``fit(df, validationData=val_df)``. The
-            history gets ``val_*`` keys, exact over all validation rows. On backend ``ps`` each
-            epoch's master weights are kept when its last update is applied and validated after
-            the barrier stage (it holds every slot).
-        compression: ``None`` (default: workers send their full state), ``"fp16"``: each worker sends
-            its update relative to the round's start as float16 (half the bytes), summed in float64
-            and averaged in float32; ``"1bit"``: one bit per value plus two float32 reconstruction
-            values per column, the quantization error kept by the worker and added to its next
-            update (error feedback; Seide et al., Interspeech 2014); ``"threshold"``: only the
-            entries whose accumulated update reaches ``compressionThreshold`` t, as ±t at sparse
-            uint32 indices (Strom, Interspeech 2015). With ``1bit``/``threshold`` the optimizer state
-            stays on each worker (it is not averaged; the fitted model keeps the initial one). Any
-            mode, either backend (asynchronous modes: every push but each worker's last);
-            ``fitInfo["update_bytes"]`` counts the bytes of the updates the driver received.
-        compressionThreshold: ``"threshold"``'s t (> 0, in weight units; default 0.01, which sends
-            about 1/20 of a full update's bytes on the mnist10k CNN with Adam(0.002) and τ = 16;
-            see ``benchmarks/compare_modes.py``).
-        minWorkersPerRound: straggler-tolerant rounds of the round modes: a round closes with
-            the updates that arrived once this many workers (int) or this fraction of them (float)
-            have sent theirs and ``roundDeadline`` seconds have passed since the round started
-            (workers with no rows in a round do not count); the late workers' updates are dropped
-            and counted (``fitInfo["updates_dropped"]``, ``["rows_dropped"]``,
-            ``["dropped_per_round"]``). On backend ``rounds`` each worker then runs its own Spark
-            job per round; a late job goes on in the background (cancelled when the fit ends) and
-            its partition sits out the rounds that start before it ends. On ``ps`` the server
-            closes the round and a late worker skips to the open round. None (default) waits for
-            every worker.
-        roundDeadline: seconds a straggler-tolerant round waits for every worker (default 0: it
-            closes as soon as ``minWorkersPerRound`` updates arrived).
-        mixedPrecision: None (default: the model's own dtypes), ``"mixed_float16"`` or ``"mixed_bfloat16"``:
-            the Keras dtype policy of the replicas' layers (float32 variables, 16-bit compute; the output
-            layers stay float32; ``mixed_float16`` adds Keras' dynamic loss scaling). The master weights,
-            their averaging and the Arrow wire stay float32 (checked); the fitted model is float32.
-            Validated before any job. See docs/gpu.md.
-        handleInvalid: ``"error"`` (default: rows with a null, NaN or ±inf in any model column fail
-            before training, naming the column and the count) or ``"skip"`` (dropped, counted in a
-            warning and ``fitInfo["rows_skipped"]``).
-        maxTaskMemoryMB: a task's budget for its partition (MB; None: the executor's memory divided
-            by its task slots); a larger partition is written once to local ``.npy`` files and
-            read a batch at a time (never memory-mapped).
-        predictionCol: output column of the fitted model (double).
-        probabilityCol: class probabilities (a ``pyspark.ml.linalg`` DenseVector; ``array<double>`` with
-            ``scoreColumnType="array"``).
-        rawPredictionCol: raw class scores (DenseVector), as Spark's classifiers write them.
-        scoreColumnType: ``"vector"`` (default) or ``"array"``, the type of the two score columns.
-        checkFeatures: whether the fitted model's ``transform`` counts bad feature rows over the whole
-            input when called (one Spark-SQL pass, default True) or stays fully lazy (False).
-        numWorkers: replicas and partitions (default 2).
-        epochs: passes over the data (default 1).
-        batchSize: rows per local step and per inference batch (default 32).
-        localSteps: τ, local steps between averaging rounds (sync) or between a worker's push and
-            its next pull (asynchronous modes). Default None: one pass per round in ``sync``; in the
-            asynchronous modes None means the mode's default τ (4 steps, see
-            ``sparkdl.config.ASYNC_DEFAULT_LOCAL_STEPS``).
-        mode: ``"sync"`` (model averaging, SparkNet), ``"bmuf"`` (blockwise model-update filtering:
-            model averaging with block momentum, Chen & Huo ICASSP 2016; Params ``blockMomentum`` η,
-            default 1 − 1/numWorkers, ``blockLearningRate`` ζ, default 1, ``nesterov``, default True;
-            ), ``"easgd"`` (elastic averaging SGD: each worker keeps its own model,
-            pulled towards the centre with force α = ``elasticForce``, default 0.9/numWorkers;
-            the fitted model is the centre; Zhang, Choromanska, LeCun NIPS 2015),
-            ``"gossip"`` (each round every worker averages with one peer of a seeded random perfect
-            matching, routed by the driver; the fitted model is the workers' average; Jin, Yuan,
-            Iandola, Keutzer 2016) — these four round modes run on either backend, the same result
-            on the same seed — or an asynchronous mode on backend ``ps``:
-            ``"async"`` (Downpour SGD: each worker pushes Δ every τ steps, then pulls; Dean et al.
-            NIPS 2012), ``"hogwild"`` (the server adds updates without a lock; Recht et al. NIPS
-            2011), ``"staleness_aware"`` (each Δ scaled by 1/staleness; Zhang, Gupta, Lian, Liu
-            IJCAI 2016), ``"ssp"`` (bounded staleness, see ``staleness``; Ho et al. NIPS 2013).
-        backend: ``"auto"`` (default: ``rounds`` for ``sync``, ``ps`` for the asynchronous modes),
-            ``"rounds"`` (one Spark job per round; works with dynamic allocation; the round modes) or
-            ``"ps"`` (a parameter server on the driver and one long-lived barrier stage; a round
-            mode on it equals ``rounds`` on the same seed). ``ps`` needs a task slot per worker and
-            dynamic allocation off, both checked before any job.
-        staleness: ``ssp``'s bound s in clocks (one clock = one push), default 2.
-        serverPort: the parameter server's port on the driver (default 0: a free port).
-        workerTimeout: seconds a ``ps`` worker may go without contacting the server (a push, a
-            wait or a heartbeat; a waiting worker re-asks every 5 s) before the fit fails with
-            ``WorkerError`` naming its partition (default 600; must exceed τ steps and the first
-            replica build).
-        shuffle: reshuffle each partition every epoch with a seeded permutation (default True).
-        seed: seed of the shuffles and of random layers (default 0).
-        verbose: as Keras: 0 silent; 1 (default) a live progress bar on the driver (rich: epoch, round,
-            running loss and metrics, samples/s, time left) when stdout is a terminal or a notebook,
-            else one line ``Epoch e/E - seconds - samples/s - loss: ... - metric: ...`` per epoch;
-            2 one such line per epoch. Each line also goes to the ``sparkdl`` logger (DEBUG).
-        callbacks: Keras callbacks run on the driver, see :meth:`setCallbacks` (backend ``rounds``).
-        logDir: a folder for TensorBoard event files (``train/``, ``validation/``): ``epoch_*``
-            scalars per epoch and ``round_*`` per round; needs TensorFlow on the driver.
-        mlflow: True logs the Params, per-epoch metrics and the fitted model (an artifact folder
-            ``model`` that :meth:`KerasModel.load` reads) to MLflow (the ``mlflow`` extra); None
-            (default) does so when mlflow is installed and a run is active; False never.
-        roundTimeout: seconds a round may run before its jobs are cancelled (default 3600).
-        task: ``"auto"``, ``"classification"`` or ``"regression"``, how ``transform`` reads outputs.
-        keepPartitioning: train on the input's own partitions, one worker each, instead of spreading
-            the rows round-robin over ``numWorkers`` partitions (default False: every worker gets rows
-            from every input partition, so label-sorted files do not give workers label-sorted shards).
+        <generated from sparkdl.param_specs>
 
     Raises (from ``fit``, before any training job):
-        ConfigError: a missing model or loss, a Param out of range, ``classWeight`` with
-            ``sampleWeightCol``, two validation sources.
+        ConfigError: a streaming DataFrame, a missing model or loss, a Param out of range,
+            ``handleInvalid="keep"``, ``classWeight`` with ``sampleWeightCol``, two validation sources.
         SchemaError: a missing or mistyped column, an input or output without a column, nulls or
             NaN (``handleInvalid="error"``), a feature length that does not match the model input,
             labels that do not fit the output or the loss, negative weights, a decoder's wrong
             output, or an empty DataFrame.
+
+    Raises (from the constructor and :meth:`setParams`):
+        ConfigError: an unknown keyword (named with the closest valid one), or a Param value of the
+            wrong type (named with its rule and the value received).
 
     Example:
         >>> est = KerasEstimator(model=model, optimizer="adam", loss="sparse_categorical_crossentropy",
@@ -211,63 +98,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     """
 
     @keyword_only
-    def __init__(
-        self,
-        *,
-        model=None,
-        initialModel=None,
-        customObjects=None,
-        optimizer=None,
-        loss=None,
-        metrics=None,
-        weightedMetrics=None,
-        lossWeights=None,
-        jitCompile=None,
-        featuresCol="features",
-        labelCol="label",
-        predictionCol="prediction",
-        probabilityCol="probability",
-        numWorkers=2,
-        epochs=1,
-        batchSize=32,
-        localSteps=None,
-        mode="sync",
-        shuffle=True,
-        seed=0,
-        verbose=1,
-        roundTimeout=3600.0,
-        task="auto",
-        keepPartitioning=False,
-        rawPredictionCol="rawPrediction",
-        scoreColumnType="vector",
-        checkFeatures=True,
-        backend="auto",
-        staleness=2,
-        serverPort=0,
-        workerTimeout=600.0,
-        featuresCols=None,
-        labelCols=None,
-        sampleWeightCol=None,
-        classWeight=None,
-        validationCol=None,
-        validationSplit=0.0,
-        handleInvalid="error",
-        maxTaskMemoryMB=None,
-        decoders=None,
-        blockMomentum=None,
-        blockLearningRate=1.0,
-        nesterov=True,
-        elasticForce=None,
-        compression=None,
-        compressionThreshold=0.01,
-        minWorkersPerRound=None,
-        roundDeadline=0.0,
-        outputCols=None,
-        mixedPrecision=None,
-        callbacks=None,
-        logDir=None,
-        mlflow=None,
-    ) -> None:
+    def __init__(self, **kwargs) -> None:
         super().__init__()
         self._spec = None
         self._validation_data = None
@@ -275,68 +106,19 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         self.setParams(**self._input_kwargs)
 
     @keyword_only
-    def setParams(
-        self,
-        *,
-        model=None,
-        initialModel=None,
-        customObjects=None,
-        optimizer=None,
-        loss=None,
-        metrics=None,
-        weightedMetrics=None,
-        lossWeights=None,
-        jitCompile=None,
-        featuresCol="features",
-        labelCol="label",
-        predictionCol="prediction",
-        probabilityCol="probability",
-        numWorkers=2,
-        epochs=1,
-        batchSize=32,
-        localSteps=None,
-        mode="sync",
-        shuffle=True,
-        seed=0,
-        verbose=1,
-        roundTimeout=3600.0,
-        task="auto",
-        keepPartitioning=False,
-        rawPredictionCol="rawPrediction",
-        scoreColumnType="vector",
-        checkFeatures=True,
-        backend="auto",
-        staleness=2,
-        serverPort=0,
-        workerTimeout=600.0,
-        featuresCols=None,
-        labelCols=None,
-        sampleWeightCol=None,
-        classWeight=None,
-        validationCol=None,
-        validationSplit=0.0,
-        handleInvalid="error",
-        maxTaskMemoryMB=None,
-        decoders=None,
-        blockMomentum=None,
-        blockLearningRate=1.0,
-        nesterov=True,
-        elasticForce=None,
-        compression=None,
-        compressionThreshold=0.01,
-        minWorkersPerRound=None,
-        roundDeadline=0.0,
-        outputCols=None,
-        mixedPrecision=None,
-        callbacks=None,
-        logDir=None,
-        mlflow=None,
-    ) -> KerasEstimator:
-        """Set Params by keyword; ``model`` as in :meth:`setModel`, ``initialModel`` as in
-        :meth:`setInitialModel` (applied after ``model``), ``customObjects`` (a dict name -> class or
-        function, as Keras' ``custom_objects``) registered with Keras here and on the executors
-        (:func:`sparkdl.keras.custom_objects.register_custom_objects`). Compile keywords given as ``None`` are
-        ignored. Returns ``self``."""
+    def setParams(self, **kwargs) -> KerasEstimator:
+        """Set Params by keyword (any declared Param, see the class docstring); ``model`` as in
+        :meth:`setModel`, ``initialModel`` as in :meth:`setInitialModel` (applied after ``model``),
+        ``customObjects`` (a dict name -> class or function, as Keras' ``custom_objects``) registered
+        with Keras here and on the executors (:func:`sparkdl.keras.custom_objects.register_custom_objects`),
+        ``callbacks`` as in :meth:`setCallbacks`. Compile keywords given as ``None`` are ignored.
+        Returns ``self``.
+
+        Raises:
+            ConfigError: an unknown keyword (the message names it and the closest valid keyword), or
+                a value of the wrong type (naming the Param, its rule and the value).
+        """
+        check_keywords(type(self).__name__, self._input_kwargs)
         kwargs = {k: v for k, v in self._input_kwargs.items() if not (k in COMPILE_PARAMS.values() and v is None)}
         model, initial_model = kwargs.pop("model", None), kwargs.pop("initialModel", None)
         if "callbacks" in kwargs:
@@ -455,6 +237,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         return None if self._spec is None else self._spec.build()
 
     def _fit_config(self) -> FitConfig:
+        """The validated settings of a fit (:class:`~sparkdl.config.FitConfig`), checked before any job.
+
+        Raises:
+            ConfigError: a Param out of its range, or a value that is only for the fitted model
+                (``handleInvalid="keep"``: set it on the ``KerasModel``).
+        """
+        for spec in PARAMS:
+            value = self.getOrDefault(spec.name) if self.isDefined(spec.name) else None
+            if spec.fit_choices is not None and value not in spec.fit_choices:
+                raise ConfigError(
+                    f"{spec.name} must be one of {list(spec.fit_choices)} to fit; {value!r} is for the fitted model's "
+                    f"transform: fit with one of those, then call set{spec.suffix}({value!r}) on the KerasModel. "
+                    f"Received: {spec.name}={value!r}"
+                )
         local_steps = self.getLocalSteps()
         if local_steps is None:
             local_steps = ASYNC_DEFAULT_LOCAL_STEPS.get(self.getMode())  # None for sync: one round per epoch
@@ -488,7 +284,19 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
     def fit(self, dataset: DataFrame, params=None, validationData: DataFrame | None = None):
         """``Estimator.fit``; ``validationData`` is a DataFrame validated on after each epoch (see
-        :meth:`setValidationData`): the history gets ``val_*`` keys."""
+        :meth:`setValidationData`): the history gets ``val_*`` keys.
+
+        Raises:
+            ConfigError: ``dataset`` is a streaming DataFrame (checked first, before any job), and
+                the errors listed in the class docstring.
+        """
+        if getattr(dataset, "isStreaming", False):
+            raise ConfigError(
+                "KerasEstimator.fit needs a batch DataFrame: training makes several passes (epochs) over a fixed set of "
+                "rows, which a stream does not have. To train on a stream, fit each micro-batch in "
+                "writeStream.foreachBatch(lambda batch_df, batch_id: ...), continuing from the previous model with "
+                "initialModel. Received: a streaming DataFrame (isStreaming=True)"
+            )
         if validationData is None:
             return super().fit(dataset, params)
         # A copy (same uid, Params, model and optimizer state) holds it, so this estimator is never
@@ -856,3 +664,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             observers.append(trackers[-1])
             trackers[-1].on_train_begin()
         return trackers
+
+
+# The Args section of the docstring and the keywords' signature come from the Param declarations.
+KerasEstimator.__doc__ = KerasEstimator.__doc__.replace("        <generated from sparkdl.param_specs>", args_docstring(indent=8))
+KerasEstimator.__init__.__signature__ = keyword_signature()
+KerasEstimator.setParams.__signature__ = keyword_signature()

@@ -15,11 +15,17 @@ as Spark's own classifiers write them, built in Arrow as VectorUDT's struct
 ``array<double>`` columns on request. A model with several outputs gets one column per output
 instead (its values), each classifier output followed by its own ``<column>_probability``.
 
-Bad feature rows (nulls, null elements, wrong lengths) can only be seen in the data, so
-``transform`` runs one aggregate job over the features column before it returns (no Python
+Bad feature rows (nulls, null elements, NaN, ±inf, wrong lengths) can only be seen in the data;
+``handleInvalid`` decides what happens to them. With ``"error"`` (the default) ``transform`` runs
+one aggregate job over the feature columns before it returns (``checkFeatures``; no Python
 workers: Spark SQL expressions only) and raises :class:`~sparkdl.errors.SchemaError` with the
-counts for the whole input. Scoring itself stays lazy. A streaming DataFrame skips that job;
-its tasks raise ``SchemaError`` for the first bad batch, naming the partition.
+counts for the whole input; scoring itself stays lazy. A streaming DataFrame, or
+``checkFeatures=False``, skips that job: its tasks raise ``SchemaError`` for the first bad batch,
+naming the column, the counts, the partition and the batch. With ``"skip"`` each task leaves the
+bad rows out of its output; with ``"keep"`` it keeps them, with NaN in every column it adds (the
+model never sees them). Whatever the rule, a NaN never becomes a number on the way out: a row
+whose model outputs hold a NaN gets a NaN prediction and NaN scores
+(:meth:`~sparkdl.keras.losses.LossInfo.spark_outputs`).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from sparkdl.errors import SchemaError
 from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
-from sparkdl.serialization.columns import TensorSpec, tensor_to_numpy
+from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, row_faults, tensor_to_numpy
 from sparkdl.spark.data import SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
@@ -93,6 +99,8 @@ class PredictSpec:
     multi_output: bool = False
     # multi-output: per output, the (loss, task) whose probabilities follow its values, or None for no probability column
     output_probabilities: tuple = ()
+    # rows with a null, NaN, ±inf or wrongly sized feature: "error" (raise), "skip" (drop) or "keep" (NaN outputs)
+    handle_invalid: str = "error"
     # the driver's Keras backend, set in each worker before Keras is imported (sparkdl.keras.runtime.configure)
     keras_backend: str = dataclasses.field(default_factory=keras_backend)
 
@@ -125,8 +133,14 @@ def _score_type(vectors: bool) -> T.DataType:
 def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Append predictions to every record batch of a partition, rows in input order.
 
+    Rows with a null, NaN, ±inf or wrongly sized feature (:func:`batch_faults`, and a decoder's
+    non-finite output) follow ``job.handle_invalid``: ``"error"`` raises, ``"skip"`` leaves them
+    out of the output batch, ``"keep"`` keeps them with NaN in every added column. Only the
+    other rows are given to the model.
+
     Raises:
-        SchemaError: a batch with null or wrongly sized feature rows (the partition is named).
+        SchemaError: with ``"error"``, a batch with bad feature rows: the column, the counts of
+            null, NaN, infinite and wrongly sized rows, the partition and the batch are named.
     """
     from sparkdl.keras import runtime
 
@@ -141,12 +155,35 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
     temporary = sum(c.name.startswith(_TMP_FEATURES) for t in job.inputs for c in t.columns)
     for batch in batches:
         inputs = batch.num_columns - temporary  # the temporary input columns come last
+        where = f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows"
+        faults = batch_faults(batch, job.inputs)
+        bad = np.zeros(batch.num_rows, bool)
+        for _, _, found in faults:
+            bad |= found.any
+        if bad.any() and job.handle_invalid == "error":
+            raise SchemaError(f"{where}: {faults_message(faults)}")
+        good = batch.filter(pa.array(~bad)) if bad.any() else batch
         try:
-            x = [tensor_to_numpy(batch, _batch_shapes(batch, t)) for t in job.inputs]
+            x = [tensor_to_numpy(good, _batch_shapes(good, t)) for t in job.inputs]
         except SchemaError as exc:
-            raise SchemaError(f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows: {exc}") from None
+            raise SchemaError(f"{where}: {exc}") from None
+        decoded = [(t.source, f"values whose decoding by {', '.join(repr(c.decoder) for c in t.columns if c.decoder)} is finite", array_faults(a))
+                   for t, a in zip(job.inputs, x, strict=True) if any(c.decoder for c in t.columns)]
+        late = np.zeros(len(good), bool)
+        for _, _, found in decoded:
+            late |= found.any
+        if late.any():  # a decoder's output holds NaN or ±inf
+            if job.handle_invalid == "error":
+                raise SchemaError(f"{where}: {faults_message(decoded)}")
+            x = [a[~late] for a in x]
+            good = good.filter(pa.array(~late))
+            bad[np.flatnonzero(~bad)[late]] = True
         predicted = predict_array(model, x if len(x) > 1 else x[0], job.batch_size)
-        columns = [batch.column(i) for i in range(inputs)]
+        source = good
+        if job.handle_invalid == "keep" and bad.any():  # every row stays; the bad ones get NaN outputs
+            predicted = [_spread(p, bad) for p in predicted] if job.multi_output else _spread(predicted, bad)
+            source = batch
+        columns = [source.column(i) for i in range(inputs)]
         if job.multi_output:  # one column per output: its values (double, or array<double> for a wider output)
             for k, values in enumerate(predicted):
                 flat = values.reshape(len(values), -1).astype(np.float64)
@@ -164,6 +201,61 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
         if job.write_probability:
             columns.append(scores(out.probability))
         yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
+
+
+def _spread(values: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """``values`` of the good rows placed among ``len(bad)`` rows; the bad rows' values are NaN."""
+    out = np.full((len(bad), *values.shape[1:]), np.nan, np.float32)
+    out[~bad] = values
+    return out
+
+
+def batch_faults(batch: pa.RecordBatch, tensors) -> list[tuple[str, str, RowFaults]]:
+    """What keeps each row of ``batch`` from being scored, per feature column:
+    ``(column, its rule, RowFaults)``.
+
+    A column alone filling an input must hold ``prod(shape)`` values per row; a sequence column
+    steps of ``k`` values; columns assembled into one input must hold ``prod(shape)`` values
+    together (reported under their names joined). No column may hold a null, a null element, a
+    NaN or ±inf (a binary column: a null; its decoder's output is checked once decoded).
+
+    Args:
+        batch: the task's Arrow batch (the columns ``tensors`` name).
+        tensors: the model inputs' :class:`~sparkdl.serialization.columns.TensorSpec`.
+    """
+    out = []
+    for tensor in tensors:
+        size = None if None in tuple(tensor.shape) else int(np.prod(tensor.shape, dtype=np.int64))
+        if len(tensor.columns) == 1:
+            c = tensor.columns[0]
+            column = batch.column(c.name)
+            if c.decoder:
+                out.append((c.source, "a non-null value", row_faults(column)))
+            elif c.ragged:
+                width = tensor.shape[1]
+                out.append((c.source, f"steps of {width} values, none null, NaN or ±inf,", row_faults(column, width=width)))
+            else:
+                out.append((c.source, f"{size} values per row, none null, NaN or ±inf,", row_faults(column, size=size)))
+            continue
+        total, nulls = np.zeros(batch.num_rows, np.int64), np.zeros(batch.num_rows, bool)
+        for c in tensor.columns:
+            column = batch.column(c.name)
+            found = row_faults(column)
+            out.append((c.source, "values none of which is null, NaN or ±inf,", found))
+            nulls |= found.null
+            total += pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False) if pa.types.is_list(column.type) else 1
+        if size is not None:
+            assembled = RowFaults.none(batch.num_rows)
+            assembled.size = (total != size) & ~nulls
+            out.append((tensor.source, f"{size} values per row together", assembled))
+    return out
+
+
+def faults_message(faults: list[tuple[str, str, RowFaults]]) -> str:
+    """The message of the faulty columns of :func:`batch_faults` (or of decoded arrays)."""
+    parts = [f"column {source!r} must hold {rule} to be scored (handleInvalid='error'; 'skip' drops such rows, 'keep' "
+             f"scores them as NaN). Received: {found.describe()}" for source, rule, found in faults if found.any.any()]
+    return "; ".join(parts)
 
 
 def _batch_shapes(batch: pa.RecordBatch, tensor: TensorSpec) -> TensorSpec:
@@ -301,22 +393,30 @@ def _has_null_element(values, data_type) -> Column:
     return F.when(contains.isNull(), True).when(contains, F.exists(values, lambda v: v.isNull())).otherwise(False)
 
 
-def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
-    """Count null, null-element and wrongly sized feature rows of the whole input, every feature
-    column in one job.
+def _has_value(values, element: T.DataType, value: float) -> Column:
+    """Whether an array row holds ``value`` (NaN, +inf, -inf): ``array_contains`` compares NaN as
+    equal to NaN, as Spark SQL does; null when the row holds nulls and not ``value`` (not counted)."""
+    return F.array_contains(values, F.lit(value).cast(element))
+
+
+def check_feature_rows(df: DataFrame, checks: list[tuple], count_rows: bool = True) -> None:
+    """Count null, null-element, NaN, ±inf and wrongly sized feature rows of the whole input,
+    every feature column in one job.
 
     The job runs Spark SQL expressions only (no Python workers). A column is left out where the
-    schema already rules the errors out (a non-nullable numeric column for a one-value input); the
-    job is skipped for streaming DataFrames and when no column is left.
+    schema already rules the errors out (a non-nullable integer column for a one-value input); the
+    job is skipped for streaming DataFrames, without ``count_rows`` and when no column is left.
 
     Args:
         df: the DataFrame (positional column names).
         checks: per feature column ``(column, input_shape, input_dtype, source)``: its name in ``df``,
             the model input's per-row shape (None for a column assembled with others: no length
             rule), the dtype it is read as, and the user's name of the column, for messages.
+        count_rows: run the counting job (``handleInvalid="error"``); False checks the schema only.
 
     Raises:
-        SchemaError: naming the first bad column, the rule and the counts over all rows.
+        SchemaError: naming the first bad column, the rule and the counts over all rows; or a
+            numeric column for an input of several values (no job).
     """
     counters, rules = [F.count(F.lit(1)).alias("rows")], []
     for i, (features_col, input_shape, input_dtype, source) in enumerate(checks):
@@ -328,7 +428,8 @@ def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
                 f"features column {source!r} must hold {size} values per row (the model input shape "
                 f"{tuple(input_shape)}); a numeric column holds one. Received: {field.dataType.simpleString()}"
             )
-        if (scalar and not field.nullable) or df.isStreaming:
+        floating = np.dtype(input_dtype).kind == "f" and not isinstance(field.dataType, (T.IntegralType, T.BooleanType))
+        if (scalar and not field.nullable and not floating) or df.isStreaming or not count_rows:
             continue
         values = as_array(df, features_col, input_dtype)
         present = col(features_col).isNotNull()
@@ -340,6 +441,13 @@ def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
             F.min(F.when(wrong, F.size(values))).alias(f"shortest_{i}"),
             F.max(F.when(wrong, F.size(values))).alias(f"longest_{i}"),
         ]
+        if floating:
+            element = SPARK_TYPES.get(input_dtype, T.FloatType())
+            infinite = _has_value(values, element, float("inf")) | _has_value(values, element, float("-inf"))
+            counters += [F.count(F.when(present & _has_value(values, element, float("nan")), 1)).alias(f"nans_{i}"),
+                         F.count(F.when(present & infinite, 1)).alias(f"infs_{i}")]
+        else:
+            counters += [F.lit(0).alias(f"nans_{i}"), F.lit(0).alias(f"infs_{i}")]
         rules.append((i, size, input_shape, source))
     if not rules:
         return
@@ -353,9 +461,16 @@ def check_feature_rows(df: DataFrame, checks: list[tuple]) -> None:
         if counts[f"wrong_{i}"]:
             lengths = sorted({counts[f"shortest_{i}"], counts[f"longest_{i}"]})
             problems.append(f"{counts[f'wrong_{i}']} rows of {' to '.join(map(str, lengths))} values")
+        if counts[f"nans_{i}"]:
+            problems.append(f"{counts[f'nans_{i}']} rows with NaN")
+        if counts[f"infs_{i}"]:
+            problems.append(f"{counts[f'infs_{i}']} rows with ±inf")
         if problems:
             rule = f"{size} non-null values per row (the model input shape {tuple(input_shape)})" if size is not None else "non-null values"
-            raise SchemaError(f"features column {source!r} must hold {rule} to be scored. Received, of {counts['rows']} rows: {', '.join(problems)}")
+            raise SchemaError(
+                f"features column {source!r} must hold {rule}, none NaN or ±inf, to be scored (handleInvalid='error'; "
+                f"'skip' drops such rows, 'keep' scores them as NaN). Received, of {counts['rows']} rows: {', '.join(problems)}"
+            )
 
 
 def output_losses(spec: ModelSpec, loss) -> list[LossInfo]:
@@ -426,6 +541,7 @@ def transform(
     features_cols=None,
     decoders: dict | None = None,
     output_cols=None,
+    handle_invalid: str = "error",
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
@@ -459,11 +575,14 @@ def transform(
         decoders: binary column -> ``"module:function"``, as in ``fit``.
         output_cols: a multi-output model's output columns (a list in output order or a dict output
             name -> column); None: the outputs' names.
+        handle_invalid: rows with a null, NaN, ±inf or wrongly sized feature: ``"error"`` (counted
+            now with ``check_features``, else raised by the task that meets one), ``"skip"`` (left
+            out of the output) or ``"keep"`` (kept, NaN in every added column).
 
     Raises:
         SchemaError: a missing or mistyped features column, an output column that already exists
-            (or two with one name), or null or wrongly sized feature rows (counted over the input,
-            one aggregate job).
+            (or two with one name), or (``"error"``) null, NaN, ±inf or wrongly sized feature rows
+            (counted over the input, one aggregate job).
     """
     decoders = dict(decoders or {})
     mapping = map_inputs(df, spec, features_col, features_cols, decoders)
@@ -521,7 +640,8 @@ def transform(
                 exprs.append(expr)
             parts.append(part)
         tensors.append(TensorSpec(name, tuple(shape), dtype, tuple(parts)))
-    check_feature_rows(positional, checks)  # one job for every feature column (none without checkFeatures)
+    # one job for every feature column (none without checkFeatures, and no job unless bad rows are an error)
+    check_feature_rows(positional, checks, count_rows=handle_invalid == "error")
     from sparkdl.keras.custom_objects import registered
 
     job = PredictSpec(
@@ -539,6 +659,7 @@ def transform(
         output_names=tuple(names),
         multi_output=multi_output,
         output_probabilities=tuple(probabilities),
+        handle_invalid=handle_invalid,
     )
     with_features = positional.select("*", *exprs)
     schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])

@@ -10,11 +10,11 @@ from pyspark.sql import DataFrame
 
 from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.spark.inference import OutputColumns, transform
-from sparkdl.spark.params import COMPILE_PARAMS, HasEvaluationColumns, KerasSharedParams
+from sparkdl.spark.params import COMPILE_PARAMS, KerasModelParams
 from sparkdl.spark.persistence import KerasStageIO
 
 
-class KerasModel(Model, KerasSharedParams, HasEvaluationColumns, KerasStageIO):
+class KerasModel(Model, KerasModelParams, KerasStageIO):
     """A trained Keras model as a Spark ML Model (a Transformer).
 
     ``transform(df)`` runs batched inference on the executors and returns ``df`` with every
@@ -46,7 +46,22 @@ class KerasModel(Model, KerasSharedParams, HasEvaluationColumns, KerasStageIO):
 
     Features are read from ``featuresCol`` as in :class:`~sparkdl.spark.estimator.KerasEstimator`
     (numeric, ``array<numeric>`` or vector, ``prod(input_shape)`` values per row, cast to the
-    model's input dtype) and predicted ``batchSize`` rows at a time.
+    model's input dtype) and predicted ``inferenceBatchSize`` rows at a time.
+
+    Rows that cannot be scored (a null, NaN or ±inf feature value, or a wrongly sized row) follow
+    ``handleInvalid``: ``"error"`` (default) raises :class:`~sparkdl.errors.SchemaError` naming the
+    column and the counts of null, NaN, infinite and wrongly sized rows (before scoring with
+    ``checkFeatures``, else in the task that meets the first one); ``"skip"`` leaves them out of
+    the output; ``"keep"`` keeps them with NaN in every column ``transform`` adds (prediction,
+    rawPrediction, probability, each output's columns). A NaN the model itself outputs stays NaN
+    in every column too: no rule turns it into a class or a probability.
+
+    Params: every Param of :class:`~sparkdl.spark.estimator.KerasEstimator`. The shared ones
+    (columns, batch sizes, compile arguments, ``task``, ``scoreColumnType``, ``checkFeatures``,
+    ``handleInvalid``) have getters and setters; the training ones (``numWorkers``, ``epochs``,
+    ``mode``, ...) have getters only and hold the values the model was fitted with (copied at
+    ``fit``, saved and loaded with it; a save of format 1, the format before them, did not
+    record them: they read as their defaults), as Spark's models carry their estimator's Params.
 
     Attributes:
         history: per-epoch training metrics, as ``keras.callbacks.History.history``:
@@ -204,7 +219,7 @@ class KerasModel(Model, KerasSharedParams, HasEvaluationColumns, KerasStageIO):
         check_inline(dataset.sparkSession, len(self._spec.weights), "the model's weights")  # Spark Connect: before any job
         return transform(dataset, self._spec, self.getFeaturesCol(), columns, self._inference_rows(self._spec.row_bytes), task, info,
                          check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
-                         output_cols=self.getOutputCols())
+                         output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid())
 
     def evaluate(self, df: DataFrame, batchSize: int | None = None) -> dict[str, float]:
         """The compiled loss and metrics over every row of ``df``, as ``keras.Model.evaluate(x, y,

@@ -298,9 +298,12 @@ def _is_subclass(saved: str, cls) -> bool:
     return isinstance(found, type) and issubclass(found, cls)
 
 
-# The layout of a saved stage (files, metadata keys). A later sparkdl reads every format up to its
-# own; a save in a newer format than this sparkdl knows is refused, naming both versions.
-SAVE_FORMAT = 1
+# The layout of a saved stage (files, metadata keys, the Params it records). A later sparkdl reads
+# every format up to its own; a save in a newer format than this sparkdl knows is refused, naming
+# both versions. Format 2: a KerasModel records its estimator's training Params
+# (numWorkers, epochs, mode, ...) and handleInvalid, which a format-1 reader does not know; a
+# format-1 model loads with those Params at their defaults.
+SAVE_FORMAT = 2
 
 
 def saved_versions() -> dict:

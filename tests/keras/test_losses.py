@@ -153,3 +153,45 @@ def test_shape_resolved_crossentropy_names_ask_for_an_explicit_loss(name):
 
     with pytest.raises(ConfigError, match="Use 'sparse_categorical_crossentropy'.*Received: '" + name + "'"):
         normalize_loss(name)
+
+
+@pytest.mark.parametrize("loss", [
+    "sparse_categorical_crossentropy", keras.losses.SparseCategoricalCrossentropy(from_logits=True), "categorical_crossentropy",
+    "binary_crossentropy", keras.losses.BinaryCrossentropy(from_logits=True), "hinge", "categorical_hinge", "kl_divergence", "mse",
+], ids=lambda loss: loss if isinstance(loss, str) else f"{type(loss).__name__}-from-logits")
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_nan_output_stays_nan_in_every_column(loss, k, task):
+    """No rule turns a NaN into a number: not a comparison (NaN >= 0.5 is False, class 0), not an
+    argmax (the NaN's index), not the uniform fill of a row whose total is not > 0."""
+    info = describe_loss(loss)
+    good = np.array([[0.2, 0.7, 0.1][:k], [0.9, -0.3, 0.4][:k]], np.float32)
+    z = np.concatenate([good[:1], np.full((1, k), np.nan, np.float32), good[1:]])
+    if k == 3:  # a row with one NaN among numbers
+        z = np.concatenate([z, np.array([[0.5, np.nan, 0.1]], np.float32)])
+    out, clean = info.spark_outputs(z, task), info.spark_outputs(good, task)
+    elementwise = k > 1 and (info.family in ("binary", "hinge")) and task == "classification"  # per-label decisions
+    bad_rows = [1] + ([3] if k == 3 else [])
+    good_rows = [0, 2]
+    nan_in_z = np.isnan(z[bad_rows])
+    for name, column, clean_column in (("prediction", out.prediction, clean.prediction), ("raw", out.raw, clean.raw),
+                                       ("probability", out.probability, clean.probability)):
+        if column is None:
+            assert clean_column is None
+            continue
+        np.testing.assert_array_equal(column[good_rows], clean_column)  # the good rows are untouched
+        values = column[bad_rows].reshape(len(bad_rows), -1)
+        per_value = k > 1 and (elementwise or name == "raw" or task == "regression")  # the outputs themselves, or per label
+        if per_value:  # NaN exactly where the row's output is NaN
+            np.testing.assert_array_equal(np.isnan(values), nan_in_z, err_msg=name)
+        else:  # a row rule (argmax, a distribution, a one-output pair): the whole row is NaN
+            assert np.isnan(values).all(), (name, values)
+    assert out.prediction.dtype == np.float64
+
+
+def test_infinite_scores_give_nan_probabilities_not_a_uniform_row():
+    info = describe_loss("categorical_crossentropy")
+    out = info.spark_outputs(np.array([[np.inf, 1.0, 0.0], [0.0, 0.0, 0.0], [2.0, 1.0, 1.0]]), "classification")
+    assert np.isnan(out.probability[0]).all() and out.prediction[0] == 0.0  # an infinite score: its argmax, no probabilities
+    np.testing.assert_allclose(out.probability[1], [1 / 3] * 3)  # an all-zero row stays uniform, as before
+    np.testing.assert_allclose(out.probability[2], [0.5, 0.25, 0.25])

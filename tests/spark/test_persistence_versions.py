@@ -12,6 +12,7 @@ import keras
 import sparkdl
 from sparkdl import KerasModel
 from sparkdl.errors import ConfigError, IncompleteSaveError
+from sparkdl.spark.persistence import SAVE_FORMAT
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 
@@ -35,6 +36,16 @@ def test_saves_of_earlier_versions_load_and_score_as_they_did(spark, name):
         assert got["prediction"] == prediction
 
 
+@pytest.mark.parametrize("name", ["keras_model_0_1_0", "keras_model_0_2_0"])
+def test_a_format_1_save_loads_with_the_training_params_at_their_defaults(spark, name):
+    """Format 1 did not record the estimator's training Params nor handleInvalid: they read as their defaults, and
+    the Params the save did record keep their values."""
+    loaded = KerasModel.load(os.path.join(FIXTURES, name))
+    assert (loaded.getEpochs(), loaded.getNumWorkers(), loaded.getMode(), loaded.getSeed()) == (1, 2, "sync", 0)
+    assert not loaded.isSet("epochs") and loaded.getHandleInvalid() == "error"
+    assert loaded.getBatchSize() == 2 and loaded.getTask() == "classification"  # recorded in format 1
+
+
 def test_metadata_records_the_versions_and_a_newer_format_is_refused(spark, tmp_path):
     with open(os.path.join(FIXTURES, "keras_model_0_1_0.json")) as f:
         rows = json.load(f)["rows"]
@@ -45,7 +56,7 @@ def test_metadata_records_the_versions_and_a_newer_format_is_refused(spark, tmp_
         metadata = json.load(f)
     versions = metadata["versions"]
     assert versions["sparkdl"] == sparkdl.__version__ and versions["keras"] == keras.__version__
-    assert versions["backend"] == keras.backend.backend() and versions["format"] == 1 and versions["backendVersion"]
+    assert versions["backend"] == keras.backend.backend() and versions["format"] == SAVE_FORMAT == 2 and versions["backendVersion"]
     metadata["versions"]["format"] = 99
     with open(_metadata_file(path), "w") as f:
         json.dump(metadata, f)

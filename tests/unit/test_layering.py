@@ -32,7 +32,7 @@ def _modules(subpackage):
 @pytest.mark.parametrize(
     "modules, blocked",
     [
-        (["sparkdl", "sparkdl.errors", "sparkdl.config", *_modules("core"), *_modules("serialization"), *_modules("server")], ["pyspark", "tensorflow", "keras"]),
+        (["sparkdl", "sparkdl.errors", "sparkdl.config", "sparkdl.param_specs", "sparkdl.cli.config", *_modules("core"), *_modules("serialization"), *_modules("server")], ["pyspark", "tensorflow", "keras"]),
         (list(_modules("keras")), ["pyspark"]),
     ],
 )

@@ -1,0 +1,490 @@
+"""The Params of ``KerasEstimator`` and ``KerasModel``, declared once, as plain data.
+
+Each :class:`ParamSpec` gives a Param's name, the kind of value it takes (its converter), its
+default, its meaning, which stage sets it and where the job config holds it. Everything else is
+generated from :data:`PARAMS`:
+
+- :mod:`sparkdl.spark.params`: the ``pyspark.ml.param.Param`` class attributes, the ``getX`` and
+  ``setX`` methods, the defaults and the converters (pyspark's ``TypeConverters``, with errors
+  raised as :class:`~sparkdl.errors.ConfigError` naming the Param);
+- ``KerasEstimator``: its keywords (an unknown one is refused naming the closest) and the Args of
+  its docstring (:func:`args_docstring`);
+- README.md's Params table (:func:`params_markdown`; ``python -m sparkdl.param_specs`` prints it,
+  a test keeps the README equal to it);
+- the ``fit`` and ``data`` keys of the job config (:mod:`sparkdl.cli.config`, snake_case).
+
+Pure Python: importing this module loads neither Spark nor Keras.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from sparkdl.config import BACKENDS, MIXED_PRECISION, MODES
+from sparkdl.errors import ConfigError
+
+#: the stage that sets a Param: both (``fit`` copies the estimator's value into the model) ...
+SHARED = "shared"
+#: ... or the estimator only; the fitted model carries the value it was fitted with (a getter, saved with it)
+TRAINING = "training"
+
+
+class _NoDefault:
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+
+#: the default of a Param that is undefined until set (``loss``)
+NO_DEFAULT = _NoDefault()
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of Param value: what its converter accepts.
+
+    Attributes:
+        rule: the rule error messages state, e.g. ``"an integer"``.
+        types: the job config's type names of such a value (of ``str int float bool list dict null``).
+        pytype: the Python type the docstring shows, e.g. ``"int | None"``.
+    """
+
+    rule: str
+    types: tuple[str, ...]
+    pytype: str
+
+
+#: kind name -> :class:`Kind`; :mod:`sparkdl.spark.params` has one converter per kind
+KINDS: dict[str, Kind] = {
+    "int": Kind("an integer", ("int",), "int"),
+    "int?": Kind("None or an integer", ("int", "null"), "int | None"),
+    "float": Kind("a number", ("float",), "float"),
+    "float?": Kind("None or a number", ("float", "null"), "float | None"),
+    "bool": Kind("True or False", ("bool",), "bool"),
+    "bool?": Kind("True, False or None", ("bool", "null"), "bool | None"),
+    "str": Kind("a string", ("str",), "str"),
+    "str?": Kind("None or a string", ("str", "null"), "str | None"),
+    "choice": Kind("one of the choices", ("str",), "str"),  # the choices are checked when the Param is set
+    "fraction": Kind("a fraction in [0, 1)", ("float",), "float"),
+    "rows?": Kind("None or a positive number of rows", ("int", "null"), "int | None"),
+    "megabytes?": Kind("None or a number of MB > 0", ("float", "null"), "float | None"),
+    "workers?": Kind("None, a count >= 1 (int) or a fraction in (0, 1] (float)", ("int", "float", "null"),
+                     "int | float | None"),
+    "features_cols": Kind("None, a list of column names or a dict model input name -> column(s)", ("list", "dict", "null"),
+                          "list | dict | None"),
+    "label_cols": Kind("None, a list of column names or a dict output name -> column", ("list", "dict", "null"),
+                       "list | dict | None"),
+    "output_cols": Kind("None, a list of column names or a dict output name -> column", ("list", "dict", "null"),
+                        "list | dict | None"),
+    "decoders": Kind("None or a dict column -> 'module:function'", ("dict", "null"), "dict | None"),
+    "class_weight": Kind("None or a dict class index -> weight", ("dict", "null"), "dict | None"),
+    "optimizer": Kind("a Keras optimizer name, object or config", ("str", "dict"), "str | dict | keras.optimizers.Optimizer"),
+    "loss": Kind("a Keras loss name, object, function or config", ("str", "dict"), "str | dict | keras.losses.Loss"),
+    "metrics": Kind("a list of Keras metric names, objects or configs", ("list",), "list"),
+    "loss_weights": Kind("None, a float, a list of floats or a dict output name -> float", ("float", "list", "dict", "null"),
+                         "float | list | dict | None"),
+    "jit_compile": Kind("True, False or 'auto'", ("bool", "str"), "bool | str"),
+}
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One Param of ``KerasEstimator`` (and of the ``KerasModel`` it fits).
+
+    Attributes:
+        name: the camelCase Param name, also the estimator's keyword, e.g. ``"numWorkers"``.
+        kind: a key of :data:`KINDS`: which converter checks a value when it is set.
+        default: the default value, or :data:`NO_DEFAULT`.
+        doc: what the Param means, in Markdown (inline code in backticks): the Param's doc, the
+            estimator's docstring, README.md and the job config docs all show this text.
+        stage: :data:`SHARED` (set on the estimator or the model) or :data:`TRAINING` (set on the
+            estimator; the fitted model carries the value, read-only).
+        choices: the values it takes, where they are few (the job config checks them; kind
+            ``"choice"`` also checks them when the Param is set; the others at ``fit``).
+        rule: the rule error messages state, when more precise than the kind's (``"a positive
+            integer"``); ranges that the kind does not check are checked at ``fit``.
+        config: the job config section that holds it as a snake_case key (``"fit"``, ``"data"``), or None.
+        example: an example value for the job config docs.
+        fit_choices: the values ``fit`` accepts, when fewer than ``choices`` (the others are for
+            ``transform``); the job config offers these.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    doc: str
+    stage: str = TRAINING
+    choices: tuple | None = None
+    rule: str | None = None
+    config: str | None = None
+    example: Any = None
+    fit_choices: tuple | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"ParamSpec.kind must be one of {sorted(KINDS)}. Received: {self.name}: {self.kind!r}")
+        if self.stage not in (SHARED, TRAINING):
+            raise ValueError(f"ParamSpec.stage must be {SHARED!r} or {TRAINING!r}. Received: {self.name}: {self.stage!r}")
+
+    @property
+    def key(self) -> str:
+        """The job config key: the name in snake_case (``maxTaskMemoryMB`` -> ``max_task_memory_mb``)."""
+        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", self.name).lower()
+
+    @property
+    def type_rule(self) -> str:
+        """The rule a converter's error states, e.g. ``"a positive integer"``, ``"one of ['vector', 'array']"``."""
+        if self.rule is not None:
+            return self.rule
+        if self.kind == "choice":
+            return f"one of {list(self.choices)}"
+        return KINDS[self.kind].rule
+
+    @property
+    def suffix(self) -> str:
+        """The getter and setter suffix: ``getNumWorkers``, ``setNumWorkers``."""
+        return self.name[0].upper() + self.name[1:]
+
+
+@dataclass(frozen=True)
+class Keyword:
+    """A ``KerasEstimator`` keyword that is not a Param (an object that is neither JSON nor saved as a Param)."""
+
+    name: str
+    pytype: str
+    default: Any
+    doc: str
+
+
+TASKS = ("auto", "classification", "regression")
+SCORE_COLUMN_TYPES = ("vector", "array")
+HANDLE_INVALID = ("error", "skip", "keep")
+COMPRESSIONS = ("fp16", "1bit", "threshold")  # sparkdl.core.compression.COMPRESSIONS, checked equal by a test
+
+#: the estimator's keywords that are not Params, in the order its docstring lists them
+KEYWORDS: tuple[Keyword, ...] = (
+    Keyword("model", "keras.Model", None,
+            "a built Functional or Sequential `keras.Model` (one or several inputs and outputs), kept as architecture "
+            "JSON plus weights (Arrow IPC), never pickled; a compiled model supplies each compile Param not given "
+            "(`optimizer`, `loss`, `metrics`, `weightedMetrics`, `lossWeights`), see `setModel`"),
+    Keyword("initialModel", "KerasModel", None,
+            "a fitted or loaded `KerasModel` to continue from, with its weights and optimizer state (Adam's moments and "
+            "iteration counter), see `setInitialModel`"),
+    Keyword("customObjects", "dict", None,
+            "a dict name -> class or function, as Keras' `custom_objects`, registered with Keras here and on the executors"),
+    Keyword("callbacks", "list", [],
+            "Keras callbacks run on the driver during `fit` (backend `rounds`), never pickled nor saved, see `setCallbacks`"),
+)
+
+_P = ParamSpec
+
+#: every Param, in the order the docs list them
+PARAMS: tuple[ParamSpec, ...] = (
+    # --- the model's columns (read by fit, transform and evaluate) ---
+    _P("featuresCol", "str", "features", stage=SHARED, config="data", example="pixels", doc=(
+        "input column: numeric, `array<numeric>` or a Spark ML (or mllib) vector holding `prod(input_shape)` values per "
+        "row (784 for an input of shape `(28, 28, 1)`), cast to the model input's dtype (float32 by default)")),
+    _P("labelCol", "str", "label", stage=SHARED, config="data", example="label", doc=(
+        "label column: numeric (a class index or a value) or `array<numeric>`/vector (one-hot, or one value per output "
+        "unit); read by `fit` and `KerasModel.evaluate`")),
+    _P("featuresCols", "features_cols", None, stage=SHARED, config="data", example=["x1", "x2"], doc=(
+        "instead of `featuresCol`: a list of columns (scalars, arrays, vectors) whose values are concatenated per row, in "
+        "order, into the one model input; or a dict model input name -> column (or list of columns) for multi-input "
+        "models. Each input is cast to its Keras input's dtype (int32/int64 ids stay integers); a sequence input "
+        "`(None, k)` takes one `array<array<numeric>>` column, padded with 0.0 to the longest row (`Masking`)")),
+    _P("labelCols", "label_cols", None, stage=SHARED, config="data", example={"digit": "label"}, doc=(
+        "labels of a multi-output model, instead of `labelCol`: a list of columns in output order or a dict output "
+        "name -> column")),
+    _P("decoders", "decoders", None, stage=SHARED, config="data", example={"image": "mypkg.decode:png"}, doc=(
+        "binary columns' decoders: a dict column -> `\"module:function\"`, a function importable on the executors that "
+        "turns one row's bytes into a numeric array of exactly the input's shape (a binary column without one is "
+        "refused before any job)")),
+    _P("sampleWeightCol", "str?", None, stage=SHARED, config="fit", example="weight", doc=(
+        "column of per-row loss weights (numeric, finite, >= 0), Keras' `sample_weight`, in training, validation and "
+        "`evaluate` (a batch's loss is Σ w·l / rows, as in Keras; not with `classWeight`)")),
+    # --- transform's output ---
+    _P("predictionCol", "str", "prediction", stage=SHARED, doc=(
+        "`transform`'s prediction column (double): a classifier's class index, a regressor's output value "
+        "(`array<double>` for several output values or a multi-label classifier's 0/1 decisions)")),
+    _P("rawPredictionCol", "str", "rawPrediction", stage=SHARED, doc=(
+        "classifiers' raw class scores, as Spark's classifiers write them (`\"\"` leaves the column out)")),
+    _P("probabilityCol", "str", "probability", stage=SHARED, doc=(
+        "classifiers' class probabilities in [0, 1] (`\"\"` leaves the column out); each classifier output of a "
+        "multi-output model gets `<column>_<probabilityCol>`")),
+    _P("scoreColumnType", "choice", "vector", stage=SHARED, choices=SCORE_COLUMN_TYPES, doc=(
+        "type of the `rawPrediction` and `probability` columns: `vector` (a `pyspark.ml.linalg` DenseVector, as "
+        "Spark's classifiers write them and its evaluators read them) or `array` (`array<double>`)")),
+    _P("outputCols", "output_cols", None, stage=SHARED, doc=(
+        "`transform` of a multi-output model: each output's column, a list in output order or a dict output name -> "
+        "column (default: each output's name; checked before any job)")),
+    _P("task", "choice", "auto", stage=SHARED, choices=TASKS, config="fit", example="classification", doc=(
+        "how `transform` reads the outputs: `classification` (prediction = class index, with rawPrediction and "
+        "probability), `regression` (prediction = the output values) or `auto` (classification for cross-entropy, "
+        "hinge and KL-divergence losses)")),
+    _P("checkFeatures", "bool", True, stage=SHARED, doc=(
+        "`transform` counts null, NaN, ±inf and wrongly sized feature rows over the whole input in one Spark-SQL pass "
+        "when it is called and, with `handleInvalid=\"error\"`, raises `SchemaError` with the counts (True); False "
+        "keeps `transform` fully lazy: a bad row then fails its task with `SchemaError` naming the column, the "
+        "partition and the batch")),
+    _P("handleInvalid", "choice", "error", stage=SHARED, choices=HANDLE_INVALID, fit_choices=("error", "skip"),
+       config="fit", example="skip", doc=(
+           "rows with a null, NaN or ±inf value (or a wrongly sized one) in a model column: `error` fails (`fit` before "
+           "training, naming each column and its counts; `transform` before scoring, or in the task with "
+           "`checkFeatures=False`); `skip` drops them (`fit` warns with the count, also in `fitInfo[\"rows_skipped\"]`; "
+           "`transform` leaves them out of its output); `keep`, for `transform` only, keeps them with NaN in every "
+           "prediction, rawPrediction and probability column (`fit` refuses it before any job: set it on the fitted "
+           "model). The fitted model gets the estimator's value")),
+    # --- batches and compile arguments ---
+    _P("batchSize", "int", 32, stage=SHARED, rule="a positive integer", config="fit", example=64, doc=(
+        "rows per local training step; the smallest `transform` batch when `inferenceBatchSize` is None, and "
+        "`evaluate`'s default")),
+    _P("inferenceBatchSize", "rows?", None, stage=SHARED, doc=(
+        "rows per predict call in `transform` (> 0); None: as many rows as make about 4 MiB of input, between "
+        "`batchSize` and 2,048 (1,337 rows for mnist's 784 float32 pixels)")),
+    _P("optimizer", "optimizer", "adam", stage=SHARED, config="fit",
+       example={"class_name": "Adam", "config": {"learning_rate": 0.002}}, doc=(
+           "Keras optimizer: a name (`\"adam\"`), an object (`Adam(1e-3)`) or a config dict `{class_name, config}`; "
+           "a compiled `model` supplies it when it is not given")),
+    _P("loss", "loss", NO_DEFAULT, stage=SHARED, config="fit", example="sparse_categorical_crossentropy", doc=(
+        "Keras loss: a name, an object, a function or a config dict; needed unless `model` is compiled (then it "
+        "supplies it). Its family decides the label rule and the classifier columns")),
+    _P("metrics", "metrics", [], stage=SHARED, config="fit", example=["accuracy"], doc=(
+        "Keras metrics: a list of names, objects or configs (a compiled `model` supplies them when not given)")),
+    _P("weightedMetrics", "metrics", [], stage=SHARED, doc=(
+        "`keras.Model.compile`'s `weighted_metrics`: a list of names, objects or configs, weighted by `sampleWeightCol`")),
+    _P("lossWeights", "loss_weights", None, stage=SHARED, doc=(
+        "`keras.Model.compile`'s `loss_weights`: None, a float, a list of floats (output order) or a dict output name "
+        "-> float")),
+    _P("jitCompile", "jit_compile", "auto", stage=SHARED, doc=(
+        "`keras.Model.compile`'s `jit_compile`: True, False or `\"auto\"` (XLA compilation of the train step); a "
+        "compiled model does not supply it (Keras keeps only the value it resolved on the driver's devices)")),
+    # --- the training loop ---
+    _P("numWorkers", "int", 2, rule="a positive integer", config="fit", example=4, doc=(
+        "model replicas, one Spark task and one partition each (a warning when larger than the row count)")),
+    _P("epochs", "int", 1, rule="a positive integer", config="fit", example=8, doc="passes over the data"),
+    _P("localSteps", "int?", None, rule="None or a positive integer", config="fit", example=16, doc=(
+        "τ: local steps of each worker between averaging rounds (round modes) or between a push and the next pull "
+        "(asynchronous modes); None: one pass over each partition per round, i.e. one round per epoch, in the round "
+        "modes, and 4 steps in the asynchronous ones (`sparkdl.config.ASYNC_DEFAULT_LOCAL_STEPS`)")),
+    _P("mode", "str", "sync", choices=MODES, config="fit", example="bmuf", doc=(
+        "training mode (README's Modes table has each rule): the round modes, on either backend, `sync` (model "
+        "averaging weighted by rows; SparkNet, Moritz et al. 2016), `bmuf` (block momentum: `blockMomentum`, "
+        "`blockLearningRate`, `nesterov`; Chen & Huo 2016), `easgd` (elastic averaging with force `elasticForce`, the "
+        "fitted model is the centre; Zhang, Choromanska, LeCun 2015), `gossip` (each round every worker averages with "
+        "one peer of a seeded random matching, the fitted model is the workers' average; Jin et al. 2016); or an "
+        "asynchronous mode on backend `ps`: `async` (Downpour; Dean et al. 2012), `hogwild` (no lock; Recht et al. "
+        "2011), `staleness_aware` (each update scaled by 1/staleness; Zhang, Gupta, Lian, Liu 2016), `ssp` (bounded "
+        "staleness, see `staleness`; Ho et al. 2013)")),
+    _P("backend", "str", "auto", choices=BACKENDS, config="fit", example="ps", doc=(
+        "`rounds` (one Spark job per round: the round modes; works with dynamic allocation), `ps` (a parameter server "
+        "on the driver and one long-lived barrier stage: every mode, a round mode giving what `rounds` gives on the "
+        "same seed; needs a task slot per worker and dynamic allocation off, both checked before any job) or `auto` "
+        "(`rounds` for the round modes, `ps` for the asynchronous ones)")),
+    _P("seed", "int", 0, config="fit", example=1, doc=(
+        "seed of the shuffles, of `validationSplit` and of the replicas' random layers")),
+    _P("shuffle", "bool", True, config="fit", example=False, doc=(
+        "reshuffle each partition's rows every epoch with a seeded permutation, as `keras.Model.fit(shuffle=True)`")),
+    _P("verbose", "int", 1, choices=(0, 1, 2), config="fit", example=0, doc=(
+        "as Keras: 0 silent; 1 a live progress bar on the driver (epoch, round, running loss and metrics, samples/s, "
+        "time left) in a terminal or notebook, else one line per epoch (`Epoch 3/8 - 2.4s - 3,266 samples/s - loss: "
+        "0.1151 - accuracy: 0.9653`); 2 one such line per epoch. Each line also goes to the `sparkdl` logger (DEBUG)")),
+    _P("roundTimeout", "float", 3600.0, rule="a positive number of seconds", config="fit", example=1800, doc=(
+        "seconds a round may run before its Spark jobs are cancelled (`RoundTimeoutError`)")),
+    _P("keepPartitioning", "bool", False, config="fit", example=True, doc=(
+        "train on the input's own partitions, one worker each (as many as the cached plan has: AQE does not coalesce "
+        "cached plans, so after a shuffle that is `spark.sql.shuffle.partitions`, not the count "
+        "`df.rdd.getNumPartitions()` shows; a warning names it), instead of spreading the rows round-robin over "
+        "`numWorkers` partitions (so that label-sorted files do not give workers label-sorted shards)")),
+    # --- backend ps ---
+    _P("staleness", "int", 2, rule="an integer >= 0", config="fit", example=3, doc=(
+        "`ssp`: a worker more than this many clocks (pushes) ahead of the slowest waits")),
+    _P("serverPort", "int", 0, rule="an integer in [0, 65535]", config="fit", example=7078, doc=(
+        "`ps`: the parameter server's TCP port on the driver (0: a free port; a taken port fails with `ServerError` "
+        "naming it)")),
+    _P("workerTimeout", "float", 600.0, rule="a positive number of seconds", config="fit", example=900, doc=(
+        "`ps`: seconds a worker may go without contacting the server (a push, a wait or a heartbeat; a waiting worker "
+        "re-asks every 5 s) before the fit fails with `WorkerError` naming its partition; must exceed τ steps and the "
+        "first replica build")),
+    # --- the modes' settings ---
+    _P("blockMomentum", "float?", None, rule="None or a number in [0, 1)", config="fit", example=0.5, doc=(
+        "`bmuf`: the block momentum η in [0, 1); None: 1 − 1/numWorkers (η = 0 with `blockLearningRate` 1 is `sync`)")),
+    _P("blockLearningRate", "float", 1.0, rule="a number > 0", config="fit", example=1.0, doc=(
+        "`bmuf`: the block learning rate ζ (> 0)")),
+    _P("nesterov", "bool", True, config="fit", example=False, doc=(
+        "`bmuf`: workers start each block from the Nesterov look-ahead W + η·Δ")),
+    _P("elasticForce", "float?", None, rule="None or a number > 0", config="fit", example=0.3, doc=(
+        "`easgd`: the elastic force α (> 0, numWorkers·α < 1); None: 0.9/numWorkers")),
+    _P("compression", "str?", None, choices=(None, *COMPRESSIONS), config="fit", example="fp16", doc=(
+        "how workers send their updates, in any mode on either backend: None (their full state), `fp16` (the update "
+        "relative to the round's start as float16, half the bytes, summed in float64 and averaged in float32), `1bit` "
+        "(one bit per value plus two float32 values per column, the quantization error kept by the worker and added "
+        "to its next update; Seide et al. 2014) or `threshold` (±`compressionThreshold` at sparse uint32 indices, "
+        "error feedback; Strom 2015); the asynchronous modes compress every push but each worker's last. With "
+        "`1bit`/`threshold` the optimizer state stays on each worker (the fitted "
+        "model keeps the initial one); `fitInfo[\"update_bytes\"]` counts the bytes the driver received")),
+    _P("compressionThreshold", "float", 0.01, rule="a number > 0", config="fit", example=0.001, doc=(
+        "`threshold`'s t, in weight units: each entry moves by ±t at most per round, so t must be near a round's "
+        "typical weight change (about learning rate × τ for Adam); a t far below it sends nearly every entry and "
+        "learns slowly (a digits MLP: t = 0.001 stayed at chance, 0.05 reached 0.92); 0.01 sends about 1/20 of a full "
+        "update's bytes on the mnist10k CNN with Adam(0.002) and τ = 16 (`benchmarks/compare_modes.py`)")),
+    _P("minWorkersPerRound", "workers?", None, config="fit", example=3, doc=(
+        "straggler-tolerant rounds of the round modes (either backend): a round closes with the updates that arrived "
+        "once this many workers (int) or this fraction of them (float) sent theirs and `roundDeadline` seconds "
+        "passed (workers with no rows in a round do not count); later updates are dropped and counted "
+        "(`fitInfo[\"updates_dropped\"]`, `[\"rows_dropped\"]`, `[\"dropped_per_round\"]`). On `rounds` a late "
+        "worker's job goes on in the background and its partition sits out the rounds that close meanwhile; on `ps` "
+        "the server closes the round and a late worker skips to the open one. None waits for every worker")),
+    _P("roundDeadline", "float", 0.0, rule="a number of seconds >= 0", config="fit", example=30, doc=(
+        "with `minWorkersPerRound`: seconds a round waits for every worker before it closes with the minimum. With 0 a "
+        "round closes as soon as the minimum arrived, so with `minWorkersPerRound=1` the slower half of equal workers "
+        "is dropped every round: give a deadline a little above a normal round's time")),
+    _P("mixedPrecision", "str?", None, choices=(None, *MIXED_PRECISION), config="fit", example="mixed_bfloat16", doc=(
+        "the replicas' Keras dtype policy: None (the model's own dtypes), `mixed_float16` or `mixed_bfloat16` "
+        "(16-bit compute, float32 variables, the output layers float32; `mixed_float16` adds dynamic loss scaling); "
+        "the master weights, their averaging and the Arrow wire stay float32, and the fitted model is float32; "
+        "checked before any job (docs/gpu.md)")),
+    # --- the training data ---
+    _P("classWeight", "class_weight", None, config="fit", example={0: 1.0, 1: 5.0}, doc=(
+        "Keras `class_weight`: a dict class index -> weight; each row's loss is weighted by its class's weight (the "
+        "argmax of one-hot labels, else the rounded label), as Keras does (not with `sampleWeightCol`)")),
+    _P("validationCol", "str?", None, config="fit", example="is_val", doc=(
+        "boolean column: rows where it is true are validated on after each epoch, the others trained on (a null is a "
+        "training row); the history gets `val_*` keys, exact over all validation rows. On backend `ps` each epoch's "
+        "master weights are kept when its last update is applied and validated after the barrier stage")),
+    _P("validationSplit", "fraction", 0.0, config="fit", example=0.1, doc=(
+        "fraction of the rows held out for validation after each epoch, chosen by a seeded hash of each row's model "
+        "columns (the same rows every run, whatever the partitioning); or pass `fit(df, validationData=val_df)`")),
+    _P("maxTaskMemoryMB", "megabytes?", None, config="fit", example=2048, doc=(
+        "a task's memory budget for its partition (MB): a larger partition is written once to local `.npy` files and "
+        "read a batch at a time (never memory-mapped); None: `spark.executor.pyspark.memory` (else `spark.executor.memory`, or the driver's "
+        "in local mode) divided by the executor's task slots")),
+    # --- tracking ---
+    _P("logDir", "str?", None, config="fit", example="runs/mnist_cnn/tb", doc=(
+        "a folder for TensorBoard event files (`train/`, `validation/`: `epoch_*` scalars per epoch and `round_*` per "
+        "round); needs TensorFlow on the driver")),
+    _P("mlflow", "bool?", None, config="fit", example=True, doc=(
+        "log the Params, per-epoch metrics and the fitted model (an artifact folder `model` that `KerasModel.load` "
+        "reads) to MLflow (the `mlflow` extra): True; None: when mlflow is installed and a run is active; False: "
+        "never")),
+)
+
+#: name -> :class:`ParamSpec`
+BY_NAME: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMS}
+
+
+def _inline(value) -> str:
+    """A default as the docs show it: ``2``, ``None``, `` `sync` ``."""
+    if value is NO_DEFAULT:
+        return "none"
+    if isinstance(value, str):
+        return f"`{value}`" if value else '`""`'
+    if isinstance(value, (list, dict)):
+        return f"`{value!r}`"
+    return repr(value)
+
+
+def params_markdown() -> str:
+    """README.md's Params table: every keyword of ``KerasEstimator``, Params and the others."""
+    lines = [
+        "Every Param is a keyword of `KerasEstimator`, has a `getX` and is declared once in `sparkdl/param_specs.py`. "
+        "*both*: set on the estimator or the fitted model (`fit` copies the estimator's value); *estimator*: set on the "
+        "estimator, and the fitted `KerasModel` carries the value it was fitted with (a getter, saved with it).",
+        "",
+        "| Param | default | set on | meaning |",
+        "|---|---|---|---|",
+    ]
+    for spec in PARAMS:
+        stage = "both" if spec.stage == SHARED else "estimator"
+        lines.append(f"| `{spec.name}` | {_inline(spec.default)} | {stage} | {_cell(spec.doc)} |")
+    for keyword in KEYWORDS:
+        lines.append(f"| `{keyword.name}` (not a Param) | {_inline(keyword.default)} | estimator | {_cell(keyword.doc)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _rst(text: str) -> str:
+    """Markdown inline code as reStructuredText's (``x``)."""
+    return re.sub(r"`([^`]+)`", r"``\1``", text)
+
+
+def args_docstring(indent: int = 8, width: int = 112) -> str:
+    """The ``Args:`` entries of ``KerasEstimator``'s docstring: the keywords that are not Params,
+    then every Param with its type and default, each wrapped to ``width`` columns."""
+    pad = " " * indent
+    out = []
+    entries = [(k.name, k.pytype, k.default, k.doc) for k in KEYWORDS]
+    entries += [(s.name, KINDS[s.kind].pytype, s.default, s.doc) for s in PARAMS]
+    for name, pytype, default, doc in entries:
+        shown = "no default" if default is NO_DEFAULT else f"default {default!r}"
+        text = f"{name} ({pytype}; {shown}): {_rst(doc)}."
+        out.append(textwrap.fill(text, width=width, initial_indent=pad, subsequent_indent=pad + "    ",
+                                 break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out)
+
+
+#: ``keras.Model.compile`` argument -> the Param that holds it; such a keyword given as None leaves
+#: its Param unset (a compiled ``model`` supplies it)
+COMPILE_PARAMS = {
+    "optimizer": "optimizer",
+    "loss": "loss",
+    "metrics": "metrics",
+    "weighted_metrics": "weightedMetrics",
+    "loss_weights": "lossWeights",
+    "jit_compile": "jitCompile",
+}
+
+
+def keyword_names() -> list[str]:
+    """Every keyword of ``KerasEstimator``: the non-Param keywords, then the Params, in doc order."""
+    return [k.name for k in KEYWORDS] + [spec.name for spec in PARAMS]
+
+
+def check_keywords(owner: str, kwargs: dict) -> None:
+    """Refuse a keyword that is neither a declared Param nor a :data:`KEYWORDS` entry.
+
+    Args:
+        owner: the class whose keywords these are, for the message (``"KerasEstimator"``).
+        kwargs: the keywords given.
+
+    Raises:
+        ConfigError: naming the first unknown keyword, the closest valid one (as
+            ``difflib.get_close_matches`` finds it) and the value received.
+    """
+    valid = keyword_names()
+    for name, value in kwargs.items():
+        if name in BY_NAME or any(k.name == name for k in KEYWORDS):
+            continue
+        close = difflib.get_close_matches(name, valid, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"{owner} keywords must be its Params or {', '.join(k.name for k in KEYWORDS)}; {name!r} is none of them."
+            f"{hint} Received: {name}={value!r}"
+        )
+
+
+def keyword_signature() -> inspect.Signature:
+    """``KerasEstimator.__init__``'s and ``setParams``'s signature: ``self`` and keyword-only arguments,
+    each defaulting to its Param's default (None for the compile Params, which a compiled model
+    supplies, and for Params without a default)."""
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(k.name, inspect.Parameter.KEYWORD_ONLY, default=None) for k in KEYWORDS]
+    for spec in PARAMS:
+        default = None if spec.name in COMPILE_PARAMS.values() or spec.default is NO_DEFAULT else spec.default
+        parameters.append(inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    return inspect.Signature(parameters)
+
+
+def plain_doc(spec: ParamSpec) -> str:
+    """The Param's doc as ``explainParams`` shows it (no Markdown backticks)."""
+    return spec.doc.replace("`", "")
+
+
+if __name__ == "__main__":  # python -m sparkdl.param_specs: README.md's Params table
+    print(params_markdown(), end="")
