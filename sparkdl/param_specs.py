@@ -294,6 +294,19 @@ PARAMS: tuple[ParamSpec, ...] = (
         "0.1151 - accuracy: 0.9653`); 2 one such line per epoch. Each line also goes to the `sparkdl` logger (DEBUG)")),
     _P("roundTimeout", "float", 3600.0, rule="a positive number of seconds", config="fit", example=1800, doc=(
         "seconds a round may run before its Spark jobs are cancelled (`RoundTimeoutError`)")),
+    _P("dataTimeout", "float", 86400.0, rule="a positive number of seconds", config="fit", example=7200, doc=(
+        "seconds a data job may run before it is cancelled: the check and caching passes over the whole input, and each "
+        "validation pass (they read all the rows, so `roundTimeout` does not bound them)")),
+    # --- checkpoints ---
+    _P("checkpointDir", "str?", None, config="fit", example="hdfs://nn/ckpt/mnist", doc=(
+        "a folder (local, or any Hadoop URI the session reaches) for snapshots of the fit's whole state, written at "
+        "every epoch's end (data first, then a marker; the last 2 kept). A fit of the same model, mode, schedule and "
+        "data with the same folder (the same job run again after its driver was lost) continues from the newest one; "
+        "a snapshot of another fit is refused, naming the difference; a finished fit's folder makes a new fit return "
+        "at once")),
+    _P("checkpointEvery", "int?", None, rule="None or a positive integer", config="fit", example=50, doc=(
+        "with `checkpointDir`: also a snapshot after every this many rounds (None: at epoch ends only; the "
+        "asynchronous modes snapshot at epoch ends only, where every worker stands at the same place)")),
     _P("keepPartitioning", "bool", False, config="fit", example=True, doc=(
         "train on the input's own partitions, one worker each (as many as the cached plan has: AQE does not coalesce "
         "cached plans, so after a shuffle that is `spark.sql.shuffle.partitions`, not the count "
@@ -306,9 +319,18 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`ps`: the parameter server's TCP port on the driver (0: a free port; a taken port fails with `ServerError` "
         "naming it)")),
     _P("workerTimeout", "float", 600.0, rule="a positive number of seconds", config="fit", example=900, doc=(
-        "`ps`: seconds a worker may go without contacting the server (a push, a wait or a heartbeat; a waiting worker "
-        "re-asks every 5 s) before the fit fails with `WorkerError` naming its partition; must exceed τ steps and the "
-        "first replica build")),
+        "`ps`: seconds a worker may go without a heartbeat (each task sends one every 2 s from a thread of its own, "
+        "whatever its step is doing) before the fit fails with `WorkerError` naming its partition: a dead or stopped "
+        "worker, not a slow one. A worker not heard from since its task was started gets at least 180 s (a Python "
+        "worker's start and TensorFlow's import)")),
+    _P("serverTls", "bool", True, config="fit", example=False, doc=(
+        "`ps`: the parameter server speaks TLS with a certificate made for the fit, which the workers pin (nobody on "
+        "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic")),
+    _P("serverCertFile", "str?", None, config="fit", example="/etc/sparkdl/ps.pem", doc=(
+        "`ps`: your own PEM certificate for the server (with `serverKeyFile`), instead of the fit's own; the workers "
+        "pin it")),
+    _P("serverKeyFile", "str?", None, config="fit", example="/etc/sparkdl/ps.key", doc=(
+        "`ps`: the unencrypted PEM private key of `serverCertFile` (read on the driver only)")),
     # --- the modes' settings ---
     _P("blockMomentum", "float?", None, rule="None or a number in [0, 1)", config="fit", example=0.5, doc=(
         "`bmuf`: the block momentum η in [0, 1); None: 1 − 1/numWorkers (η = 0 with `blockLearningRate` 1 is `sync`)")),

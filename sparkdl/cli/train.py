@@ -259,6 +259,7 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
             "history": fitted.history,
             "mode": estimator.getMode(),
             "backend": fitted.fitInfo.get("backend", "rounds"),
+            **{key: fitted.fitInfo[key] for key in ("resumed_from_epoch", "resumed_from_round", "epochs_run") if key in fitted.fitInfo},
         }
         results = summary(accuracy, evaluation)
         with tempfile.TemporaryDirectory(prefix="sparkdl-train-") as tmp:

@@ -274,6 +274,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             min_workers_per_round=self.getMinWorkersPerRound(),
             round_deadline_s=self.getRoundDeadline(),
             mixed_precision=self.getMixedPrecision(),
+            data_timeout_s=self.getDataTimeout(),
+            checkpoint_dir=self.getCheckpointDir(),
+            checkpoint_every=self.getCheckpointEvery(),
+            server_tls=self.getServerTls(),
+            server_cert_file=self.getServerCertFile(),
+            server_key_file=self.getServerKeyFile(),
         )
 
     def setValidationData(self, df: DataFrame | None) -> KerasEstimator:

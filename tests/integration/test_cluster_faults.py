@@ -165,3 +165,43 @@ def test_a_loaded_machine_raises_no_false_alarm_with_a_short_worker_timeout(tmp_
             other.send_signal(signal.SIGKILL)
             other.wait(30)
     assert len(out["loss"]) == 3 and all(np.isfinite(out["loss"]))
+
+
+def _train_job(tmp_path, name: str, backend: str, checkpoint_dir: str | None) -> subprocess.Popen:
+    """``spark-submit jobs/train.py`` of conf/mnist_quick.yaml, 4 epochs, on ``local[2]``."""
+    sets = [f"fit.epochs=4", f"fit.backend={backend}", "fit.local_steps=32", f"output.dir={tmp_path / name}", "output.plot=false"]
+    if checkpoint_dir is not None:
+        sets.append(f"fit.checkpoint_dir={checkpoint_dir}")
+    args = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[2]",
+            "--conf", "spark.ui.showConsoleProgress=false", os.path.join(ROOT, "jobs", "train.py"),
+            "--config", os.path.join(ROOT, "conf", "mnist_quick.yaml"), *[x for s in sets for x in ("--set", s)]]
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _weights(folder):
+    import keras
+
+    return [w.tolist() for w in keras.saving.load_model(os.path.join(folder, "model", "model.keras")).get_weights()]
+
+
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_a_killed_driver_run_again_with_its_checkpoint_dir_ends_as_an_uninterrupted_run(tmp_path, backend):
+    whole = _train_job(tmp_path, "whole", backend, None)
+    out, _ = whole.communicate(timeout=1200)
+    assert whole.returncode == 0, out[-3000:]
+    folder = tmp_path / "checkpoints"
+    killed = _train_job(tmp_path, "killed", backend, str(folder))
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and not any(folder.glob("snapshot-*-000002.done")):  # after epoch 2's snapshot
+        assert killed.poll() is None, killed.stdout.read()[-3000:]
+        time.sleep(0.2)
+    os.killpg(killed.pid, signal.SIGKILL)  # the driver (and its executors' Python workers) die mid-fit
+    killed.wait(60)
+    assert not (tmp_path / "killed" / "model").exists()
+    again = _train_job(tmp_path, "killed", backend, str(folder))
+    out, _ = again.communicate(timeout=1200)
+    assert again.returncode == 0, out[-3000:]
+    metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
+    assert metrics["resumed_from_epoch"] >= 2 and metrics["epochs_run"] == 4 - metrics["resumed_from_epoch"], metrics
+    assert _difference(_weights(tmp_path / "killed"), _weights(tmp_path / "whole")) < 1e-6
