@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sparkdl.core.compression import check_compression, check_threshold
 from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 from sparkdl.errors import ConfigError
 BACKENDS = ("rounds", "ps", "auto")
@@ -127,6 +126,8 @@ class FitConfig:
             raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
+        from sparkdl.core.compression import check_compression, check_threshold  # pyarrow: not for sparkdl.keras alone
+
         check_compression(self.compression)
         if self.compression == "threshold":
             check_threshold(self.compression_threshold)

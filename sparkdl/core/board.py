@@ -148,6 +148,11 @@ class RoundBoard:
             return self._cond.wait_for(lambda: self._complete() or len(set(self._pushed) & self._expected) >= need,
                                        timeout=max(0.0, timeout_s))
 
+    def wait_change(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds for the next push (or close, stop)."""
+        with self._cond:
+            self._cond.wait(timeout=max(0.0, timeout_s))
+
     def _complete(self) -> bool:
         return self._expected <= set(self._pushed)
 
@@ -324,6 +329,11 @@ class EpochLedger:
     def rows(self, epoch: int) -> int:
         with self._cond:
             return self.epochs[epoch].rows
+
+    def wait_change(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds for the next recorded push."""
+        with self._cond:
+            self._cond.wait(timeout=max(0.0, timeout_s))
 
     def wait_epoch(self, epoch: int, rows: int, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` seconds until ``rows`` rows of ``epoch`` were applied."""

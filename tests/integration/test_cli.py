@@ -37,6 +37,7 @@ def venv_env(**extra) -> dict:
     return env
 
 
+@pytest.mark.slow  # two executor JVMs and the CLI twice: about 100 s
 def test_deploy_doc_local_cluster_block_trains_and_predicts(tmp_path):
     bin_dir = os.path.dirname(sys.executable)
     for tool in ("spark-submit", "sparkdl-predict", "python3"):

@@ -74,7 +74,7 @@ def cached_fits(spark) -> set:
     return {row.fit for row in spark.range(0, 4, 1, 4).mapInArrow(probe, "fit string").collect()}
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", ["rounds", pytest.param("ps", marks=pytest.mark.slow)])
 def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark, backend):
     """Training pulls the slope to +1 while the validation rows have slope -1: val_loss is best after
     epoch 1, and the restored weights equal a 1-epoch fit's (same seed, same rounds)."""
@@ -93,7 +93,7 @@ def test_restore_best_weights_gives_the_master_weights_of_the_best_epoch(spark, 
 
 
 @pytest.mark.backends
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", ["rounds", pytest.param("ps", marks=pytest.mark.slow)])
 def test_reduce_lr_on_plateau_reaches_the_replicas_from_the_next_round(spark, backend):
     """ReduceLROnPlateau halves the learning rate at the end of epochs 2 and 3 (min_delta so large that
     no epoch after the first improves); the learning rate read back from the optimizer state the
@@ -137,7 +137,7 @@ def test_learning_rate_scheduler_and_a_round_level_callback(spark):
         np.testing.assert_array_equal(got, want)  # the callbacks' model holds the master weights at epoch end
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", ["rounds", pytest.param("ps", marks=pytest.mark.slow)])
 def test_checkpoint_csv_logger_and_terminate_on_nan(spark, tmp_path, backend):
     df, *_ = linear_df(spark)
     from sparkdl.keras.callbacks import ModelCheckpoint
@@ -280,10 +280,14 @@ def test_asynchronous_modes_run_epoch_callbacks_as_observers_and_stop_every_work
             self.weights.append([w.copy() for w in self.model.get_weights()])
 
     seen = Seen()
-    fitted = estimator(linear_model(), mode="async", epochs=10, callbacks=[stop, seen]).fit(df)
+    from sparkdl.spark.training import faults
+
+    slow = faults.Faults((faults.Delay(partition=0, seconds=0.3), faults.Delay(partition=1, seconds=0.3)))
+    with faults.inject(slow):  # 0.3 s a slot: the driver's stop reaches the workers before they run far ahead
+        fitted = estimator(linear_model(), mode="async", epochs=10, callbacks=[stop, seen]).fit(df)
     info = fitted.fitInfo
     assert len(fitted.history["loss"]) == 2 and info["stopped"]["epoch"] == 2 and seen.epochs == [0, 1]
     for got, want in zip(seen.weights[-1], fitted.getKerasModel().get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)  # the fitted model is the master the last epoch's callbacks saw
     late = sum(e["updates_applied"] for e in info["ps_epochs"][2:])
-    assert late <= 2 * 2, info["ps_epochs"]  # after the stop, at most a slot in flight per worker
+    assert late <= 2 * 2, info["ps_epochs"]  # after the stop, about a slot in flight per worker, far from 8 epochs' 64

@@ -297,7 +297,7 @@ def test_connect_paths_are_refused_where_this_client_and_the_server_would_not_me
     persistence.write_bytes(path, b"keras bytes", local)  # parent folders created
     assert persistence.read_bytes(f"file://{path}", local) == b"keras bytes"
     assert persistence.qualify(path, local) == f"file:{path}"
-    assert persistence._listing(str(tmp_path / "saved"), local) == ["model.keras"]
+    assert persistence.listing(str(tmp_path / "saved"), local) == ["model.keras"]
     assert persistence.read_bytes(str(tmp_path / "nothing"), local) is None
     persistence._files(local).delete(str(tmp_path / "saved"))
     assert not os.path.exists(tmp_path / "saved")

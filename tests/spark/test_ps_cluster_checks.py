@@ -35,6 +35,7 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(64, 4)).astype(np.float32)
 df = spark.createDataFrame([([float(v) for v in xi], float(xi[0] > 0)) for xi in x], "x array<float>, y double")
 def estimator(**kw):
+    keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
     return KerasEstimator(model=model, optimizer="adam", loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y",
                           numWorkers=2, epochs=2, batchSize=8, verbose=0, **kw)

@@ -57,7 +57,10 @@ def _assert_equal_fits(resumed, whole):
     np.testing.assert_allclose(resumed.history["loss"], whole.history["loss"], rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+SLOW = pytest.mark.slow  # the same path as a default-run case: in make test-all
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) if n in ("gossip", "fp16", "threshold") else n for n in CONFIGS])
 def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
     df = _shuffled(spark)
     settings = {**CONFIGS[name], "backend": "rounds"}
@@ -69,7 +72,7 @@ def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spar
     _assert_equal_fits(resumed, whole)
 
 
-@pytest.mark.parametrize("name", ["sync", "bmuf", "easgd", "gossip", "1bit"])
+@pytest.mark.parametrize("name", ["sync", "easgd", *(pytest.param(n, marks=SLOW) for n in ("bmuf", "gossip", "1bit"))])
 def test_checkpoint_dir_on_ps_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
     df = _shuffled(spark)
     settings = {**CONFIGS[name], "backend": "ps"}
@@ -102,8 +105,8 @@ class ResetMomentum(keras.callbacks.Callback):
                 variable.assign(np.zeros(variable.shape, variable.dtype))
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
-@pytest.mark.parametrize("callback", [HalveWeights, ResetMomentum])
+@pytest.mark.parametrize("backend, callback", [("rounds", HalveWeights), ("ps", HalveWeights), ("rounds", ResetMomentum),
+                                               pytest.param("ps", ResetMomentum, marks=SLOW)])
 def test_weights_and_optimizer_variables_a_callback_sets_train_as_keras_fit(spark, backend, callback):
     from tests.conftest import partitioned_df
 

@@ -76,6 +76,11 @@ class PSTaskSpec:
     heartbeat_s: float = 2.0
 
 
+def _nbytes(state: ModelState) -> int:
+    """Bytes of a pulled state's arrays (what the pull brought)."""
+    return sum(np.asarray(a).nbytes for a in [*state.weights, *(state.optimizer or [])])
+
+
 class Heartbeat:
     """A thread that tells the server, every ``interval_s`` seconds, that this task is alive."""
 
@@ -270,6 +275,7 @@ class Worker:
             self.counts["late"] += 1  # the round closed without this worker (straggler-tolerant rounds)
             return
         version, start = client.pull(worker=self.partition)
+        pulled = _nbytes(start)
         own = self.local.optimizer if self.quantized and self.local is not None and self.local.optimizer is not None else start.optimizer
         self.replica.set_state(ModelState(start.weights, own))
         if reply.get("learning_rate") is not None:
@@ -291,7 +297,7 @@ class Worker:
                 client.push_local(local, worker=self.partition, attempt=self.attempt, seq=g + 1)
         epoch = g // self.plan.rounds_per_epoch
         pushed = client.push(update, worker=self.partition, attempt=self.attempt, seq=g + 1, base_version=version, rows=self.rows,
-                             extra={"epoch": epoch, "metrics": encode_metric_sums(metrics)}, names=names, encoding=encoding)
+                             extra={"epoch": epoch, "metrics": encode_metric_sums(metrics), "pulled": pulled}, names=names, encoding=encoding)
         if self._applied(pushed):
             self.local = local
         elif pushed.get("dropped") == "late":
@@ -324,6 +330,7 @@ class Worker:
                     break
         own = self.local is not None and self.local.optimizer is not None
         version, master = client.pull(weights_only=own)
+        pulled = _nbytes(master)
         if client.control.get("stop"):
             self.stopped = True
             return
@@ -343,7 +350,7 @@ class Worker:
         update, names, encoding, residual = self._async_update(state, master, residual, final)
         if epoch_end:  # the worker's optimizer state: the server keeps its latest (snapshots, the fitted model)
             update = ModelState(update.weights, list(state.optimizer)) if encoding is None else update
-        extra = {"epoch": epoch, "clock": g + 1, "metrics": encode_metric_sums(metrics), "final": final,
+        extra = {"epoch": epoch, "clock": g + 1, "metrics": encode_metric_sums(metrics), "final": final, "pulled": pulled,
                  "worker_rows": int(self.plan.partition_rows[self.partition])}
         pushed = client.push(update, worker=self.partition, attempt=self.attempt, seq=g + 1, base_version=version, rows=self.rows,
                              extra=extra, names=names, encoding=encoding)

@@ -387,9 +387,10 @@ class PSTransport:
             return type(error)(f"{error} | worker reports: {messages}"[:4000])
         return error
 
-    def _wait(self, ready, what: str, stage_may_end: bool = False, timeout_s: float | None = None) -> None:
+    def _wait(self, ready, what: str, stage_may_end: bool = False, timeout_s: float | None = None, block=None) -> None:
         """Wait until ``ready()``, failing when the stage failed or ended first, a worker went
-        silent, or ``roundTimeout`` passed."""
+        silent, or ``roundTimeout`` passed. ``block(seconds)`` waits for what may make ``ready()``
+        true (a push on the board); the stage and the liveness are looked at every ``POLL_S``."""
         timeout_s = self.job.config.round_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         while not ready():
@@ -407,7 +408,12 @@ class PSTransport:
                     cancel_tag(self.job.spark, stage.tag)
                 raise RoundTimeoutError(f"each round must finish within roundTimeout={timeout_s:g} s. Received: {what} still "
                                         "waiting; the fit's job was cancelled")
-            time.sleep(POLL_S) if stage is None else stage.finished.wait(POLL_S)
+            if block is not None:
+                block(POLL_S)
+            elif stage is not None:
+                stage.finished.wait(POLL_S)
+            else:
+                time.sleep(POLL_S)
 
     # ---- a round of a round mode -----------------------------------------------------------------
 
@@ -424,7 +430,7 @@ class PSTransport:
             pushed = board.pushed()
             return expected <= pushed or (len(pushed & expected) >= need and time.monotonic() - opened >= config.round_deadline_s)
 
-        self._wait(closable, orders.description)
+        self._wait(closable, orders.description, block=board.wait_change)
         collection = board.close()
         local = self._collect_local(orders) if orders.collect and job.quantized else {}
         rows_dropped = sum(int(plan.row_range(p, r)[1] - plan.row_range(p, r)[0]) for p in collection.missing)
@@ -456,7 +462,8 @@ class PSTransport:
             self.server.set_state(orders.starts)
         self._stage_for(epoch * self.plan_rounds)
         total = job.data.total_rows
-        self._wait(lambda: ledger.rows(epoch) >= total, orders.description, timeout_s=job.config.round_timeout_s * self.plan_rounds)
+        self._wait(lambda: ledger.rows(epoch) >= total, orders.description, timeout_s=job.config.round_timeout_s * self.plan_rounds,
+                   block=ledger.wait_change)
         done = time.monotonic()
         seconds, self._epoch_done = done - self._epoch_done, done
         if self.options.pause_at_epochs:
