@@ -289,6 +289,17 @@ class CompileSpec:
     loss_weights: float | list | dict | None = None
     jit_compile: bool | str = "auto"
 
+    def reuse_key(self) -> str:
+        """What a compiled replica depends on (JSON): these arguments, without the optimizer's name
+        (Keras numbers it per instance: ``adam_3``) nor a numeric learning rate (an optimizer
+        variable, which every round's state sets). Two fits with equal keys can share a replica."""
+        optimizer = self.optimizer
+        if isinstance(optimizer, dict) and isinstance(optimizer.get("config"), dict):
+            config = {k: v for k, v in optimizer["config"].items() if k != "name"
+                      and not (k == "learning_rate" and isinstance(v, (int, float)))}
+            optimizer = {**optimizer, "config": config}
+        return json.dumps({**dataclasses.asdict(self), "optimizer": optimizer}, sort_keys=True, default=repr)
+
     @classmethod
     def create(cls, optimizer, loss, metrics: Sequence | None, weighted_metrics: Sequence | None = None,
                loss_weights=None, jit_compile="auto") -> CompileSpec:
@@ -512,6 +523,20 @@ class ModelSpec:
         """This spec without weights (``build()`` keeps Keras' initial values): for replicas whose
         weights arrive with every round, so tasks are not sent a second copy."""
         return dataclasses.replace(self, weights=b"")
+
+    @functools.cached_property
+    def reuse_key(self) -> str:
+        """What a built replica depends on: the architecture, with a ``Sequential`` model's and its
+        layers' names (numbered by Keras per instance: ``dense_12``) replaced by their positions,
+        since nothing of a Sequential model is looked up by name; a Functional model's names stay
+        (its outputs and inputs may be keyed by them)."""
+        config = json.loads(self.architecture)
+        if config.get("class_name") == "Sequential" and isinstance(config.get("config"), dict):
+            inner = dict(config["config"], name="model")
+            inner["layers"] = [{**layer, "config": {**layer.get("config", {}), "name": f"layer{i}"}}
+                               for i, layer in enumerate(inner.get("layers", []))]
+            config = {**config, "config": inner}
+        return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
     @functools.cached_property
     def digest(self) -> str:

@@ -35,6 +35,7 @@ def _run(mode, tmp_path):
     return metrics
 
 
+@pytest.mark.slow  # an MNIST accuracy run (8 epochs of the CNN), as the main job's
 def test_async_reaches_target_accuracy(tmp_path):
     _run("async", tmp_path)
 

@@ -134,11 +134,11 @@ def test_a_hung_worker_fails_the_fit_within_worker_timeout_naming_its_partition(
 
 
 def test_a_slow_step_is_no_false_alarm(spark):
-    """A step far longer than workerTimeout (partition 1 sleeps 12 s before each round's steps) is a
+    """A step far longer than workerTimeout (partition 1 sleeps 6 s before each round's steps) is a
     slow worker, not a dead one: its heartbeat thread keeps it alive and the fit completes."""
     from sparkdl.spark.training import faults
 
     df = _two_partitions(spark)
-    with faults.inject(faults.Delay(partition=1, seconds=12.0)):
-        fitted = _ps_estimator(epochs=1, localSteps=4, workerTimeout=4.0).fit(df)
+    with faults.inject(faults.Delay(partition=1, seconds=6.0)):
+        fitted = _ps_estimator(epochs=1, localSteps=4, workerTimeout=2.0).fit(df)
     assert fitted.fitInfo["rounds"] == 1 and np.isfinite(fitted.history["loss"]).all()

@@ -93,25 +93,25 @@ def test_asynchronous_pushes_quantized_with_fewer_bytes(spark):
 
 @pytest.mark.parametrize("backend", ["rounds", "ps"])
 def test_a_straggler_is_dropped_when_the_minimum_has_arrived(spark, backend):
-    """Partition 1 sleeps 3 s before its local steps in every round (a fault-injection hook): waiting
-    for it costs 6 × 3 s; with minWorkersPerRound=1 each round closes with partition 0 alone,
+    """Partition 1 sleeps 2 s before its local steps in every round (a fault-injection hook): waiting
+    for it costs 3 × 2 s; with minWorkersPerRound=1 each round closes with partition 0 alone,
     partition 1's late update is dropped and it sits out (rounds) or skips (ps) the rounds that
     closed meanwhile. On rounds, each straggler job runs one task: the tasks of the fit's rounds
     equal its workers' jobs, not workers² (issue 22)."""
     df = _data(spark).cache()
     df.count()
-    settings = dict(epochs=2, localSteps=2, backend=backend)  # 3 rounds per epoch
+    settings = dict(epochs=1, localSteps=2, backend=backend)  # 3 rounds
     _fit(spark, df, **settings)  # warm Python workers
     group = f"straggler-tasks-{backend}"
     fitted = []
-    with faults.inject(faults.Delay(partition=1, seconds=3)):
+    with faults.inject(faults.Delay(partition=1, seconds=2)):
         started = time.perf_counter()
         waiting = _fit(spark, df, **settings)
         waited_s = time.perf_counter() - started
         started = time.perf_counter()
         jobs_started(spark, lambda: fitted.append(_fit(spark, df, minWorkersPerRound=1, **settings)), group)
         tolerant_s = time.perf_counter() - started
-    assert "updates_dropped" not in waiting.fitInfo and waited_s > 18  # 6 rounds x 3 s of sleep: a lower bound
+    assert "updates_dropped" not in waiting.fitInfo and waited_s > 6  # 3 rounds x 2 s of sleep: a lower bound
     del tolerant_s  # its time depends on the machine's load; what it dropped does not (below)
     tolerant = fitted[0]
     if backend == "rounds":  # after the first round (over the data), each straggler job runs one task
@@ -119,10 +119,10 @@ def test_a_straggler_is_dropped_when_the_minimum_has_arrived(spark, backend):
         jobs = [tracker.getJobInfo(j) for j in sorted(tracker.getJobIdsForGroup(group))]
         tasks = [tracker.getStageInfo(max(job.stageIds)).numTasks for job in jobs]  # each job's result stage (its own)
         later = tasks[max(i for i, n in enumerate(tasks) if n > 1) + 1:]
-        assert len(later) >= 5 and set(later) == {1}, tasks
+        assert len(later) >= 2 and set(later) == {1}, tasks
     info = tolerant.fitInfo
-    assert info["min_workers_per_round"] == 1 and info["updates_dropped"] == 6 and info["dropped_per_round"] == [[1]] * 6
-    assert info["rows_dropped"] == 96 and np.isfinite(tolerant.history["loss"]).all()
+    assert info["min_workers_per_round"] == 1 and info["updates_dropped"] == 3 and info["dropped_per_round"] == [[1]] * 3
+    assert info["rows_dropped"] == 48 and np.isfinite(tolerant.history["loss"]).all()
 
 
 def test_straggler_settings_are_checked():

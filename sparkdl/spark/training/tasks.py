@@ -11,7 +11,6 @@ partition), runs its τ local steps and returns its update as rows of
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -119,7 +118,7 @@ def replica_for(task: TaskSpec):
         if task.custom_objects:  # a redefined custom layer or loss keeps its name: never reuse then
             replica = Replica(task.spec, task.compile_spec, task.seed, task.mixed_precision)
         else:
-            key = (task.spec.digest, task.mixed_precision, json.dumps(dataclasses.asdict(task.compile_spec), sort_keys=True, default=repr))
+            key = (task.spec.reuse_key, task.mixed_precision, task.compile_spec.reuse_key())
             replica = _REPLICAS.pop(key, None)
             if replica is not None:  # every variable back to its build-time value (a loss scale, custom state)
                 replica.reset()
