@@ -76,6 +76,7 @@ def _run_on_fake_gpus(tmp_path, monkeypatch, fit: bool) -> dict:
     return run_spark_script(source, tmp_path, timeout_s=600)
 
 
+@pytest.mark.slow  # the pinning rules run by default in tests/unit/test_gpu.py
 def test_two_fake_gpu_tasks_each_pin_their_own_address(tmp_path, monkeypatch):
     pinned = sorted(_run_on_fake_gpus(tmp_path, monkeypatch, fit=False)["pinned"], key=lambda r: r["partition"])
     assert sorted(r["spark_addresses"][0] for r in pinned) == ["0", "1"]  # two tasks, two distinct addresses

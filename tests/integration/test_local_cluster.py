@@ -21,14 +21,14 @@ SCRIPT = textwrap.dedent(
     model.set_weights([np.zeros((1, 1), np.float32)])
     rows = [(float(v), 2.0 * v) for v in (1, 2, 3, 4)]
     df = spark.createDataFrame(rows * 2, "x double, y double").repartition(2)
-    est = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.01), loss="mse", featuresCol="x", labelCol="y",
-                         numWorkers=2, epochs=30, batchSize=4, verbose=0)
+    est = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.03), loss="mse", featuresCol="x", labelCol="y",
+                         numWorkers=2, epochs=12, batchSize=4, verbose=0)
     fitted = est.fit(df)
     w = float(fitted.getKerasModel().get_weights()[0][0, 0])
     # easgd with 1bit updates: each worker's model on the driver, its residual and optimizer state on its executor
     model.set_weights([np.zeros((1, 1), np.float32)])
-    quantized = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.01), loss="mse", featuresCol="x", labelCol="y",
-                               numWorkers=2, epochs=30, batchSize=4, verbose=0, mode="easgd", compression="1bit").fit(df)
+    quantized = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.03), loss="mse", featuresCol="x", labelCol="y",
+                               numWorkers=2, epochs=12, batchSize=4, verbose=0, mode="easgd", compression="1bit").fit(df)
     w_easgd = float(quantized.getKerasModel().get_weights()[0][0, 0])
     resets = quantized.fitInfo["local_state_resets"]
     scored = spark.range(500).withColumn("x", F.col("id").cast("double")).repartition(5).filter(F.rand(3) >= 0)
@@ -48,4 +48,4 @@ def test_fit_and_transform_on_two_executor_jvms(tmp_path):
     assert 1.9 < got["w"] <= 2.0 + 1e-6  # y = 2x: gradient descent converges to w = 2
     assert got["rows"] == 500 and got["ids"] and got["paired"]
     # a partition run on the other executor starts afresh (counted); the fit still converges
-    assert 1.8 < got["w_easgd"] <= 2.0 + 1e-3 and 0 <= got["resets"] <= 60
+    assert 1.8 < got["w_easgd"] <= 2.0 + 1e-3 and 0 <= got["resets"] <= 24

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from tests.conftest import ROOT
 
@@ -73,6 +74,7 @@ LOAD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # its kind (C13) runs by default in tests/spark/test_custom_objects.py
 def test_custom_objects_defined_in_main_of_a_spark_submit_script(tmp_path):
     (tmp_path / "job.py").write_text(SCRIPT)
     (tmp_path / "c13_objects.py").write_text(OBJECTS)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.conftest import ROOT
 
@@ -44,6 +45,7 @@ def test_the_replica_imports_without_spark_or_pyarrow():
     assert result.stdout.strip() == "ok"
 
 
+@pytest.mark.slow  # the benchmark script end to end
 def test_gpu_check_runs_on_cpu_and_reports_float32_weights():
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_check.py"), "--epochs", "1", "--rows", "512",
                "--precisions", "float32,mixed_bfloat16", "--devices", "cpu"]

@@ -211,7 +211,7 @@ def test_verbose_lines_per_epoch_and_job_descriptions(spark, capsys):
         estimator(linear_model(), verbose=3).fit(df)
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", [pytest.param("rounds", marks=pytest.mark.slow), "ps"])  # rounds: tests/spark/test_resume.py
 def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_path, backend):
     """A fit that fails after epoch 2 resumes from keras.callbacks.BackupAndRestore's backup at epoch 3,
     with the master weights and Adam's state of then: it ends with the weights of an uninterrupted fit."""

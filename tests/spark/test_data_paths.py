@@ -31,7 +31,7 @@ def _fit(spark, budget_mb, **params):
     return KerasEstimator(**settings).fit(_df(spark))
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", ["rounds", pytest.param("ps", marks=pytest.mark.slow)])
 def test_partitions_on_disk_train_to_the_same_weights(spark, backend):
     extra = {} if backend == "rounds" else {"backend": "ps"}
     in_memory = _fit(spark, None, **extra)

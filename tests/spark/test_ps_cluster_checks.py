@@ -1,6 +1,7 @@
 """Backend ``ps`` against its environment: C35 (no barrier stage: it trains under dynamic
 allocation, as backend ``rounds`` does), C39 (an HTTP proxy on a dead address in the executors'
-environment does not reach the parameter server's gRPC channels), a hung worker failing the fit
+environment does not reach the parameter server's gRPC channels; with a driver bound to all
+interfaces), a hung worker failing the fit
 within ``workerTimeout`` seconds naming its partition, and a slow step that is no false alarm."""
 
 import socket
@@ -55,12 +56,14 @@ DEAD_PROXY = "http://127.0.0.1:9"
 C39 = _SCRIPT_HEAD.format(
     env="\n".join([f"os.environ[{k!r}] = {DEAD_PROXY!r}" for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy", "all_proxy")]
                   + ["os.environ.pop('no_proxy', None)", "os.environ.pop('NO_PROXY', None)"]),
-    conf="\n".join(f'builder = builder.config("spark.executorEnv.{k}", {DEAD_PROXY!r})' for k in ("http_proxy", "https_proxy", "grpc_proxy")),
+    conf="\n".join([f'builder = builder.config("spark.executorEnv.{k}", {DEAD_PROXY!r})' for k in ("http_proxy", "https_proxy", "grpc_proxy")]
+                   + ['builder = builder.config("spark.driver.bindAddress", "0.0.0.0").config("spark.driver.host", "127.0.0.1")']),
 ) + """
 seen = spark.sparkContext.parallelize([0, 1], 2).map(lambda _: [os.environ.get(k) for k in ("http_proxy", "https_proxy", "grpc_proxy", "no_proxy")]).collect()
 fitted = estimator(mode="async", localSteps=2).fit(df)
 json.dump({"seen": seen, "backend": fitted.fitInfo["backend"], "updates": fitted.fitInfo["updates_applied"],
-           "loss": fitted.history["loss"]}, open(sys.argv[1], "w"))
+           "loss": fitted.history["loss"], **{k: fitted.fitInfo[k] for k in ("server_bind", "server_location", "server_tls")}},
+          open(sys.argv[1], "w"))
 spark.stop()
 """
 
@@ -72,7 +75,10 @@ def test_c35_without_a_barrier_stage_ps_trains_under_dynamic_allocation_to_the_w
 
 
 def test_c39_a_dead_http_proxy_in_the_executors_environment_does_not_stop_a_ps_fit(tmp_path):
+    """Also a driver bound to all interfaces (spark.driver.bindAddress 0.0.0.0, as in a container):
+    the server binds there, advertises spark.driver.host, and so turns TLS on."""
     out = run_spark_script(C39, tmp_path)
+    assert out["server_bind"] == "0.0.0.0" and out["server_location"].startswith("grpc+tls://127.0.0.1:") and out["server_tls"] is True
     assert out["seen"] == [[DEAD_PROXY, DEAD_PROXY, DEAD_PROXY, None]] * 2  # the Python workers do see the dead proxy
     assert out["backend"] == "ps"
     assert out["updates"] == 8  # 2 workers x (4 steps per epoch / τ=2) pushes x 2 epochs

@@ -1,6 +1,7 @@
 """Backend ``ps`` on the network (issue 21): TLS by default with a per-fit certificate the workers
 pin, so a recording proxy between a worker and the server sees neither the token nor the weights
-(and sees both without TLS); a driver bound to 0.0.0.0 advertises ``spark.driver.host``."""
+(and sees both without TLS). A driver bound to 0.0.0.0 advertising ``spark.driver.host``: the C39
+test in test_ps_cluster_checks.py."""
 
 import socket
 import threading
@@ -11,7 +12,6 @@ from sparkdl.core.modes.asynchronous import DownpourRule
 from sparkdl.core.state import ModelState
 from sparkdl.server import ParameterServer, ParameterServerClient
 from sparkdl.server.tls import self_signed
-from tests.conftest import run_spark_script
 
 
 class RecordingProxy:
@@ -83,28 +83,3 @@ def test_a_recording_proxy_sees_no_token_and_no_weights_with_tls_and_both_withou
     assert float(state.weights[0][0]) == 12345.678 or abs(float(state.weights[0][0]) - 12345.678) < 1e-2  # the pull went through
     plain, token, weights, _ = _session(None)  # the control: the same calls in clear text show both
     assert token in plain and weights in plain
-
-
-BIND = """
-import json, sys
-import numpy as np
-from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.driver.bindAddress", "0.0.0.0").config("spark.driver.host", "127.0.0.1").getOrCreate())
-spark.sparkContext.setLogLevel("OFF")
-import keras
-from sparkdl import KerasEstimator
-rows = [([float(i % 3), 1.0], float(i % 2)) for i in range(32)]
-df = spark.createDataFrame(rows, "x array<float>, y double")
-keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, activation="softmax")])
-fitted = KerasEstimator(model=model, optimizer="adam", loss="sparse_categorical_crossentropy", featuresCol="x", labelCol="y",
-                        numWorkers=2, epochs=1, batchSize=8, verbose=0, backend="ps").fit(df)
-json.dump({k: fitted.fitInfo[k] for k in ("server_bind", "server_location", "server_tls")}, open(sys.argv[1], "w"))
-spark.stop()
-"""
-
-
-def test_a_driver_bound_to_all_interfaces_advertises_its_host(tmp_path):
-    out = run_spark_script(BIND, tmp_path)
-    assert out["server_bind"] == "0.0.0.0" and out["server_location"].startswith("grpc+tls://127.0.0.1:") and out["server_tls"] is True

@@ -60,7 +60,7 @@ def _assert_equal_fits(resumed, whole):
 SLOW = pytest.mark.slow  # the same path as a default-run case: in make test-all
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) if n in ("gossip", "fp16", "threshold") else n for n in CONFIGS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) if n in ("gossip", "fp16", "threshold", "stragglers") else n for n in CONFIGS])
 def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
     df = _shuffled(spark)
     settings = {**CONFIGS[name], "backend": "rounds"}
@@ -72,7 +72,7 @@ def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spar
     _assert_equal_fits(resumed, whole)
 
 
-@pytest.mark.parametrize("name", ["sync", "easgd", *(pytest.param(n, marks=SLOW) for n in ("bmuf", "gossip", "1bit"))])
+@pytest.mark.parametrize("name", ["sync", *(pytest.param(n, marks=SLOW) for n in ("easgd", "bmuf", "gossip", "1bit"))])
 def test_checkpoint_dir_on_ps_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
     df = _shuffled(spark)
     settings = {**CONFIGS[name], "backend": "ps"}

@@ -4,6 +4,7 @@ re-read the data, updates cut into pieces, and limits checked before any job (C2
 import os
 
 import numpy as np
+import pytest
 from pyspark import SparkFiles
 from pyspark.sql import functions as F
 
@@ -35,6 +36,7 @@ def _fit(spark, **params):
     return est.fit(_df(spark))
 
 
+@pytest.mark.slow  # the executors' combination runs by default in the C27 and one-worker tests below
 def test_updates_combined_on_the_executors_in_small_pieces_equal_the_driver_combination(spark, monkeypatch):
     on_driver = _fit(spark)
     monkeypatch.setattr(reduce_module, "EXECUTOR_REDUCE_MIN_BYTES", 0)

@@ -53,6 +53,7 @@ def test_logdir_and_mlflow_hold_the_fit_history_and_model(spark, tracking, tmp_p
     assert loaded.history == history
 
 
+@pytest.mark.slow
 def test_mlflow_follows_an_active_run_and_stays_off_without_one(spark, tracking):
     df, *_ = linear_df(spark)
     fitted = fit(df)  # mlflow=None and no active run: nothing logged

@@ -54,6 +54,7 @@ def test_gossip_with_two_workers_equals_sync_and_easgd_one_round_is_the_closed_f
         np.testing.assert_allclose(e, x0 + 0.6 * (s - x0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_easgd_and_gossip_with_three_workers_learn(spark):
     df = _data(spark, 192).orderBy("y")  # out of a shuffle: AQE picks the partition count at run time
     for mode in ("easgd", "gossip"):
@@ -62,7 +63,7 @@ def test_easgd_and_gossip_with_three_workers_learn(spark):
         assert fitted.history["loss"][-1] < 0.75 * fitted.history["loss"][0], (mode, fitted.history["loss"])
 
 
-@pytest.mark.parametrize("compression,ratio", [("1bit", 16), ("threshold", 8)])
+@pytest.mark.parametrize("compression,ratio", [("1bit", 16), pytest.param("threshold", 8, marks=pytest.mark.slow)])
 def test_quantized_updates_learn_with_far_fewer_bytes(spark, compression, ratio):
     """Bytes counted from what the tasks sent: Adam's weights and moments for the full update; the
     quantized payload only (the optimizer state stays on the workers). The residual and optimizer
@@ -139,7 +140,7 @@ def test_straggler_settings_are_checked():
         KerasEstimator(mode="async", minWorkersPerRound=1)._fit_config()
 
 
-@pytest.mark.parametrize("compression", ["1bit", "threshold"])
+@pytest.mark.parametrize("compression", ["1bit", pytest.param("threshold", marks=pytest.mark.slow)])
 def test_c12_batchnorm_statistics_travel_exactly_with_quantized_updates(spark, compression):
     """C12 with quantized updates: partition feature scales 30 and 0.01 (the moving variance of
     feature 1 is ~900 on one worker and ~1e-4 on the other). A shared 1-bit reconstruction value
