@@ -327,7 +327,8 @@ class ParameterServerClient:
 
     def heartbeat(self, worker: str | int, state: str = "alive", message: str = "", attempt: int | None = None) -> dict:
         """Tells the server this worker (attempt) is alive (or ``"done"`` / ``"error"``); returns the
-        server's version and the driver's orders (``stop``, ``learning_rate``)."""
+        server's version, ``superseded`` (a later attempt of this worker has been heard: this one is a
+        zombie and should end) and the driver's orders (``stop``, ``learning_rate``)."""
         body = json.dumps({"worker": str(worker), "attempt": attempt, "state": state, "message": message[:2000]}).encode()
         return self._action("heartbeat", body)
 

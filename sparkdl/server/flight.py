@@ -37,7 +37,8 @@ Protocol (Arrow Flight RPCs; spec: https://arrow.apache.org/docs/format/Flight.h
   "timeout_s": float}``); ``"heartbeat"`` (``{"worker": str, "attempt": int, "state": "alive" |
   "done" | "error", "message": str}``: the worker's last contact, see
   :meth:`ParameterServer.contacts`; a done worker leaves the SSP clocks, a failed one keeps its
-  clock for its retry; answered with the driver's orders); ``"progress"`` (``{"worker": str}``:
+  clock for its retry; answered with the driver's orders and ``superseded``: a later attempt of the
+  worker was heard); ``"progress"`` (``{"worker": str}``:
   ``{"attempt": int | null, "seq": int | null}``, the worker's highest attempt and its last
   applied seq, so a retried task skips the slots already applied); ``"wait_clock"``
   (``{"worker": str, "bound": int, "timeout_s": float}``: waits until the worker is at most
@@ -683,9 +684,12 @@ class ParameterServer:
             state = req.get("state", "alive")
             if state not in ("alive", "done", "error"):
                 raise self._reject(f"heartbeat state must be alive, done or error. Received: {str(state)[:32]!r}")
-            self._touch(req["worker"], state, str(req.get("message", ""))[:2000], req.get("attempt"))
+            attempt = req.get("attempt")
+            self._touch(req["worker"], state, str(req.get("message", ""))[:2000], attempt)
             with self._lock:
-                return _json_result({"version": self._version, **self._control})
+                contact = self._contacts.get(req["worker"])
+                superseded = attempt is not None and contact is not None and contact[3] is not None and contact[3] > attempt
+                return _json_result({"version": self._version, "superseded": superseded, **self._control})
         if kind == "progress":
             req = self._json_body(kind, body, ["worker"])
             with self._lock:

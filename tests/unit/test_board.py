@@ -297,7 +297,7 @@ def test_server_heartbeat_progress_and_ssp_clock():
     with ParameterServer(master, ledger) as server, ParameterServerClient(server.location, server.token, timeout_s=10) as client:
         server.register_clocks({"0": 0, "1": 0})
         assert client.progress(0) == (None, None)
-        assert client.heartbeat(0, attempt=7) == {"version": 0, "stop": False, "learning_rate": None}
+        assert client.heartbeat(0, attempt=7) == {"version": 0, "superseded": False, "stop": False, "learning_rate": None}
         assert server.contacts()["0"]["state"] == "alive" and server.contacts()["0"]["seconds"] < 5
         assert server.contacts()["0"]["attempt"] == 7
         delta = [np.ones(3, np.float32)]

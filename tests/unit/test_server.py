@@ -342,6 +342,19 @@ def test_a_zombie_attempt_and_its_retry_apply_a_slot_once(server, client):
     assert server.version == 2
 
 
+
+def test_a_heartbeat_tells_a_superseded_attempt_to_end(server, client):
+    """Spark resubmits a stage (an executor lost, a fetch failure) while an older attempt of a worker
+    still runs and holds a task slot: once the later attempt is heard, the older one's heartbeats
+    say ``superseded`` (it then ends), the later one's do not, nor another worker's."""
+    assert client.heartbeat(0, attempt=18)["superseded"] is False
+    assert client.heartbeat(1, attempt=19)["superseded"] is False
+    assert client.heartbeat(0, attempt=23)["superseded"] is False  # the resubmitted attempt of worker 0
+    assert client.heartbeat(0, attempt=18)["superseded"] is True
+    assert client.heartbeat(0, "error", "SupersededAttempt", attempt=18)["superseded"] is True  # says nothing of worker 0
+    assert client.heartbeat(0, attempt=23)["superseded"] is False and client.heartbeat(1, attempt=19)["superseded"] is False
+    assert server.contacts()["0"]["state"] == "alive" and server.contacts()["0"]["attempt"] == 23
+
 # ---------------------------------------------------------------------------- staleness
 def test_staleness_is_recorded_per_update():
     with ParameterServer(_initial(), StalenessAwareRule(), names=NAMES) as srv:
@@ -554,7 +567,7 @@ def test_the_drivers_orders_reach_the_workers_with_pulls_and_heartbeats(server, 
     client.pull(weights_only=True)
     assert client.control == {"stop": False, "learning_rate": 0.125}
     server.set_control(stop=True)  # the learning rate stays
-    assert client.heartbeat("w0") == {"version": 0, "stop": True, "learning_rate": 0.125}
+    assert client.heartbeat("w0") == {"version": 0, "superseded": False, "stop": True, "learning_rate": 0.125}
     client.pull()
     assert client.control == {"stop": True, "learning_rate": 0.125}
 

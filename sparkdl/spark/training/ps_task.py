@@ -81,11 +81,19 @@ def _nbytes(state: ModelState) -> int:
     return sum(np.asarray(a).nbytes for a in [*state.weights, *(state.optimizer or [])])
 
 
+class SupersededAttempt(RuntimeError):
+    """This task attempt's worker has a later attempt (Spark resubmitted the stage, e.g. after an
+    executor was lost, while this attempt still ran): this one ends, freeing its task slot for the
+    resubmitted tasks. Spark does not count a failure of a superseded stage attempt's task."""
+
+
 class Heartbeat:
-    """A thread that tells the server, every ``interval_s`` seconds, that this task is alive."""
+    """A thread that tells the server, every ``interval_s`` seconds, that this task is alive, and
+    learns from the reply whether a later attempt of its worker has started (:attr:`superseded`)."""
 
     def __init__(self, spec: PSTaskSpec, partition: int, attempt: int) -> None:
         self.spec, self.partition, self.attempt = spec, partition, attempt
+        self.superseded = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"sparkdl-heartbeat-{partition}", daemon=True)
 
@@ -102,7 +110,8 @@ class Heartbeat:
                 if client is None:
                     client = ParameterServerClient(self.spec.location, self.spec.token, tls=self.spec.tls,
                                                    timeout_s=self.spec.call_timeout_s, retries=0)
-                client.heartbeat(self.partition, attempt=self.attempt)
+                if client.heartbeat(self.partition, attempt=self.attempt).get("superseded"):
+                    self.superseded.set()
             except Exception:  # noqa: BLE001 - the next beat tries again; the task's own calls report real failures
                 pass
             self._stop.wait(self.spec.heartbeat_s)
@@ -137,7 +146,7 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
                 f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
                 "(the cached training data changed; is the input non-deterministic?)"
             )
-        worker = Worker(spec, client, partition, attempt, context.attemptNumber())
+        worker = Worker(spec, client, partition, attempt, context.attemptNumber(), superseded=heartbeat.superseded)
         counts = worker.run(data) if expected else worker.counts
         if spec.final or worker.stopped:
             worker_state.drop(task.fit_id, partition)
@@ -164,11 +173,15 @@ class Worker:
         partition: this worker's partition (its id on the server).
         attempt: this task's attempt id (higher supersedes lower).
         attempt_number: Spark's attempt number of the task (0 first), for the fault hooks.
+        superseded: set when a later attempt of this worker has started (by :class:`Heartbeat`):
+            the worker then raises :class:`SupersededAttempt` at its next slot or wait.
     """
 
-    def __init__(self, spec: PSTaskSpec, client, partition: int, attempt: int, attempt_number: int = 0) -> None:
+    def __init__(self, spec: PSTaskSpec, client, partition: int, attempt: int, attempt_number: int = 0,
+                 superseded: threading.Event | None = None) -> None:
         self.spec, self.client, self.partition, self.attempt = spec, client, partition, attempt
         self.attempt_number = attempt_number
+        self.superseded = superseded if superseded is not None else threading.Event()
         task = spec.task
         self.plan, self.quantized = task.plan, task.compression in QUANTIZED
         self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0, "late": 0, "local_resets": 0}
@@ -204,6 +217,7 @@ class Worker:
         for g in slots[len(applied):]:
             if self.stopped:
                 break
+            self._check_current()
             if spec.rounds_mode:
                 self._round_slot(g, slots)
             else:
@@ -259,8 +273,14 @@ class Worker:
         self.counts["steps"] += self.steps
         return True
 
+    def _check_current(self) -> None:
+        if self.superseded.is_set():
+            raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} is superseded by a later attempt "
+                                    "(Spark resubmitted the stage while it ran); it ends to free its task slot")
+
     def _wait_open(self, g: int) -> dict:
         while True:
+            self._check_current()
             reply = self.client.wait_round(g, WAIT_CHUNK_S, worker=self.partition)
             if reply["open"] or reply["late"] or reply["stop"]:
                 return reply
@@ -322,6 +342,7 @@ class Worker:
         spec, client, task = self.spec, self.client, self.spec.task
         if spec.mode == "ssp":
             while True:
+                self._check_current()
                 reply = client.wait_clock(self.partition, spec.staleness, WAIT_CHUNK_S)
                 if reply.get("stop"):
                     self.stopped = True
