@@ -67,6 +67,10 @@ POLL_S = 0.1  # how often the driver's waits look at the stage and the workers' 
 # A task's first heartbeat comes once Spark has scheduled it and its Python worker has started and
 # read the task (importing TensorFlow on a cold one): a worker not heard from yet gets this long.
 STARTUP_GRACE_S = 180.0
+# How long a fit waits for executors still registering (a session's start, a lost executor's
+# replacement) before it refuses a cluster with fewer task slots than workers (not in local mode,
+# whose slots are fixed), in seconds.
+SLOT_WAIT_S = 60.0
 
 
 # ---- before any job ---------------------------------------------------------------------------
@@ -90,8 +94,9 @@ def task_slots(spark) -> int | None:
 
 
 def check_ready(spark, config) -> None:
-    """Fail at once, before any job, when the workers could not all run at once, or (Spark
-    Connect) when the executors could not reach the parameter server (:func:`server_addresses`).
+    """Fail before any job when the workers could not all run at once (on a cluster, after waiting
+    up to ``SLOT_WAIT_S`` seconds for executors still registering), or (Spark Connect) when the
+    executors could not reach the parameter server (:func:`server_addresses`).
 
     Raises:
         ConfigError: the cluster has fewer task slots than workers (the workers of a round wait
@@ -101,6 +106,12 @@ def check_ready(spark, config) -> None:
     workers = config.num_workers
     dynamic = conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
     slots = task_slots(spark)
+    if slots is not None and slots < workers and not dynamic and not is_connect(spark) \
+            and spark.sparkContext.master.split("[")[0] != "local":
+        deadline = time.monotonic() + SLOT_WAIT_S  # executors may still be registering
+        while slots is not None and slots < workers and time.monotonic() < deadline:
+            time.sleep(1.0)
+            slots = task_slots(spark)
     if slots is not None and slots < workers and not dynamic:
         raise ConfigError(
             f"backend 'ps' needs one task slot per worker at once (its workers wait for each other): numWorkers={workers} "
