@@ -15,7 +15,7 @@ must be within 1e-5; the asynchronous ones differ by nature), the seconds it too
 the fault cost (disturbed − undisturbed; for ``driver``, the killed run plus the run again).
 Prints one JSON line per fit and a Markdown table; ``--out`` also writes the JSON lines.
 
-Usage: python benchmarks/chaos.py [--seed 0] [--kinds kill,raise,executor,driver] [--out chaos.jsonl]
+Usage: python benchmarks/chaos.py [--seed 0] [--kinds kill,raise,executor,driver] [--modes sync,async] [--out chaos.jsonl]
 """
 
 from __future__ import annotations
@@ -125,15 +125,18 @@ def _difference(a, b) -> float:
     return max(float(np.abs(np.array(p) - np.array(q)).max()) for p, q in zip(a, b, strict=True))
 
 
-def schedule(seed: int, kinds: list[str]) -> dict[str, list]:
+def schedule(seed: int, kinds: list[str], modes: list[str] | None = None) -> dict[str, list]:
     """Per master, the fits to run: ``[backend, mode, partition, round, how]``, the fault's
-    partition and round drawn from ``seed`` (rounds of the first two epochs)."""
+    partition and round drawn from ``seed`` (rounds of the first two epochs); ``modes`` keeps those
+    modes of the grid (all when None)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     rounds_per_epoch = -(-(ROWS // WORKERS) // 16) // 4  # 256 rows a worker, batch 16, τ = 4
     plan: dict[str, list] = {"local[2,4]": [], "local-cluster[2,1,1024]": [], "driver": []}
     for backend, mode in GRID:
+        if modes is not None and mode not in modes:
+            continue
         for how in kinds:
             partition, index = int(rng.integers(WORKERS)), int(rng.integers(1, 2 * rounds_per_epoch))
             if how in ("kill", "raise"):
@@ -218,10 +221,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kinds", default="kill,raise,executor,driver")
+    parser.add_argument("--modes", default=None, help="comma-separated modes of the grid to run (default: all)")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    plan = schedule(args.seed, args.kinds.split(","))
+    plan = schedule(args.seed, args.kinds.split(","), args.modes.split(",") if args.modes else None)
     records = []
     for master in ("local[2,4]", "local-cluster[2,1,1024]"):
         records += run_master(master, plan[master], args.timeout)

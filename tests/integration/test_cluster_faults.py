@@ -87,7 +87,9 @@ DYNAMIC = HEAD.format(conf=textwrap.dedent(
         for key, value in {"spark.dynamicAllocation.enabled": "true", "spark.dynamicAllocation.shuffleTracking.enabled": "true",
                            "spark.dynamicAllocation.executorIdleTimeout": "1s", "spark.dynamicAllocation.cachedExecutorIdleTimeout": "1s",
                            "spark.dynamicAllocation.minExecutors": "0", "spark.dynamicAllocation.maxExecutors": "2",
-                           "spark.dynamicAllocation.schedulerBacklogTimeout": "1s"}.items():
+                           "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
+                           # without it an executor holding the input's shuffle output is never released
+                           "spark.dynamicAllocation.shuffleTracking.timeout": "1s"}.items():
             builder = builder.config(key, value)
     """)) + textwrap.dedent(
     """
