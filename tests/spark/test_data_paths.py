@@ -66,6 +66,7 @@ def test_budget_must_be_positive():
         KerasEstimator(maxTaskMemoryMB=0)
 
 
+@pytest.mark.slow  # validation on ps runs by default in test_ps_epochs.py
 def test_validation_on_the_parameter_server_equals_rounds_in_sync(spark):
     """Backend ps keeps each epoch's master weights and validates them after the barrier stage:
     in sync mode (same seed) the val_* history equals backend rounds'."""

@@ -26,6 +26,7 @@ def binary(spark):
     return fitted, df, x, y, w
 
 
+@pytest.mark.slow  # evaluate runs by default in the c41 tests
 def test_evaluate_equals_keras_over_uneven_partitions_with_sample_weights(binary):
     fitted, df, x, y, w = binary
     assert df.rdd.glom().map(len).collect() == [7, 1, 4]

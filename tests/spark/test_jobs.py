@@ -195,6 +195,7 @@ def _held_fits(_):
     yield WORKER_CACHE.fits()
 
 
+@pytest.mark.slow  # the default run's time budget
 def test_two_concurrent_fits_on_one_dataframe_keep_their_own_cached_data(spark):
     """CrossValidator(parallelism=2) fits one DataFrame twice at once: Spark's cache is keyed by plan,
     so each fit's cached copy must be its own, or the first to finish unpersists the other's."""

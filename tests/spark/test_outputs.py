@@ -162,6 +162,7 @@ def test_c6_array_scores_on_request_and_columns_left_out_when_named_empty(spark)
     assert fitted.copy().setRawPredictionCol("").transform(df).columns == ["features", "label", "prediction", "probability"]
 
 
+@pytest.mark.slow  # CrossValidator runs by default in test_params.py
 def test_c6_evaluators_read_transform_output_like_numpy(spark):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(40, 2))

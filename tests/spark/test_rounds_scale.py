@@ -152,6 +152,7 @@ def test_c27_a_model_above_the_result_limit_fails_before_any_job_and_one_below_i
     assert out["reduced_on_executors"] is True and out["rows"] == 24
 
 
+@pytest.mark.slow  # the executors' combination runs by default in C27
 def test_rounds_where_one_worker_trains_alone_combine_on_the_executors_as_on_the_driver(spark, monkeypatch):
     """Partitions of 40, 8 and 8 rows, batch 8, τ = 2: rounds 2 and 3 of each epoch have one worker."""
     from tests.conftest import partitioned_df
