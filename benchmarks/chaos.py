@@ -31,9 +31,10 @@ import time
 
 from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before pyspark/keras)
 
+from sparkdl.core.modes import ROUND_MODES  # noqa: E402
+
 GRID = [("rounds", "sync"), ("rounds", "bmuf"), ("rounds", "easgd"), ("ps", "sync"), ("ps", "bmuf"), ("ps", "easgd"),
         ("ps", "async"), ("ps", "ssp")]
-ROUND_MODES = ("sync", "bmuf", "easgd")
 EPOCHS, ROWS, WORKERS = 3, 512, 2
 
 CHILD = """

@@ -128,6 +128,12 @@ def master(spark) -> str:
     return conf_get(spark, "spark.master", "") or ""
 
 
+def local_mode(spark) -> bool:
+    """Whether the master is ``local`` (``local``, ``local[N]``, ``local[N,F]``, ``local[*]``): task
+    slots fixed for the session, no executors to come or go (``local-cluster`` is not)."""
+    return _local_threads(master(spark)) is not None
+
+
 def _local_threads(url: str) -> int | None:
     """Task threads of a ``local`` master: ``local`` 1, ``local[N]``/``local[N,F]`` N, ``local[*]``
     this machine's cores; None for another master."""

@@ -56,7 +56,7 @@ from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal
 from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.spark.jobs import run_job, task_error
 from sparkdl.spark.partitions import spill_dir
-from sparkdl.spark.session import cancel_tag, cluster_cores, conf_get, describe, is_connect, is_local_server
+from sparkdl.spark.session import cancel_tag, cluster_cores, conf_get, describe, is_connect, is_local_server, local_mode
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.ps_task import RESULT_DDL, PSTaskSpec, ps_partition
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
@@ -105,14 +105,17 @@ def check_ready(spark, config) -> None:
     """
     workers = config.num_workers
     dynamic = conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
+
+    def short(slots: int | None) -> bool:
+        return slots is not None and slots < workers and not dynamic
+
     slots = task_slots(spark)
-    if slots is not None and slots < workers and not dynamic and not is_connect(spark) \
-            and spark.sparkContext.master.split("[")[0] != "local":
-        deadline = time.monotonic() + SLOT_WAIT_S  # executors may still be registering
-        while slots is not None and slots < workers and time.monotonic() < deadline:
+    if short(slots) and not is_connect(spark) and not local_mode(spark):  # executors may still be registering
+        deadline = time.monotonic() + SLOT_WAIT_S
+        while short(slots) and time.monotonic() < deadline:
             time.sleep(1.0)
             slots = task_slots(spark)
-    if slots is not None and slots < workers and not dynamic:
+    if short(slots):
         raise ConfigError(
             f"backend 'ps' needs one task slot per worker at once (its workers wait for each other): numWorkers={workers} "
             f"workers, but the cluster has {slots} free task slots. Lower numWorkers to {slots} or less, add executors or "
