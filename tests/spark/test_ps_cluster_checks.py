@@ -114,12 +114,12 @@ def test_a_hung_worker_fails_the_fit_within_worker_timeout_naming_its_partition(
     _ps_estimator(epochs=1).fit(df)  # warm Python workers
     threads_before = {t.ident for t in threading.enumerate()}
     markers = str(tmp_path / "markers")
-    started = time.perf_counter()
     try:
         with faults.inject(faults.Fault(partition=1, index=1, how="hang", marker_dir=markers)), \
                 pytest.raises(WorkerError, match="partition 1 silent for") as raised:
             _ps_estimator(epochs=2, workerTimeout=8.0, serverPort=port).fit(df)
-        seconds = time.perf_counter() - started
+        hung = [os.path.getmtime(os.path.join(markers, name)) for name in os.listdir(markers)]  # written as it stopped
+        seconds = time.time() - max(hung)
     finally:
         for name in os.listdir(markers) if os.path.isdir(markers) else []:
             pid = int(open(os.path.join(markers, name)).read())
@@ -128,7 +128,7 @@ def test_a_hung_worker_fails_the_fit_within_worker_timeout_naming_its_partition(
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-    assert seconds < 8.0 + 25, seconds
+    assert len(hung) == 1 and seconds < 8.0 + 60, seconds  # failed, not hung: a bound no loaded machine nears
     assert "workerTimeout=8" in str(raised.value)
     time.sleep(0.5)
     left = [t.name for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
