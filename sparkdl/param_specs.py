@@ -83,8 +83,10 @@ KINDS: dict[str, Kind] = {
     "decoders": Kind("None or a dict column -> 'module:function'", ("dict", "null"), "dict | None"),
     "class_weight": Kind("None or a dict class index -> weight", ("dict", "null"), "dict | None"),
     "optimizer": Kind("a Keras optimizer name, object or config", ("str", "dict"), "str | dict | keras.optimizers.Optimizer"),
-    "loss": Kind("a Keras loss name, object, function or config", ("str", "dict"), "str | dict | keras.losses.Loss"),
-    "metrics": Kind("a list of Keras metric names, objects or configs", ("list",), "list"),
+    "loss": Kind("a Keras loss name, object, function or config, or one per output (a dict output name -> loss or a "
+                 "list in output order)", ("str", "dict", "list"), "str | dict | list | keras.losses.Loss"),
+    "metrics": Kind("a list of Keras metric names, objects or configs, or per output a dict output name -> metrics or "
+                    "a list of one entry per output", ("list", "dict"), "list | dict"),
     "loss_weights": Kind("None, a float, a list of floats or a dict output name -> float", ("float", "list", "dict", "null"),
                          "float | list | dict | None"),
     "jit_compile": Kind("True, False or 'auto'", ("bool", "str"), "bool | str"),
@@ -251,14 +253,19 @@ PARAMS: tuple[ParamSpec, ...] = (
            "a compiled `model` supplies it when it is not given")),
     _P("loss", "loss", NO_DEFAULT, stage=SHARED, config="fit", example="sparse_categorical_crossentropy", doc=(
         "Keras loss: a name, an object, a function or a config dict; needed unless `model` is compiled (then it "
-        "supplies it). Its family decides the label rule and the classifier columns")),
+        "supplies it). A multi-output model takes one loss per output as `keras.Model.compile` does: a dict output "
+        "name -> loss naming every output, or a list in output order. Each output's loss family decides its label "
+        "rule and whether `transform` writes its probability column")),
     _P("metrics", "metrics", [], stage=SHARED, config="fit", example=["accuracy"], doc=(
-        "Keras metrics: a list of names, objects or configs (a compiled `model` supplies them when not given)")),
+        "Keras metrics: a list of names, objects or configs (a compiled `model` supplies them when not given); for "
+        "a multi-output model a dict output name -> metric(s) (`{\"high\": [\"accuracy\"]}`, logged as "
+        "`high_accuracy`) or a list of one entry per output, as `keras.Model.compile` takes them")),
     _P("weightedMetrics", "metrics", [], stage=SHARED, doc=(
-        "`keras.Model.compile`'s `weighted_metrics`: a list of names, objects or configs, weighted by `sampleWeightCol`")),
+        "`keras.Model.compile`'s `weighted_metrics`: a list of names, objects or configs, weighted by `sampleWeightCol`; "
+        "per output as `metrics`")),
     _P("lossWeights", "loss_weights", None, stage=SHARED, doc=(
         "`keras.Model.compile`'s `loss_weights`: None, a float, a list of floats (output order) or a dict output name "
-        "-> float")),
+        "-> float (per output with per-output losses, as Keras requires)")),
     _P("jitCompile", "jit_compile", "auto", stage=SHARED, doc=(
         "`keras.Model.compile`'s `jit_compile`: True, False or `\"auto\"` (XLA compilation of the train step); a "
         "compiled model does not supply it (Keras keeps only the value it resolved on the driver's devices)")),

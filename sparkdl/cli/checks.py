@@ -83,13 +83,15 @@ def check_outputs(config: dict, estimator) -> list[str]:
     names = [name for name, _ in spec.output_specs]
     columns = label_columns(config, names)
     if estimator.isDefined(estimator.loss):
-        task = estimator._compile_spec().loss_info.infer_task(estimator.getTask())
-        bad = [(name, tuple(shape)) for name, shape in spec.output_specs if len(shape) != 1]
-        if task == "classification" and bad:
+        compile_spec = estimator._compile_spec()
+        compile_spec.check_outputs(names)
+        losses = compile_spec.output_losses(names)
+        bad = [(name, tuple(shape), info.name) for (name, shape), info in zip(spec.output_specs, losses, strict=True)
+               if info.infer_task(estimator.getTask()) == "classification" and len(shape) != 1]
+        if bad:
             raise ConfigError(
                 "a classifier's outputs must be shaped (classes,) per row: set fit.task: regression to keep the raw "
-                f"outputs, or use a regression loss. Received: outputs {bad} with task {estimator.getTask()!r} "
-                f"and loss {estimator._compile_spec().loss_info.name!r}"
+                f"outputs, or use a regression loss. Received: (output, shape, loss) {bad} with task {estimator.getTask()!r}"
             )
     return columns
 
@@ -148,13 +150,14 @@ def check_data_labels(config: dict, estimator, columns: list[str]) -> None:
     """
     if not estimator.isDefined(estimator.loss):
         return
-    loss = estimator._compile_spec().loss_info
+    names = [name for name, _ in estimator._spec.output_specs]
+    losses = estimator._compile_spec().output_losses(names)
     data = config["data"]
     for key in _DATA_KEYS:
         path = local_parquet(data.get(key), data["format"])
         if path is None:
             continue
-        for (name, output_shape), column in zip(estimator._spec.output_specs, columns, strict=True):
+        for (name, output_shape), column, loss in zip(estimator._spec.output_specs, columns, losses, strict=True):
             try:
                 shape = label_shape(path, column)
                 if shape is not None:

@@ -357,3 +357,30 @@ def describe_loss(loss) -> LossInfo:
         name, family = functions[resolved]
         return LossInfo(family, False, name)
     return LossInfo(REGRESSION, False, _custom_name(keras, resolved))
+
+
+def losses_for_outputs(loss, names) -> list[LossInfo]:
+    """The :class:`LossInfo` of each model output, in output order.
+
+    Args:
+        loss: one :class:`LossInfo` for every output; a list of them in output order; or a dict
+            output name -> :class:`LossInfo` naming every output.
+        names: the model's output names in output order, e.g. ``["progression", "high"]``.
+
+    Returns:
+        ``len(names)`` :class:`LossInfo`, one per output.
+
+    Raises:
+        SchemaError: a list or dict that does not give one loss per output (naming the outputs
+            and what was received).
+    """
+    names = list(names)
+    if isinstance(loss, LossInfo):
+        return [loss] * len(names)
+    if isinstance(loss, dict):
+        if sorted(loss) != sorted(names):
+            raise SchemaError(f"per-output losses must map every model output by name: the outputs are {names}. Received: {sorted(loss)}")
+        return [loss[name] for name in names]
+    if len(loss) != len(names):
+        raise SchemaError(f"per-output losses must give one loss per model output {names}. Received: {len(loss)}")
+    return list(loss)

@@ -167,20 +167,54 @@ def normalize_optimizer(value) -> str | dict:
     return _normalize(value if value is not None else "adam", "optimizer")
 
 
-def normalize_loss(value) -> str | dict:
-    """A loss name, ``keras.losses.Loss``, loss function or config as a name or config dict.
+def is_config(value) -> bool:
+    """Whether ``value`` is one Keras serialization config (a dict with ``class_name``), not a dict by output name."""
+    return isinstance(value, dict) and "class_name" in value
+
+
+def _per_output(value) -> bool:
+    """Whether a compile argument is given per output: a dict by output name or a list (not one config)."""
+    return isinstance(value, (list, tuple)) or (isinstance(value, dict) and not is_config(value))
+
+
+#: the forms of a per-output ``loss`` and ``metrics``, for error messages
+LOSS_FORMS = ("one loss for every output (a name, a keras.losses.Loss, a function or a config dict), a dict output "
+              "name -> loss naming every output, or a list of one loss per output in output order")
+METRICS_FORMS = ("a list of metrics for a single-output model; for several outputs a dict output name -> metric or list of "
+                 "metrics (any subset of the outputs), or a list of one entry per output in output order, each a metric, "
+                 "a list of metrics or None")
+
+
+def _one_loss(value, where: str):
+    if value is None:
+        return None
+    if _per_output(value):
+        raise ConfigError(f"loss {where} must be one loss (a name, a keras.losses.Loss, a function or a config dict), not "
+                          f"nested: the forms are {LOSS_FORMS}. Received: {value!r}")
+    return _normalize(value, "loss")
+
+
+def normalize_loss(value) -> str | dict | list:
+    """A loss as JSON: a name or config dict for every output, or per output (a dict output name ->
+    loss, or a list in output order, as ``keras.Model.compile`` takes them; an entry may be None: that
+    output is trained without a loss, as in Keras). Each loss is checked as Keras resolves it; the
+    output names and count are checked at ``fit`` (:meth:`CompileSpec.check_outputs`).
 
     Raises:
-        ConfigError: when the value is None or Keras cannot resolve it.
+        ConfigError: when the value is None, an empty or nested dict or list, all None, or Keras
+            cannot resolve a loss (named).
     """
     if value is None:
-        raise ConfigError("loss must be given (a name, a keras.losses.Loss or its config). Received: None")
-    if isinstance(value, (dict, list, tuple)) and not (isinstance(value, dict) and "class_name" in value):
-        raise ConfigError(
-            "loss must be one loss for every output (a name, a keras.losses.Loss or its config); per-output losses "
-            f"(a dict or list) are not supported yet: weigh the outputs with lossWeights. Received: {value!r}"
-        )
-    return _normalize(value, "loss")
+        raise ConfigError(f"loss must be given: {LOSS_FORMS}. Received: None")
+    if isinstance(value, dict) and not is_config(value):
+        losses = {str(name): _one_loss(v, f"of output {name!r}") for name, v in value.items()}
+    elif isinstance(value, (list, tuple)):
+        losses = [_one_loss(v, f"at position {i}") for i, v in enumerate(value)]
+    else:
+        return _normalize(value, "loss")
+    if not value or all(v is None for v in (losses.values() if isinstance(losses, dict) else losses)):
+        raise ConfigError(f"loss must give at least one output a loss: {LOSS_FORMS}. Received: {value!r}")
+    return losses
 
 
 def _check_metric_name(name: str) -> None:
@@ -197,32 +231,53 @@ def _check_metric_name(name: str) -> None:
         ) from exc
 
 
-def normalize_metrics(values) -> list:
-    """Metric names, objects or configs as a list of names and config dicts, checked on the driver.
+def _one_metric(metric, values):
+    if metric is None:
+        raise ConfigError(f"metrics must be Keras metric names, objects or configs. Received: None in {values!r}")
+    if _per_output(metric):
+        raise ConfigError(f"metrics must not nest deeper than one list per output: the forms are {METRICS_FORMS}. Received: {values!r}")
+    if isinstance(metric, str):
+        _check_metric_name(metric)
+    return _normalize(metric, "metric")
 
-    Each name resolves as ``keras.Model.compile`` would (``"accuracy"``/``"acc"``, then
-    ``keras.metrics.get``: ``"mae"``, ``"AUC"``, ``"auc"``, ...), and each object or config is
-    rebuilt from its config, so a misspelled or unregistered metric fails before any Spark job.
+
+def _metric_list(value, values) -> list:
+    """One output's metrics (a metric or a list of them) as a list of names and configs."""
+    return [_one_metric(m, values) for m in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def normalize_metrics(values) -> list | dict:
+    """Metrics (or weighted metrics) as JSON in any form ``keras.Model.compile`` takes, checked on the driver.
+
+    Forms: a metric or a list of metrics (names, objects or configs); a dict output name -> a metric
+    or a list of them (``{"high": ["accuracy"]}``, values kept as lists, None values dropped); or a
+    list with lists or None among its entries (one entry per output, output order). A flat list on a
+    model with several outputs is Keras' list of one entry per output; its length is checked at
+    ``fit`` (:meth:`CompileSpec.check_outputs`). Each name resolves as ``keras.Model.compile`` would
+    (``"accuracy"``/``"acc"``, then ``keras.metrics.get``: ``"mae"``, ``"AUC"``, ...), and each object
+    or config is rebuilt from its config, so a misspelled or unregistered metric fails before any job.
+
+    Returns:
+        a list of names and config dicts; a list whose entries are such lists or None; or a dict
+        output name -> list.
 
     Raises:
-        ConfigError: naming the metric that Keras cannot resolve or rebuild.
+        ConfigError: naming the metric that Keras cannot resolve or rebuild, or a form nested deeper.
     """
     if values is None:
         return []
-    if isinstance(values, dict) and "class_name" not in values or (
-            isinstance(values, (list, tuple)) and any(isinstance(m, (list, tuple, dict)) and not (isinstance(m, dict) and "class_name" in m) for m in values)):
-        raise ConfigError(
-            "metrics must be one list for every output: per-output metrics (a dict output -> metrics, or a list of lists) are "
-            f"not supported yet; a multi-output model reports each output's loss. Received: {values!r}"
-        )
-    if isinstance(values, (str, dict)):
-        values = [values]
-    for metric in values:
-        if metric is None:
-            raise ConfigError("metrics must be Keras metric names, objects or configs. Received: None in the list")
-        if isinstance(metric, str):
-            _check_metric_name(metric)
-    return [_normalize(m, "metric") for m in values]
+    if isinstance(values, dict) and not is_config(values):
+        return {str(name): _metric_list(v, values) for name, v in values.items() if v is not None}
+    if not isinstance(values, (list, tuple)):
+        return [_one_metric(values, values)]
+    if any(m is None or isinstance(m, (list, tuple)) for m in values):  # one entry per output
+        return [None if m is None else _metric_list(m, values) for m in values]
+    return [_one_metric(m, values) for m in values]
+
+
+def frozen_metrics(metrics):
+    """A normalized metrics value as a :class:`CompileSpec` field: a dict as it is, a list as a tuple."""
+    return metrics if isinstance(metrics, dict) else tuple(metrics)
 
 
 # ``keras.Model.compile`` arguments that sparkdl keeps (keys of :func:`compile_args_of`, fields of
@@ -257,9 +312,37 @@ def infer_task(task: str, compile_spec: CompileSpec) -> str:
     """``"classification"`` or ``"regression"``: ``task`` itself unless it is ``"auto"``, then by loss family.
 
     Cross-entropy, focal, hinge and KL-divergence losses make a classifier, read from the loss's
-    Keras class (:func:`sparkdl.keras.losses.describe_loss`); any other loss a regressor.
+    Keras class (:func:`sparkdl.keras.losses.describe_loss`); any other loss a regressor. With a
+    loss per output (a dict or list of several), ``"auto"`` stays ``"auto"``: each output's own loss
+    decides how ``transform`` reads it.
     """
+    if compile_spec.per_output_loss and len(compile_spec.loss) > 1:
+        return task
     return compile_spec.loss_info.infer_task(task)
+
+
+def _revive_loss(loss):
+    if isinstance(loss, dict) and not is_config(loss):
+        return {name: None if v is None else _revive(v, "loss") for name, v in loss.items()}
+    if isinstance(loss, (list, tuple)):
+        return [None if v is None else _revive(v, "loss") for v in loss]
+    return _revive(loss, "loss")
+
+
+def _revive_metrics(metrics):
+    if isinstance(metrics, dict):
+        return {name: _revive_metrics(v) for name, v in metrics.items()}
+    return [None if m is None else _revive_metrics(m) if isinstance(m, (list, tuple)) else _revive(m, "metric") for m in metrics]
+
+
+#: ``keras.Model.compile`` argument -> the sparkdl Param that holds it, for error messages
+_PARAM_NAMES = {"loss_weights": "lossWeights", "weighted_metrics": "weightedMetrics"}
+
+
+def _named(argument: str, received, names: list[str], rule: str) -> ConfigError:
+    param = _PARAM_NAMES.get(argument, argument)
+    shown = param if param == argument else f"{param} (Keras' {argument})"
+    return ConfigError(f"{shown} {rule}; the model's outputs are {names}. Received: {param}={received!r}")
 
 
 def _revive(value, kind: str):
@@ -274,18 +357,20 @@ class CompileSpec:
 
     Attributes:
         optimizer: a name (``"adam"``) or a Keras optimizer config dict.
-        loss: a name (``"sparse_categorical_crossentropy"``) or a Keras loss config dict.
-        metrics: names or Keras metric config dicts.
-        weighted_metrics: names or Keras metric config dicts, weighted by sample weights.
+        loss: a name (``"sparse_categorical_crossentropy"``) or a Keras loss config dict; or per
+            output a dict output name -> loss (None: no loss) or a list in output order.
+        metrics: names or Keras metric config dicts (a tuple); per output a dict output name ->
+            list of them, or a tuple of one entry per output (a list of them, or None).
+        weighted_metrics: as ``metrics``, weighted by sample weights.
         loss_weights: ``None``, a float, a list of floats or a dict output name -> float
             (``keras.Model.compile``'s ``loss_weights``).
         jit_compile: ``True``, ``False`` or ``"auto"`` (XLA compilation of the train step).
     """
 
     optimizer: str | dict = "adam"
-    loss: str | dict = "mse"
-    metrics: tuple = field(default_factory=tuple)
-    weighted_metrics: tuple = field(default_factory=tuple)
+    loss: str | dict | list = "mse"
+    metrics: tuple | dict = field(default_factory=tuple)
+    weighted_metrics: tuple | dict = field(default_factory=tuple)
     loss_weights: float | list | dict | None = None
     jit_compile: bool | str = "auto"
 
@@ -310,10 +395,75 @@ class CompileSpec:
                 are not numbers, or a ``jit_compile`` other than ``True``/``False``/``"auto"``.
         """
         return cls(
-            normalize_optimizer(optimizer), normalize_loss(loss), tuple(normalize_metrics(metrics)),
-            tuple(normalize_metrics(weighted_metrics)), cls.normalize_loss_weights(loss_weights),
+            normalize_optimizer(optimizer), normalize_loss(loss), frozen_metrics(normalize_metrics(metrics)),
+            frozen_metrics(normalize_metrics(weighted_metrics)), cls.normalize_loss_weights(loss_weights),
             cls.normalize_jit_compile(jit_compile),
         )
+
+    @property
+    def per_output_loss(self) -> bool:
+        """Whether ``loss`` is given per output (a dict by output name or a list in output order)."""
+        return _per_output(self.loss)
+
+    def output_losses(self, names: Sequence[str]) -> list[LossInfo]:
+        """The :class:`~sparkdl.keras.losses.LossInfo` of each output, in output order: the one loss
+        for every output, or each output's own (an output without a loss reads as a regressor).
+
+        Raises:
+            ConfigError: a per-output loss that does not fit these outputs (:meth:`check_outputs`).
+        """
+        names = list(names)
+        self.check_outputs(names, loss_only=True)
+        if isinstance(self.loss, dict) and not is_config(self.loss):
+            return [describe_loss(self.loss[n]) if self.loss[n] is not None else LossInfo() for n in names]
+        if isinstance(self.loss, (list, tuple)):
+            return [describe_loss(v) if v is not None else LossInfo() for v in self.loss]
+        return [self.loss_info] * len(names)
+
+    def check_outputs(self, names: Sequence[str], loss_only: bool = False) -> None:
+        """Check the per-output forms against the model's output names, before any Spark job, as
+        ``keras.Model.compile`` reads them: a loss dict names every output, a loss list has one
+        entry per output, ``loss_weights`` per output need a loss per output (or a single-output
+        model), metrics dicts name outputs only, and a metrics list on a model with several outputs
+        has one entry per output (Keras refuses ``metrics=["mae"]`` on two outputs).
+
+        Args:
+            names: the model's output names in output order, e.g. ``["progression", "high"]``.
+            loss_only: check the loss alone.
+
+        Raises:
+            ConfigError: naming the argument, the output names and what was received.
+        """
+        names, count = list(names), len(names)
+        if isinstance(self.loss, dict) and not is_config(self.loss):
+            if sorted(self.loss) != sorted(names):
+                raise _named("loss", self.loss, names, "as a dict must name every model output (None for an output trained without a loss)")
+        elif isinstance(self.loss, (list, tuple)) and len(self.loss) != count:
+            raise _named("loss", self.loss, names, f"as a list must give one loss per output ({count}), in output order")
+        if loss_only:
+            return
+        weights = self.loss_weights
+        if isinstance(weights, (dict, list)):
+            if count > 1 and not self.per_output_loss:
+                raise _named("loss_weights", weights, names, "per output weigh per-output losses: give loss as a dict output "
+                             "name -> loss or a list in output order (Keras refuses one loss with several weights), or one number")
+            if isinstance(weights, dict) and sorted(weights) != sorted(names):
+                raise _named("loss_weights", weights, names, "as a dict must name every model output")
+            if isinstance(weights, list) and len(weights) != count:
+                raise _named("loss_weights", weights, names, f"as a list must give one weight per output ({count}), in output order")
+        elif weights is not None and count > 1 and self.per_output_loss:
+            raise _named("loss_weights", weights, names, "with per-output losses must be per output too (a dict by output name "
+                         "or a list in output order), as Keras requires")
+        for argument, metrics in (("metrics", self.metrics), ("weighted_metrics", self.weighted_metrics)):
+            if isinstance(metrics, dict):
+                unknown = sorted(set(metrics) - set(names))
+                if unknown:
+                    raise _named(argument, metrics, names, f"as a dict must name model outputs; {unknown} are not outputs")
+            elif metrics and count > 1 and len(metrics) != count:
+                raise _named(argument, list(metrics), names, f"must be {METRICS_FORMS} (Keras reads a list on a model with "
+                             f"{count} outputs as one entry per output; e.g. {{{names[0]!r}: ['mae']}} or {[['mae']] * count!r})")
+            elif metrics and count == 1 and any(m is None or isinstance(m, list) for m in metrics) and len(metrics) != 1:
+                raise _named(argument, list(metrics), names, "as a list of lists must give one entry per output (1)")
 
     @staticmethod
     def normalize_loss_weights(value) -> float | list | dict | None:
@@ -364,12 +514,17 @@ class CompileSpec:
             ConfigError: when the state comes from another optimizer class, or its arrays do not
                 match the optimizer's variables in count, shape or dtype (another architecture).
         """
+        loss_weights = self.loss_weights
+        if isinstance(loss_weights, dict) and not (isinstance(self.loss, dict) and not is_config(self.loss)):
+            # Keras pairs a weights dict with a non-dict loss by sorted key, not by output: pass them in output order
+            names = _output_names(model, model.outputs)
+            loss_weights = [loss_weights[n] for n in names] if sorted(loss_weights) == sorted(names) else loss_weights
         model.compile(
             optimizer=_revive(self.optimizer, "optimizer"),
-            loss=_revive(self.loss, "loss"),
-            metrics=[_revive(m, "metric") for m in self.metrics],
-            weighted_metrics=[_revive(m, "metric") for m in self.weighted_metrics] or None,
-            loss_weights=self.loss_weights,
+            loss=_revive_loss(self.loss),
+            metrics=_revive_metrics(self.metrics),
+            weighted_metrics=_revive_metrics(self.weighted_metrics) or None,
+            loss_weights=loss_weights,
             jit_compile=self.jit_compile,
         )
         if optimizer_state is not None:
@@ -411,7 +566,17 @@ class CompileSpec:
     def loss_info(self) -> LossInfo:
         """The loss's family, ``from_logits`` and canonical name, decided by its Keras class
         (:func:`sparkdl.keras.losses.describe_loss`): the one source of the label rule, the
-        inferred task and ``transform``'s outputs."""
+        inferred task and ``transform``'s outputs. A loss per output of one entry gives that entry.
+
+        Raises:
+            ConfigError: for losses of several outputs (read them with :meth:`output_losses`).
+        """
+        if self.per_output_loss:
+            entries = list(self.loss.values()) if isinstance(self.loss, dict) else list(self.loss)
+            if len(entries) != 1:
+                raise ConfigError(f"one loss was asked for, and the loss is per output: {self.loss!r}; read each output's "
+                                  "with output_losses(names)")
+            return describe_loss(entries[0]) if entries[0] is not None else LossInfo()
         return describe_loss(self.loss)
 
 

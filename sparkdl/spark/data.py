@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
+from sparkdl.keras.losses import losses_for_outputs
 from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows
 
 SPARK_TYPES = {
@@ -170,14 +171,19 @@ class ColumnRequest:
         column, else ``float32``; ``()`` for a scalar column, ``(1,)`` for an array under a sparse
         loss, the output's shape for another array or vector."""
         specs = []
-        for _, shape, name in self.outputs:
+        for (_, shape, name), info in zip(self.outputs, self.output_losses(loss), strict=True):
             data_type = df.schema[name].dataType
             dtype = "int64" if isinstance(data_type, _INTEGER_TYPES) else "float32"
             if isinstance(data_type, (T.NumericType, T.BooleanType)):
                 specs.append(((), dtype))
             else:
-                specs.append((((1,) if loss.expects_class_index else tuple(shape)), dtype))
+                specs.append((((1,) if info.expects_class_index else tuple(shape)), dtype))
         return specs
+
+    def output_losses(self, loss) -> list:
+        """Each output's :class:`~sparkdl.keras.losses.LossInfo`, in output order, from one for
+        every output or a list (dict) of one per output (:func:`~sparkdl.keras.losses.losses_for_outputs`)."""
+        return losses_for_outputs(loss, [name for name, _, _ in self.outputs])
 
 
 def _vector_width(df: DataFrame, name: str) -> int | None:
@@ -261,7 +267,7 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
     Args:
         df: the user's DataFrame.
         spec: the model (:class:`~sparkdl.keras.spec.ModelSpec`): its inputs' names, shapes and dtypes.
-        loss: the loss descriptor (:class:`~sparkdl.keras.losses.LossInfo`).
+        loss: the loss descriptor (:class:`~sparkdl.keras.losses.LossInfo`), or a list of them, one per output.
         features_col: the one input's column when ``features_cols`` is None.
         features_cols: None; a list of columns concatenated per row, in order, into the one input;
             or a dict model input name -> column or list of columns.
@@ -306,11 +312,11 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
                 f"(labelCols, a list in output order or a dict by name). Received: {list(label_cols)}"
             )
         outputs = tuple((name, shape, c) for (name, shape), c in zip(model_outputs, label_cols, strict=True))
-    for _, output_shape, c in outputs:
+    for (_, output_shape, c), info in zip(outputs, losses_for_outputs(loss, [name for name, _, _ in outputs]), strict=True):
         check_label_column(df, c)
         width = _vector_width(df, c)
         if width is not None:  # an ML vector's width in its metadata (OneHotEncoder writes it): checked with no job
-            loss.check_label_shape(c, (width,), tuple(output_shape))
+            info.check_label_shape(c, (width,), tuple(output_shape))
     if weight_col is not None:
         data_type = _field(df, weight_col, "sampleWeightCol").dataType
         if not isinstance(data_type, T.NumericType):
@@ -467,7 +473,7 @@ class _ColumnStats:
         return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
-def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label: float | None, skip: bool,
+def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
                      backend: str | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
     rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are counted
@@ -481,7 +487,7 @@ def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label
 
     configure(None, TaskContext.get().resources(), backend)  # a decoder may start the backend: on this task's GPUs only
     rows = skipped = 0
-    stats = {s.name: _ColumnStats(ignore_label if s.name in labels else None) for s in specs}
+    stats = {s.name: _ColumnStats(ignore_labels.get(s.name)) for s in specs}
     for batch in batches:
         if skip and batch.num_rows:
             bad = np.zeros(batch.num_rows, bool)
@@ -536,7 +542,7 @@ def prepare_training_data(
     Args:
         df: the user's DataFrame.
         request: the model's columns (:func:`request_columns`).
-        loss: the loss descriptor (:class:`sparkdl.keras.losses.LossInfo`): its label rule.
+        loss: the loss descriptor (:class:`sparkdl.keras.losses.LossInfo`), or one per output: the label rules.
         num_workers: partitions (workers), unless ``keep_partitioning``.
         keep_partitioning: train on the input's own partitions instead of repartitioning.
         run_job: ``run_job(action, description)`` runs the check job (see :mod:`sparkdl.spark.jobs`);
@@ -568,13 +574,13 @@ def prepare_training_data(
     selected = selected.withColumn("__sparkdl_fit", F.lit(secrets.randbits(63)))
     selected = selected.persist()
     try:
-        ignore = getattr(loss, "ignore_class", None)
+        ignore = {y.name: info.ignore_class for y, info in zip(ys, request.output_losses(loss), strict=True)}
         specs = xs + ys + ([weight] if weight else [])
-        labels, skip = {y.name for y in ys}, request.skip_invalid
+        skip = request.skip_invalid
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, labels, ignore, skip, backend), STATS_DDL)
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend), STATS_DDL)
         description = f"sparkdl: check and count {role} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
         rows = sorted(rows, key=lambda s: s["partition"])
@@ -637,8 +643,8 @@ def _check_stats(stats, total: int, skipped: int, request: ColumnRequest, xs, ys
         position += len(cols)
         inputs.append(_input_tensor(stats, name, tuple(shape), dtype, parts, total))
     outputs = []
-    for (name, output_shape, _), y in zip(request.outputs, ys, strict=True):
-        outputs.append(_output_tensor(stats, name, tuple(output_shape), y, loss))
+    for (name, output_shape, _), y, info in zip(request.outputs, ys, request.output_losses(loss), strict=True):
+        outputs.append(_output_tensor(stats, name, tuple(output_shape), y, info))
     if weight is not None:
         lows = _values(stats, weight.name, "min")
         if lows and min(lows) < 0:

@@ -358,9 +358,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 df, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
                 self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
             )
-            for (_, output_shape, label_col), (label_shape, _) in zip(request.outputs, request.label_specs(df, loss), strict=True):
+            for (_, output_shape, label_col), (label_shape, _), info in zip(
+                    request.outputs, request.label_specs(df, loss), request.output_losses(loss), strict=True):
                 if label_shape == ():
-                    loss.check_label_shape(label_col, (), output_shape)
+                    info.check_label_shape(label_col, (), output_shape)
         except SchemaError as exc:
             raise SchemaError(f"validationData: {exc}") from exc
 
@@ -436,8 +437,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if not self.isDefined(self.loss):
             raise ConfigError("KerasEstimator needs a loss (a name, a keras.losses.Loss or a config). Received: no loss")
         compile_spec = self._compile_spec()
-        start = self._initial_state(self._spec, compile_spec)  # before any job; raises ConfigError
         spec = self._spec
+        output_names = [name for name, _ in spec.output_specs]
+        compile_spec.check_outputs(output_names)  # per-output losses, weights and metrics against the outputs, before any job
+        start = self._initial_state(spec, compile_spec)  # before any job; raises ConfigError
         if len(spec.output_specs) > 1 and self.getOutputCols() is not None:  # transform's columns, checked now
             from sparkdl.spark.inference import output_columns
 
@@ -450,12 +453,13 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         user_callbacks = check_callbacks(self._callbacks)
         trackers = self._trackers(observers)  # TensorBoard and MLflow, checked (and the MLflow run started) before any job
         task = infer_task(self.getTask(), compile_spec)
-        if task == "classification" and len(spec.output_shape) != 1:
-            raise ConfigError(
-                f"a classifier must output shape (classes,) per row. Received: {spec.output_shape}; "
-                "pass task='regression' to get the raw outputs"
-            )
-        loss = compile_spec.loss_info
+        loss = compile_spec.output_losses(output_names)  # one LossInfo per output, in output order
+        for (name, shape), info in zip(spec.output_specs, loss, strict=True):
+            if info.infer_task(task) == "classification" and len(shape) != 1:
+                raise ConfigError(
+                    f"a classifier must output shape (classes,) per row. Received: {tuple(shape)}"
+                    + (f" for output {name!r}" if len(output_names) > 1 else "") + "; pass task='regression' to get the raw outputs"
+                )
         if self.getFeaturesCols() is not None and self.isSet(self.featuresCol):
             warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=3)
         request = request_columns(
@@ -463,9 +467,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
         )
         label_specs = request.label_specs(dataset, loss)
-        for (_, output_shape, label_col), (label_shape, _) in zip(request.outputs, label_specs, strict=True):
+        for (_, output_shape, label_col), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
             if label_shape == ():  # a scalar column's per-row shape is known from the schema: check it now
-                loss.check_label_shape(label_col, (), output_shape)
+                info.check_label_shape(label_col, (), output_shape)
         train_df, validation_df = self._split_validation(dataset, request, config.seed)
         if validation_df is not None and getattr(self, "_validation_data", None) is not None:
             self._check_validation_data(validation_df, spec, loss)

@@ -80,12 +80,14 @@ def evaluate(
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"evaluate's batchSize must be a positive integer (rows per batch). Received: {batch_size!r}")
-    loss = compile_spec.loss_info
+    output_names = [name for name, _ in spec.output_specs]
+    compile_spec.check_outputs(output_names)
+    loss = compile_spec.output_losses(output_names)  # one LossInfo per output
     request = request_columns(df, spec, loss, features_col, features_cols, label_col, label_cols, weight_col, None, decoders)
     label_specs = request.label_specs(df, loss)
-    for (_, output_shape, column), (label_shape, _) in zip(request.outputs, label_specs, strict=True):
+    for (_, output_shape, column), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
         if label_shape == ():  # a scalar column's per-row shape is known from the schema: checked now, as fit does
-            loss.check_label_shape(column, (), output_shape)
+            info.check_label_shape(column, (), output_shape)
     # The loss and metrics on one dummy row on the driver: compile arguments that cannot read these labels fail here.
     reader = MetricReader(
         spec, compile_spec, [s for _, s, _, _ in request.inputs], [d for _, _, d, _ in request.inputs],

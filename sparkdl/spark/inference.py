@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkdl.errors import SchemaError
-from sparkdl.keras.losses import LossInfo, OutputLayout
+from sparkdl.keras.losses import LossInfo, OutputLayout, losses_for_outputs
 from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, row_faults, tensor_to_numpy
@@ -475,21 +475,13 @@ def check_feature_rows(df: DataFrame, checks: list[tuple], count_rows: bool = Tr
 
 def output_losses(spec: ModelSpec, loss) -> list[LossInfo]:
     """The loss of each output of a multi-output model, in output order: ``loss`` itself for every
-    output, or its entry per output when ``loss`` is a list (output order) or a dict by output name.
+    output, or its entry per output when ``loss`` is a list (output order) or a dict by output name
+    (:func:`sparkdl.keras.losses.losses_for_outputs`).
 
     Raises:
         SchemaError: a list or dict that does not give one loss per output.
     """
-    names = [name for name, _ in spec.output_specs]
-    if isinstance(loss, LossInfo):
-        return [loss] * len(names)
-    if isinstance(loss, dict):
-        if sorted(loss) != sorted(names):
-            raise SchemaError(f"per-output losses must map every model output by name: the outputs are {names}. Received: {sorted(loss)}")
-        return [loss[name] for name in names]
-    if len(loss) != len(names):
-        raise SchemaError(f"per-output losses must give one loss per model output {names}. Received: {len(loss)}")
-    return list(loss)
+    return losses_for_outputs(loss, [name for name, _ in spec.output_specs])
 
 
 def output_probabilities(spec: ModelSpec, loss, task: str) -> list[tuple[LossInfo, str] | None]:

@@ -202,10 +202,18 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
             raise ConfigError(f"KerasModel must come from fit() or load() before {action}. Received: an empty KerasModel")
 
     def _loss_and_task(self):
-        """The loss family (:class:`~sparkdl.keras.losses.LossInfo`) and the inferred task."""
-        from sparkdl.keras.losses import LossInfo, describe_loss
+        """The loss family (:class:`~sparkdl.keras.losses.LossInfo`) and the inferred task; for a
+        model with several outputs given a loss per output, the list of each output's (in output
+        order) and the task as set (``"auto"``: each output's loss decides)."""
+        from sparkdl.keras.losses import LossInfo
 
-        info = describe_loss(self.getLoss()) if self.isDefined(self.loss) else LossInfo()
+        if not self.isDefined(self.loss):
+            info = LossInfo()
+            return info, info.infer_task(self.getTask())
+        compile_spec = self._compile_spec()
+        if compile_spec.per_output_loss and len(self._spec.output_specs) > 1:
+            return compile_spec.output_losses([name for name, _ in self._spec.output_specs]), self.getTask()
+        info = compile_spec.loss_info
         return info, info.infer_task(self.getTask())
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
@@ -276,6 +284,11 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
     def _classifier(self, action: str):
         self._require_model(action)
         info, task = self._loss_and_task()
+        if isinstance(info, list):
+            raise ConfigError(
+                f"{action} reads a single-output classifier; transform writes each output's columns of a multi-output "
+                f"model. Received: outputs {[name for name, _ in self._spec.output_specs]} with a loss per output"
+            )
         if task != "classification":
             raise ConfigError(
                 f"{action} needs a classifier (a cross-entropy, hinge or KL-divergence loss, or task='classification'). "

@@ -339,11 +339,11 @@ class KerasSharedParams(_SharedBase, _SharedSetters):
 
     def _compile_spec(self):
         """The :class:`~sparkdl.keras.spec.CompileSpec` of every kept compile Param (``loss`` must be defined)."""
-        from sparkdl.keras.spec import CompileSpec
+        from sparkdl.keras.spec import CompileSpec, frozen_metrics
 
         return CompileSpec(
-            self.getOrDefault("optimizer"), self.getOrDefault("loss"), tuple(self.getOrDefault("metrics")),
-            tuple(self.getWeightedMetrics()), self.getLossWeights(), self.getJitCompile(),
+            self.getOrDefault("optimizer"), self.getOrDefault("loss"), frozen_metrics(self.getOrDefault("metrics")),
+            frozen_metrics(self.getWeightedMetrics()), self.getLossWeights(), self.getJitCompile(),
         )
 
 
