@@ -270,6 +270,9 @@ def normalize_metrics(values) -> list | dict:
         return {str(name): _metric_list(v, values) for name, v in values.items() if v is not None}
     if not isinstance(values, (list, tuple)):
         return [_one_metric(values, values)]
+    if values and all(m is None for m in values):
+        raise ConfigError("metrics must be Keras metric names, objects or configs (None only for an output without metrics, "
+                          f"beside others with some). Received: None in {values!r}")
     if any(m is None or isinstance(m, (list, tuple)) for m in values):  # one entry per output
         return [None if m is None else _metric_list(m, values) for m in values]
     return [_one_metric(m, values) for m in values]
@@ -462,7 +465,9 @@ class CompileSpec:
             elif metrics and count > 1 and len(metrics) != count:
                 raise _named(argument, list(metrics), names, f"must be {METRICS_FORMS} (Keras reads a list on a model with "
                              f"{count} outputs as one entry per output; e.g. {{{names[0]!r}: ['mae']}} or {[['mae']] * count!r})")
-            elif metrics and count == 1 and any(m is None or isinstance(m, list) for m in metrics) and len(metrics) != 1:
+            elif metrics and count == 1 and any(m is None for m in metrics):
+                raise _named(argument, list(metrics), names, "of a single-output model must be metrics, not None")
+            elif metrics and count == 1 and any(isinstance(m, list) for m in metrics) and len(metrics) != 1:
                 raise _named(argument, list(metrics), names, "as a list of lists must give one entry per output (1)")
 
     @staticmethod

@@ -110,4 +110,4 @@ def test_signature_and_docstring_list_every_keyword_with_its_default():
     for spec in PARAMS:
         assert re.search(rf"^        {spec.name} \(", args, re.M), spec.name
     assert "        numWorkers (int; default 2): model replicas" in args
-    assert "        loss (str | dict | keras.losses.Loss; no default): Keras loss" in args
+    assert "        loss (str | dict | list | keras.losses.Loss; no default): Keras loss" in args
