@@ -86,3 +86,13 @@ def test_two_outputs_with_label_cols_report_each_outputs_loss(spark, tmp_path, c
     # one batch per partition: each output's loss is a mean of partition means, so only the sum is exact
     assert set(metrics["test_metrics"]) == {"loss", "a_loss", "b_loss"}
     assert last.startswith(f"sparkdl: test loss {metrics['test_metrics']['loss']:.4f}, a_loss ")
+
+
+@pytest.mark.slow
+def test_a_yaml_loss_and_metrics_per_output_train_and_report_keras_names(spark, tmp_path, capsys):
+    fit = {"loss": {"a": "mse", "b": "mae"}, "metrics": {"b": ["mse"]}}
+    metrics, _, test, out = run_job(tmp_path, capsys, "two_outputs", fit, label_cols={"a": "ya", "b": "yb"})
+    assert KerasModel.load(str(out / "model")).getLoss() == fit["loss"]
+    want = keras_evaluate(out, test["x"], {"a": test["ya"], "b": test["yb"]})
+    assert set(metrics["test_metrics"]) == set(want) == {"loss", "a_loss", "b_loss", "b_mse"}
+    assert metrics["test_metrics"]["b_mse"] == pytest.approx(want["b_mse"], rel=1e-5)

@@ -497,3 +497,18 @@ def test_check_accepts_every_label_form_that_fits(tmp_path, capsys):
                              ("softmax", {"loss": "sparse_categorical_crossentropy"}, {"label_col": "label"}),
                              ("two_outputs", {"loss": "mse"}, {"label_cols": ["ya", "yb"]})]:
         assert main(["--config", small_job(tmp_path, model, fit, **data), "--check"]) == 0, capsys.readouterr().err
+
+
+def test_a_loss_and_metrics_per_output_are_read_from_yaml_and_checked_against_the_outputs(tmp_path):
+    from sparkdl.cli.train import build_estimator, check_job
+
+    config = with_fit(loss={"a": "mse", "b": "binary_crossentropy"}, metrics={"b": ["accuracy"]})
+    config["model"] = {"factory": "tests.cli_models:two_outputs"}
+    config["data"]["label_cols"] = {"a": "ya", "b": "yb"}
+    estimator = build_estimator(load_config(write_config(tmp_path, config)))
+    assert estimator.getLoss() == {"a": "mse", "b": "binary_crossentropy"} and estimator.getMetrics() == {"b": ["accuracy"]}
+    assert check_job(load_config(write_config(tmp_path, config)), estimator) == ["ya", "yb"]
+    config["fit"]["loss"] = {"a": "mse", "c": "mae"}
+    wrong = load_config(write_config(tmp_path, config))
+    with pytest.raises(ConfigError, match=r"loss as a dict must name every model output.*outputs are \['a', 'b'\]"):
+        check_job(wrong, build_estimator(wrong))
