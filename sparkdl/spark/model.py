@@ -32,7 +32,9 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
 
     A model with several outputs gets one column per output instead (``outputCols``), each classifier
     output followed by ``<column>_<probabilityCol>`` (:func:`sparkdl.spark.inference.transform`);
-    :meth:`evaluate` computes the compiled loss and metrics over a DataFrame.
+    with a loss per output (``loss={"progression": "mse", "high": "binary_crossentropy"}``) each
+    output's own loss decides whether it is a classifier (``task="auto"``). :meth:`evaluate` computes
+    the compiled loss and metrics over a DataFrame.
 
     The weights reach the executors as one Spark broadcast per model, kept on the driver while a
     ``KerasModel`` that scored with it (this one, a copy, a reload) is alive, or while it is among
@@ -177,7 +179,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
                 continue
             try:
                 wrapped._set(**{name: value})
-            except (ConfigError, ValueError, TypeError) as exc:  # e.g. per-output losses: scoring needs none of them
+            except (ConfigError, ValueError, TypeError) as exc:  # e.g. an unregistered custom loss: scoring needs none of them
                 warnings.warn(f"fromKeras leaves the model's compile argument {keras_name!r} out ({exc}); pass {name}= "
                               "to set one, e.g. for evaluate or classifier columns", stacklevel=2)
         return wrapped
