@@ -143,3 +143,17 @@ def test_per_output_forms_that_do_not_fit_the_outputs_fail_before_any_job(spark)
         with pytest.raises(ConfigError, match=message):
             est.fit(df)
         assert jobs_started(spark, lambda e=est: pytest.raises(ConfigError, e.fit, df)) == 0
+
+
+def test_from_keras_adopts_a_compiled_models_per_output_arguments():
+    import warnings
+
+    model = _model()
+    model.compile(optimizer="sgd", loss=LOSS, loss_weights=LOSS_WEIGHTS, metrics=METRICS, weighted_metrics=[["mae"], None])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # fromKeras warns for each compile argument it leaves out: none here
+        wrapped = KerasModel.fromKeras(model, featuresCol="x")
+    assert wrapped.getLoss() == LOSS and wrapped.getMetrics() == METRICS and wrapped.getLossWeights() == LOSS_WEIGHTS
+    assert wrapped.getWeightedMetrics() == [["mae"], None]
+    with pytest.raises(ConfigError, match=r"numClasses reads a single-output classifier.*outputs \['progression', 'high'\]"):
+        wrapped.numClasses
