@@ -38,8 +38,9 @@ it records:
   the N workers' steps share the machine's cores. The workers do not report their compute time.
 
 Rounds of the first epoch (replicas built, TensorFlow warm-up, data cached) are reported apart
-(``epoch`` 0); the table shows the later epochs' rounds: bytes, jobs and tasks their mean (a ps worker's push
-may land in the next round's window), seconds and memory their median.
+(``per_round``); the table shows the later epochs' rounds but the fit's last (whose tasks close
+their connections before the round's end is measured): bytes, jobs and tasks their mean (a ps
+worker's push may land in the next round's window), seconds and memory their median.
 
 Prints one JSON line per (N, setting), e.g. ``{"benchmark": "scaling", "executors": 4,
 "backend": "rounds", "compression": null, "reduce": "auto", "driver_in_mb": 48.1,
@@ -241,34 +242,59 @@ def run_child(n: int, args) -> None:
         fitted = est.fit(df)
         fit_s = time.perf_counter() - started
         info = fitted.fitInfo
-        warm = [r for r in probe.rounds if r["epoch"] > 0] or probe.rounds
-        med = lambda key: statistics.median(r[key] for r in warm)  # noqa: E731
-        mean = lambda key: statistics.fmean(r[key] for r in warm)  # noqa: E731  (a push may land in the next round's window)
+        per_round = [{k: (v / MB if k in ("driver_out", "driver_in", "result") else v) for k, v in r.items() if k != "peaks"}
+                     for r in probe.rounds]
+        warm = warm_rounds(probe.rounds)
         result = {
             "benchmark": "scaling", "executors": n, "cores": cores, "backend": backend, "compression": compression,
             "reduce": reduce if backend == "rounds" else None, "params": params, "state_mb": round(state_mb, 3),
             "local_steps": tau, "batch_size": batch, "rounds_per_epoch": args.rounds, "epochs": args.epochs,
             "reduced_on_executors": info.get("reduced_on_executors"),
-            "driver_in_mb": round(mean("driver_in") / MB, 3), "driver_out_mb": round(mean("driver_out") / MB, 3),
-            "result_mb": round(mean("result") / MB, 3),
-            "jobs": round(mean("jobs"), 2), "tasks": round(mean("tasks"), 2),
+            **summarize(per_round),
             "driver_peak_mb": round(statistics.median(r["peaks"][os.getpid()] for r in warm), 1),
             "jvm_peak_mb": round(statistics.median(r["peaks"][jvm_pid] for r in warm), 1),
-            "round_s": round(med("round_s"), 4), "step_s": round(step_s, 5), "compute_s": round(compute_s, 4),
-            "overhead_s": round(med("round_s") - compute_s, 4),
+            "step_s": round(step_s, 5), "compute_s": round(compute_s, 4),
             "first_round_s": round(probe.rounds[0]["round_s"], 3), "fit_s": round(fit_s, 2),
             "fit_driver_peak_mb": round(peak_rss_mb(os.getpid()), 1), "fit_jvm_peak_mb": round(peak_rss_mb(jvm_pid), 1),
-            "warm_rounds": len(warm),
+            "load_average": round(os.getloadavg()[0], 1),  # the machine's, with whatever else runs on it
         }
+        result["overhead_s"] = round(result["round_s"] - compute_s, 4)
         if backend == "ps":
             total_rounds = args.epochs * args.rounds
             result["server_pushed_mb"] = round(info["bytes_pushed"] / total_rounds / MB, 3)
             result["server_pulled_mb"] = round(info["bytes_pulled"] / total_rounds / MB, 3)
-        result["per_round"] = [{k: (round(v / MB, 3) if k in ("driver_out", "driver_in", "result") else v)
-                                for k, v in r.items() if k != "peaks"} for r in probe.rounds]
+        result["per_round"] = [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in per_round]
         print(json.dumps(result), flush=True)
     reduce_module.EXECUTOR_REDUCE_MIN_BYTES = default_min
     spark.stop()
+
+
+def warm_rounds(rounds: list[dict]) -> list[dict]:
+    """The rounds after the first epoch, less the fit's last (its tasks end and close their
+    connections before the round's end is measured, so their bytes would go uncounted)."""
+    return [r for r in rounds[:-1] if r["epoch"] > 0] or rounds
+
+
+def summarize(per_round: list[dict]) -> dict:
+    """The reported values of a setting from its rounds (bytes in MB): over :func:`warm_rounds`,
+    bytes, jobs and tasks their mean (a ps worker's push may land in the next round's window),
+    seconds their median."""
+    warm = warm_rounds(per_round)
+    mean = lambda key: statistics.fmean(r[key] for r in warm)  # noqa: E731
+    return {"driver_in_mb": round(mean("driver_in"), 3), "driver_out_mb": round(mean("driver_out"), 3),
+            "result_mb": round(mean("result"), 3), "jobs": round(mean("jobs"), 2), "tasks": round(mean("tasks"), 2),
+            "round_s": round(statistics.median(r["round_s"] for r in warm), 4), "warm_rounds": len(warm)}
+
+
+def resummarize(path: str) -> None:
+    """Recompute the summaries of a JSON-lines file from each line's ``per_round`` (in place)."""
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    with open(path, "w") as f:
+        for r in lines:
+            r.update(summarize(r["per_round"]))
+            r["overhead_s"] = round(r["round_s"] - r["compute_s"], 4)
+            f.write(json.dumps(r) + "\n")
 
 
 def _compiled(model):
@@ -277,6 +303,11 @@ def _compiled(model):
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.optimizer.build(model.trainable_variables)
     return model
+
+
+def load_lines(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def print_table(results: list[dict]) -> None:
@@ -301,8 +332,13 @@ def main() -> None:
     parser.add_argument("--compression", nargs="*", default=["fp16"], help="compressions besides none")
     parser.add_argument("--reduce", action="store_true", help="also rounds with the updates forced onto the executors (N > 2)")
     parser.add_argument("--out", help="also write the JSON lines to this file")
+    parser.add_argument("--resummarize", metavar="FILE", help="recompute FILE's summaries from its per-round values, and stop")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.resummarize:
+        resummarize(args.resummarize)
+        print_table(load_lines(args.resummarize))
+        return
     if args.child is not None:
         run_child(args.child, args)
         return

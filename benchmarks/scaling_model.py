@@ -30,18 +30,22 @@ Bytes through the driver per round: out N·S, in N·S_up: linear in N by design.
 **ring** (not a sparkdl backend: the bandwidth-optimal allreduce of Horovod, Sergeev & Del Balso
 2018; Patarasuk & Yuan 2009), the design reference that removes the driver from the data path::
 
-    t_round = τ·t_step + 2·(N − 1)·α + 2·(N − 1)/N·S_up / B          (α = 50 µs a message)
+    t_round = τ·t_step + 2·(N − 1)·α + 2·(N − 1)/N·G / B       (α = 50 µs a message; G = P·4 bytes of
+                                                                  gradients, P·2 with fp16: no optimizer state travels)
 
 **Efficiency and epoch time**: a worker computes τ·t_step per round whatever N is (weak
 scaling, as Horovod's benchmarks), so the scaling efficiency is E = τ·t_step / t_round (1 when
 communication and scheduling cost nothing; Horovod's 90 % is the reference line), and an epoch of
 D rows takes D / (N·τ·b) rounds: t_epoch = D / (N·τ·b) · t_round.
 
-**Compute per step**: t_step = 6·P·b / F (about 6 FLOPs per parameter and row for a forward and
-backward pass: Kaplan et al. 2020, C ≈ 6·N·B·S), with F the device's sustained FLOP/s: ``cpu`` =
-the measured step of ``scaling.py`` (one core) × ``--cpu-cores`` (8), ``gpu`` = ``--gpu-tflops``
-(100 TFLOP/s: an A100/H100 at a third to a tenth of its bf16 peak). The compute-to-communication
-ratio, hence E, depends on F: a faster device makes communication relatively dearer.
+**Compute per step**: t_step = 6·P·b·T / F: about 6 FLOPs per parameter for each use of a
+parameter in a forward and backward pass (Kaplan et al. 2020, C ≈ 6·N per token), each parameter
+used T times per row (``--reuse``; default T = 160: ResNet-50's 4.1 GFLOP forward pass over 25.6M
+parameters on a 224×224 image, He et al. 2016; a transformer's T is its tokens per row; the MLP
+measured here has T = 1), and F the device's sustained FLOP/s: ``cpu`` = the measured step of
+``scaling.py`` (6·P·b / t_step on one core) × ``--cpu-cores`` (8), ``gpu`` = ``--gpu-tflops`` (100
+TFLOP/s: an A100/H100 at a third to a tenth of its bf16 peak). The compute-to-communication
+ratio, hence E, depends on F·(1/T): a faster device makes communication relatively dearer.
 
 **Fitted constants** (:func:`fit`, from the measured N = 2, 4, 8 points of ``local-cluster``):
 u(N) = u0 + u1·(N − 1) (least squares of the measured ``driver_out_mb / state_mb`` of backend
@@ -102,6 +106,11 @@ def update_bytes(state: float, compression: str | None) -> float:
     return state / 2 if compression == "fp16" else state
 
 
+def ring_bytes(state: float, compression: str | None) -> float:
+    """Bytes a ring allreduce reduces: the gradients, a third of an Adam state (halved with fp16)."""
+    return update_bytes(state / 3, compression)
+
+
 def on_executors(n: int, state: float) -> bool:
     """Where sparkdl combines a round's updates (``reduce.plan_reduction`` without a result-size limit)."""
     return n > 2 and n * state > REDUCE_MIN_BYTES
@@ -123,8 +132,8 @@ def round_seconds(backend: str, n: int, state: float, compression: str | None, t
         return costs.l_job + tasks * costs.l_task + bcast + compute + red
     if backend == "ps":
         return compute + costs.l_ps + max(n * state / bandwidth, n * up / bandwidth, n * (state + up) / costs.server_rate)
-    if backend == "ring":
-        return compute + 2 * (n - 1) * RING_ALPHA_S + 2 * (n - 1) / n * up / bandwidth
+    if backend == "ring":  # gradients only (4 bytes a parameter, 2 with fp16): the optimizer state stays on each worker
+        return compute + 2 * (n - 1) * RING_ALPHA_S + 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
     raise ValueError(f"backend must be rounds, ps or ring. Received: {backend!r}")
 
 
@@ -144,14 +153,14 @@ def driver_bytes(backend: str, n: int, state: float, compression: str | None, co
     return n * state, n * up
 
 
-def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAGENET_ROWS) -> list[dict]:
+def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAGENET_ROWS, reuse: float = 160.0) -> list[dict]:
     """One row per point of ``grid`` (keys ``workers``, ``params``, ``gbps``, ``backend``, ``tau``,
     ``compression``: lists): efficiency, seconds per round and per epoch of ``rows`` rows, and
     which term bounds the round (``bound``: compute, network, server, scheduling)."""
     out = []
     keys = ("workers", "params", "gbps", "backend", "tau", "compression")
     for n, params, gbps, backend, tau, compression in itertools.product(*(grid[k] for k in keys)):
-        step_s = 6 * params * batch / flops
+        step_s = 6 * params * batch * reuse / flops
         bandwidth = gbps * GBIT
         state = params * BYTES_PER_PARAM
         t = round_seconds(backend, n, state, compression, tau, step_s, bandwidth, costs)
@@ -167,7 +176,7 @@ def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAG
             terms["network"] = max(1.0, costs.u0 + costs.u1 * (n - 1)) * state / bandwidth + ((up + state) if ex else n * up) / bandwidth
             terms["server"] = (state if ex else n * up) / costs.rate  # the driver's decode and combine
         else:
-            terms["network"] = 2 * (n - 1) / n * up / bandwidth
+            terms["network"] = 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
             terms["scheduling"] = 2 * (n - 1) * RING_ALPHA_S
         comm = {k: v for k, v in terms.items() if k != "compute"}
         out.append({
@@ -200,7 +209,7 @@ def load(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def fit(points: list[dict], server_mb_s: float = 0.0) -> Costs:
+def fit(points: list[dict]) -> Costs:
     """The model's constants from measured points (see the module docstring)."""
     rounds = [p for p in points if p["backend"] == "rounds"]
     ps = [p for p in points if p["backend"] == "ps"]
@@ -214,9 +223,27 @@ def fit(points: list[dict], server_mb_s: float = 0.0) -> Costs:
     z = np.array([p["overhead_s"] for p in ps])
     l_ps, inv_server = _nnls(b, z) if len(ps) else (0.0, 0.0)
     rate = 1 / inv_rate if inv_rate > 0 else math.inf
-    server = max(1 / inv_server if inv_server > 0 else 0.0, server_mb_s * MB) or math.inf
+    server = 1 / inv_server if inv_server > 0 else math.inf
     return Costs(l_job=float(l_job), l_task=float(l_task), l_stage=float(l_job), rate=float(rate), l_ps=float(l_ps),
                  server_rate=float(server), u0=float(u0), u1=float(u1))
+
+
+# A dedicated cluster's scheduling constants (the fitted ones come from N executors oversubscribed on
+# 2 shared cores): an empty mapInArrow job 0.13 s and a second stage 0.1 s (README, measured on an
+# idle local[2]); Spark's central scheduler launches about 1,000 tasks/s (Ousterhout et al. 2013,
+# Sparrow; Venkataraman et al. 2017, Drizzle); a ps round's fixed cost 0.011 s (one push+pull of
+# 1M parameters on loopback, README); the driver decodes and combines results at 100 MB/s (README:
+# 12 MB per task adds 0.12 s a round).
+DEDICATED = {"l_job": 0.13, "l_task": 0.001, "l_stage": 0.1, "l_ps": 0.011, "rate": 100 * MB}
+
+
+def dedicated(costs: Costs, server_mb_s: float) -> Costs:
+    """The projection's constants: :data:`DEDICATED`'s latencies, the fitted torrent factor u(N),
+    the higher of the fitted and the dedicated rates, and the server rate of ``ps_throughput.py``
+    (``server_mb_s``, MB/s) when higher than the fitted one."""
+    return Costs(l_job=DEDICATED["l_job"], l_task=DEDICATED["l_task"], l_stage=DEDICATED["l_stage"],
+                 rate=max(costs.rate, DEDICATED["rate"]), l_ps=DEDICATED["l_ps"],
+                 server_rate=max(costs.server_rate, server_mb_s * MB), u0=costs.u0, u1=costs.u1)
 
 
 def predicted_overhead(p: dict, costs: Costs) -> float:
@@ -285,19 +312,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", default=os.path.join(HERE, "scaling_measured.jsonl"))
     parser.add_argument("--plot", default=os.path.join(HERE, "scaling_model.png"))
-    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="cpu")
     parser.add_argument("--gpu-tflops", type=float, default=100.0)
     parser.add_argument("--cpu-cores", type=int, default=8)
     parser.add_argument("--batch", type=int, default=64, help="rows per step and worker in the projection")
+    parser.add_argument("--reuse", type=float, default=160.0, help="T: uses of each parameter per row (ResNet-50: 160)")
     parser.add_argument("--server-mb-s", type=float, default=400.0, help="ps_throughput.py's loopback server MB/s")
+    parser.add_argument("--profile", choices=["dedicated", "fitted"], default="dedicated",
+                        help="project with a dedicated cluster's latencies (default) or the fitted ones")
     parser.add_argument("--plot-tau", type=int, default=16)
     parser.add_argument("--json", action="store_true", help="print the whole grid as JSON lines")
     args = parser.parse_args()
 
     points = load(args.measured)
-    costs = fit(points, args.server_mb_s)
-    print("fitted:", json.dumps({k: round(v, 6) for k, v in asdict(costs).items()}))
-    checked = check(points, costs)
+    fitted = fit(points)
+    costs = fitted if args.profile == "fitted" else dedicated(fitted, args.server_mb_s)
+    print("fitted:", json.dumps({k: round(v, 6) for k, v in asdict(fitted).items()}))
+    print(f"projected with ({args.profile}):", json.dumps({k: round(v, 6) for k, v in asdict(costs).items()}))
+    checked = check(points, fitted)
     print("\n| N | backend | compression | combined on | round s | model | err % | driver in MB | model | err % | driver out MB | model | err % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c, p in zip(checked, points):
@@ -311,8 +343,8 @@ def main() -> None:
     measured_flops = 6 * points[0]["params"] * points[0]["batch_size"] / points[0]["step_s"]
     flops = args.gpu_tflops * 1e12 if args.device == "gpu" else measured_flops * args.cpu_cores
     print(f"\ndevice {args.device}: {flops / 1e12:.3g} TFLOP/s sustained per worker (measured one core: {measured_flops / 1e9:.3g} GFLOP/s), "
-          f"batch {args.batch} per worker, epoch of {IMAGENET_ROWS:,} rows")
-    rows = project(GRID, costs, flops, args.batch)
+          f"batch {args.batch} per worker, T = {args.reuse:g} uses of a parameter per row, epoch of {IMAGENET_ROWS:,} rows")
+    rows = project(GRID, costs, flops, args.batch, reuse=args.reuse)
     if args.json:
         for r in rows:
             print(json.dumps(r))
@@ -345,7 +377,7 @@ def main() -> None:
     if args.plot:
         sel = [r for r in rows if r["tau"] == args.plot_tau and r["compression"] is None]
         plot(sel, args.plot, f"scaling efficiency, τ = {args.plot_tau}, no compression, {args.device} "
-                             f"({flops / 1e12:.3g} TFLOP/s per worker, batch {args.batch}); model fitted to local-cluster N = 2, 4, 8")
+                             f"({flops / 1e12:.3g} TFLOP/s per worker, batch {args.batch}, T = {args.reuse:g}); model fitted to local-cluster N = 2, 4, 8")
         print(f"\nwrote {args.plot}")
 
 
