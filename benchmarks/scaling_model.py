@@ -23,7 +23,10 @@ Bytes through the driver per round: out u(N)·S (plus task closures), in N·S_up
 **ps** (a parameter server in the driver's process; round mode ``sync``: every worker pulls the
 start state, trains τ steps, pushes its update)::
 
-    t_round = τ·t_step + L_ps + max(N·S / B, N·S_up / B, N·(S + S_up) / R_server)
+    t_round = τ·t_step + L_ps + max(N·S / B, N·S_up / B, N·(S + S_up) / R_server) + [fp16] N·S / R_codec
+
+(the server decodes each fp16 push into a state on the driver, one after another; on rounds the
+driver decodes only the mean: + [fp16] S / R_codec.)
 
 Bytes through the driver per round: out N·S, in N·S_up: linear in N by design.
 
@@ -52,7 +55,7 @@ u(N) = u0 + u1·(N − 1) (least squares of the measured ``driver_out_mb / state
 rounds), and, by non-negative least squares of the measured overhead seconds
 (``round_s − compute_s``), L_job, L_task and the effective byte rate R of backend rounds
 (regressors: jobs, tasks, driver bytes per round) and L_ps and R_server of backend ps (regressors:
-1, driver bytes per round). The measured N are oversubscribed (N executors on 2 cores shared
+1, driver bytes per round, N·S of fp16 pushes decoded). The measured N are oversubscribed (N executors on 2 cores shared
 with other work), so these latencies are upper bounds for a dedicated cluster. The projection
 uses R_server = the higher of the fitted rate and ``--server-mb-s`` (the loopback server
 throughput of ``benchmarks/ps_throughput.py``), and B = the network's line rate.
@@ -99,6 +102,7 @@ class Costs:
     server_rate: float  # bytes/s the ps server moves (pushed + pulled)
     u0: float  # torrent broadcast: the driver uploads (u0 + u1·(N − 1))·S
     u1: float
+    codec_rate: float = math.inf  # bytes/s of state the driver decodes from fp16 (ps: each push; rounds: the mean)
 
 
 def update_bytes(state: float, compression: str | None) -> float:
@@ -129,9 +133,11 @@ def round_seconds(backend: str, n: int, state: float, compression: str | None, t
             tasks, red = 2 * n, costs.l_stage + up / bandwidth + state / bandwidth + state / costs.rate
         else:
             tasks, red = n, n * up / bandwidth + n * up / costs.rate
-        return costs.l_job + tasks * costs.l_task + bcast + compute + red
+        decode = state / costs.codec_rate if compression else 0.0
+        return costs.l_job + tasks * costs.l_task + bcast + compute + red + decode
     if backend == "ps":
-        return compute + costs.l_ps + max(n * state / bandwidth, n * up / bandwidth, n * (state + up) / costs.server_rate)
+        decode = n * state / costs.codec_rate if compression else 0.0
+        return compute + costs.l_ps + max(n * state / bandwidth, n * up / bandwidth, n * (state + up) / costs.server_rate) + decode
     if backend == "ring":  # gradients only (4 bytes a parameter, 2 with fp16): the optimizer state stays on each worker
         return compute + 2 * (n - 1) * RING_ALPHA_S + 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
     raise ValueError(f"backend must be rounds, ps or ring. Received: {backend!r}")
@@ -168,13 +174,13 @@ def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAG
         terms = {"compute": tau * step_s}
         if backend == "ps":
             terms["network"] = max(n * state, n * up) / bandwidth
-            terms["server"] = n * (state + up) / costs.server_rate
+            terms["server"] = n * (state + up) / costs.server_rate + (n * state / costs.codec_rate if compression else 0.0)
             terms["scheduling"] = costs.l_ps
         elif backend == "rounds":
             ex = on_executors(n, state)
             terms["scheduling"] = costs.l_job + (2 * n if ex else n) * costs.l_task + (costs.l_stage if ex else 0.0)
             terms["network"] = max(1.0, costs.u0 + costs.u1 * (n - 1)) * state / bandwidth + ((up + state) if ex else n * up) / bandwidth
-            terms["server"] = (state if ex else n * up) / costs.rate  # the driver's decode and combine
+            terms["server"] = (state if ex else n * up) / costs.rate + (state / costs.codec_rate if compression else 0.0)  # the driver's combine
         else:
             terms["network"] = 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
             terms["scheduling"] = 2 * (n - 1) * RING_ALPHA_S
@@ -219,13 +225,13 @@ def fit(points: list[dict]) -> Costs:
     a = np.array([[p["jobs"], p["tasks"], (p["driver_in_mb"] + p["driver_out_mb"]) * MB] for p in rounds], float)
     y = np.array([p["overhead_s"] for p in rounds])
     l_job, l_task, inv_rate = _nnls(a, y)
-    b = np.array([[1.0, (p["driver_in_mb"] + p["driver_out_mb"]) * MB] for p in ps], float)
+    b = np.array([[1.0, (p["driver_in_mb"] + p["driver_out_mb"]) * MB, p["executors"] * p["state_mb"] * MB * bool(p["compression"])]
+                  for p in ps], float)
     z = np.array([p["overhead_s"] for p in ps])
-    l_ps, inv_server = _nnls(b, z) if len(ps) else (0.0, 0.0)
-    rate = 1 / inv_rate if inv_rate > 0 else math.inf
-    server = 1 / inv_server if inv_server > 0 else math.inf
-    return Costs(l_job=float(l_job), l_task=float(l_task), l_stage=float(l_job), rate=float(rate), l_ps=float(l_ps),
-                 server_rate=float(server), u0=float(u0), u1=float(u1))
+    l_ps, inv_server, inv_codec = _nnls(b, z) if len(ps) else (0.0, 0.0, 0.0)
+    inv = lambda v: 1 / v if v > 0 else math.inf  # noqa: E731
+    return Costs(l_job=float(l_job), l_task=float(l_task), l_stage=float(l_job), rate=float(inv(inv_rate)), l_ps=float(l_ps),
+                 server_rate=float(inv(inv_server)), u0=float(u0), u1=float(u1), codec_rate=float(inv(inv_codec)))
 
 
 # A dedicated cluster's scheduling constants (the fitted ones come from N executors oversubscribed on
@@ -233,8 +239,9 @@ def fit(points: list[dict]) -> Costs:
 # idle local[2]); Spark's central scheduler launches about 1,000 tasks/s (Ousterhout et al. 2013,
 # Sparrow; Venkataraman et al. 2017, Drizzle); a ps round's fixed cost 0.011 s (one push+pull of
 # 1M parameters on loopback, README); the driver decodes and combines results at 100 MB/s (README:
-# 12 MB per task adds 0.12 s a round).
-DEDICATED = {"l_job": 0.13, "l_task": 0.001, "l_stage": 0.1, "l_ps": 0.011, "rate": 100 * MB}
+# 12 MB per task adds 0.12 s a round); fp16 decoding (numpy's float16 → float32 and add, memory bound)
+# 1,000 MB/s of state: 89 MB/s measured on 2 cores at load average 44, about 1/20 of a core each.
+DEDICATED = {"l_job": 0.13, "l_task": 0.001, "l_stage": 0.1, "l_ps": 0.011, "rate": 100 * MB, "codec_rate": 1000 * MB}
 
 
 def dedicated(costs: Costs, server_mb_s: float) -> Costs:
@@ -243,7 +250,8 @@ def dedicated(costs: Costs, server_mb_s: float) -> Costs:
     (``server_mb_s``, MB/s) when higher than the fitted one."""
     return Costs(l_job=DEDICATED["l_job"], l_task=DEDICATED["l_task"], l_stage=DEDICATED["l_stage"],
                  rate=max(costs.rate, DEDICATED["rate"]), l_ps=DEDICATED["l_ps"],
-                 server_rate=max(costs.server_rate, server_mb_s * MB), u0=costs.u0, u1=costs.u1)
+                 server_rate=max(costs.server_rate, server_mb_s * MB), u0=costs.u0, u1=costs.u1,
+                 codec_rate=max(costs.codec_rate, DEDICATED["codec_rate"]))
 
 
 def predicted_overhead(p: dict, costs: Costs) -> float:
@@ -251,7 +259,8 @@ def predicted_overhead(p: dict, costs: Costs) -> float:
     nbytes = (p["driver_in_mb"] + p["driver_out_mb"]) * MB
     if p["backend"] == "rounds":
         return costs.l_job * p["jobs"] + costs.l_task * p["tasks"] + nbytes / costs.rate
-    return costs.l_ps + nbytes / costs.server_rate
+    decode = p["executors"] * p["state_mb"] * MB / costs.codec_rate if p["compression"] else 0.0
+    return costs.l_ps + nbytes / costs.server_rate + decode
 
 
 def check(points: list[dict], costs: Costs) -> list[dict]:
