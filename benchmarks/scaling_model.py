@@ -288,33 +288,36 @@ GRID = {"workers": [8, 16, 32, 64, 128, 256], "params": [1e6, 1e7, 1e8, 1e9], "g
         "backend": ["rounds", "ps", "ring"], "tau": [1, 16, 128], "compression": [None, "fp16"]}
 
 
-def plot(rows: list[dict], path: str, title: str) -> None:
+def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
+    """One row of panels per (label, projected rows), one column per bandwidth: efficiency against N."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gbps_values = sorted({r["gbps"] for r in rows})
-    figure, axes = plt.subplots(1, len(gbps_values), figsize=(5 * len(gbps_values), 4.2), sharey=True)
+    gbps_values = sorted({r["gbps"] for _, rows in panels for r in rows})
+    figure, axes = plt.subplots(len(panels), len(gbps_values), figsize=(4.6 * len(gbps_values), 3.8 * len(panels)),
+                                sharey=True, squeeze=False)
     styles = {"rounds": "-", "ps": "--", "ring": ":"}
     colours = {1e6: "tab:blue", 1e7: "tab:orange", 1e8: "tab:green", 1e9: "tab:red"}
-    for ax, gbps in zip(np.atleast_1d(axes), gbps_values):
-        for backend, params in itertools.product(styles, colours):
-            sel = sorted((r for r in rows if r["gbps"] == gbps and r["backend"] == backend and r["params"] == params),
-                         key=lambda r: r["workers"])
-            if sel:
-                ax.plot([r["workers"] for r in sel], [r["efficiency"] for r in sel], styles[backend], color=colours[params],
-                        marker="o", markersize=3, label=f"{backend} {params:.0e}")
-        ax.axhline(HOROVOD_EFFICIENCY, color="black", linewidth=0.8, label="Horovod 90 %")
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 1.02)
-        ax.set_title(f"{gbps} Gb/s")
-        ax.set_xlabel("workers N")
-    np.atleast_1d(axes)[0].set_ylabel("scaling efficiency τ·t_step / t_round")
-    np.atleast_1d(axes)[-1].legend(fontsize=7, ncol=2, loc="lower left")
+    for row_axes, (label, rows) in zip(axes, panels):
+        for ax, gbps in zip(row_axes, gbps_values):
+            for backend, params in itertools.product(styles, colours):
+                sel = sorted((r for r in rows if r["gbps"] == gbps and r["backend"] == backend and r["params"] == params),
+                             key=lambda r: r["workers"])
+                if sel:
+                    ax.plot([r["workers"] for r in sel], [r["efficiency"] for r in sel], styles[backend], color=colours[params],
+                            marker="o", markersize=3, label=f"{backend} {params:.0e}")
+            ax.axhline(HOROVOD_EFFICIENCY, color="black", linewidth=0.8, label="Horovod 90 %")
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0, 1.02)
+            ax.set_title(f"{label}, {gbps} Gb/s", fontsize=9)
+            ax.set_xlabel("workers N")
+        row_axes[0].set_ylabel("efficiency τ·t_step / t_round")
+    axes[0][-1].legend(fontsize=6, ncol=2, loc="lower left")
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
 
 
 def main() -> None:
@@ -350,7 +353,8 @@ def main() -> None:
         print(f"max |{key}|: {max(abs(c[key]) for c in checked)}")
 
     measured_flops = 6 * points[0]["params"] * points[0]["batch_size"] / points[0]["step_s"]
-    flops = args.gpu_tflops * 1e12 if args.device == "gpu" else measured_flops * args.cpu_cores
+    cpu_flops, gpu_flops = measured_flops * args.cpu_cores, args.gpu_tflops * 1e12
+    flops = gpu_flops if args.device == "gpu" else cpu_flops
     print(f"\ndevice {args.device}: {flops / 1e12:.3g} TFLOP/s sustained per worker (measured one core: {measured_flops / 1e9:.3g} GFLOP/s), "
           f"batch {args.batch} per worker, T = {args.reuse:g} uses of a parameter per row, epoch of {IMAGENET_ROWS:,} rows")
     rows = project(GRID, costs, flops, args.batch, reuse=args.reuse)
@@ -358,25 +362,24 @@ def main() -> None:
         for r in rows:
             print(json.dumps(r))
     ns = GRID["workers"]
-    print("\nefficiency by N (epoch minutes at N = 32 in the last column)")
-    print("| backend | compression | τ | params | Gb/s | " + " | ".join(f"N={n}" for n in ns) + " | epoch min @32 | bound @256 |")
-    print("|---|---|---|---|---|" + "---|" * (len(ns) + 2))
-    for backend, compression, tau, params, gbps in itertools.product(GRID["backend"], GRID["compression"], GRID["tau"], GRID["params"], GRID["gbps"]):
-        if gbps == 25:
-            continue
-        sel = {r["workers"]: r for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, compression, tau, params, gbps)}
-        print(f"| {backend} | {compression or '-'} | {tau} | {params:.0e} | {gbps} | " + " | ".join(f"{sel[n]['efficiency']:.2f}" for n in ns)
+    print("\nefficiency by N at 10 Gb/s, no compression (epoch minutes at N = 32; what bounds the round at N = 256)")
+    print("| backend | τ | params | " + " | ".join(f"N={n}" for n in ns) + " | epoch min @32 | bound @256 |")
+    print("|---|---|---|" + "---|" * (len(ns) + 2))
+    for backend, tau, params in itertools.product(GRID["backend"], GRID["tau"], GRID["params"]):
+        sel = {r["workers"]: r for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, None, tau, params, 10)}
+        print(f"| {backend} | {tau} | {params:.0e} | " + " | ".join(f"{sel[n]['efficiency']:.2f}" for n in ns)
               + f" | {sel[32]['epoch_s'] / 60:.3g} | {sel[256]['bound']} |")
-    good = [r for r in rows if r["efficiency"] >= HOROVOD_EFFICIENCY and r["backend"] != "ring"]
-    print(f"\nsettings at >= 90 % efficiency (sparkdl backends): {len(good)} of {sum(r['backend'] != 'ring' for r in rows)}")
-    for backend in ("rounds", "ps"):
-        best = {}
-        for r in good:
-            if r["backend"] == backend:
-                key = (r["params"], r["gbps"], r["tau"], r["compression"])
-                best[key] = max(best.get(key, 0), r["workers"])
-        for key in sorted(best, key=lambda k: (k[0], k[1], k[2], str(k[3]))):
-            print(f"  {backend}: params {key[0]:.0e}, {key[1]} Gb/s, τ = {key[2]}, {key[3] or 'no compression'}: up to N = {best[key]}")
+    print("\nlargest N (of 8..256) at >= 90 % efficiency ('-': none)")
+    cols = list(itertools.product(GRID["params"], GRID["gbps"]))
+    print("| backend | compression | τ | " + " | ".join(f"{p:.0e} @{g}" for p, g in cols) + " |")
+    print("|---|---|---|" + "---|" * len(cols))
+    for backend, compression, tau in itertools.product(GRID["backend"], GRID["compression"], GRID["tau"]):
+        cells = []
+        for params, gbps in cols:
+            ok = [r["workers"] for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, compression, tau, params, gbps)
+                  and r["efficiency"] >= HOROVOD_EFFICIENCY]
+            cells.append(str(max(ok)) if ok else "-")
+        print(f"| {backend} | {compression or '-'} | {tau} | " + " | ".join(cells) + " |")
     server_bound = [r for r in rows if r["backend"] == "ps" and r["bound"] == "server"]
     if server_bound:
         first = min(server_bound, key=lambda r: (r["gbps"], r["params"], r["workers"]))
@@ -384,9 +387,11 @@ def main() -> None:
               f"(params {first['params']:.0e}, τ = {first['tau']}); server rate {costs.server_rate / MB:.0f} MB/s vs line rate "
               f"{first['gbps'] * GBIT / MB:.0f} MB/s")
     if args.plot:
-        sel = [r for r in rows if r["tau"] == args.plot_tau and r["compression"] is None]
-        plot(sel, args.plot, f"scaling efficiency, τ = {args.plot_tau}, no compression, {args.device} "
-                             f"({flops / 1e12:.3g} TFLOP/s per worker, batch {args.batch}, T = {args.reuse:g}); model fitted to local-cluster N = 2, 4, 8")
+        grid = {**GRID, "tau": [args.plot_tau], "compression": [None]}
+        panels = [(f"cpu {cpu_flops / 1e12:.2g} TFLOP/s", project(grid, costs, cpu_flops, args.batch, reuse=args.reuse)),
+                  (f"gpu {gpu_flops / 1e12:.3g} TFLOP/s", project(grid, costs, gpu_flops, args.batch, reuse=args.reuse))]
+        plot(panels, args.plot, f"projected scaling efficiency, τ = {args.plot_tau}, no compression, batch {args.batch}, "
+                                f"T = {args.reuse:g}; model fitted to local-cluster N = 2, 4, 8 (rounds solid, ps dashed, ring dotted)")
         print(f"\nwrote {args.plot}")
 
 
