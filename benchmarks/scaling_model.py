@@ -51,8 +51,10 @@ TFLOP/s: an A100/H100 at a third to a tenth of its bf16 peak). The compute-to-co
 ratio, hence E, depends on F·(1/T): a faster device makes communication relatively dearer.
 
 **Fitted constants** (:func:`fit`, from the measured N = 2, 4, 8 points of ``local-cluster``):
-u(N) = u0 + u1·(N − 1) (least squares of the measured ``driver_out_mb / state_mb`` of backend
-rounds), and, by non-negative least squares of the measured overhead seconds
+u(N) = u0 + u1·log2 N (least squares of the measured ``driver_out_mb / state_mb`` of backend
+rounds; Spark's TorrentBroadcast has each executor fetch each block from a random one of the
+executors that already hold it or the driver, so the k-th fetcher picks the driver with
+probability about 1/k and the driver uploads about H_N ≈ ln N copies, more when fetches overlap), and, by non-negative least squares of the measured overhead seconds
 (``round_s − compute_s``), L_job, L_task and the effective byte rate R of backend rounds
 (regressors: jobs, tasks, driver bytes per round) and L_ps and R_server of backend ps (regressors:
 1, driver bytes per round, N·S of fp16 pushes decoded). The measured N are oversubscribed (N executors on 2 cores shared
@@ -100,9 +102,14 @@ class Costs:
     rate: float  # bytes/s the driver decodes and combines (rounds)
     l_ps: float  # s per ps round besides the bytes
     server_rate: float  # bytes/s the ps server moves (pushed + pulled)
-    u0: float  # torrent broadcast: the driver uploads (u0 + u1·(N − 1))·S
+    u0: float  # torrent broadcast: the driver uploads (u0 + u1·log2 N)·S
     u1: float
     codec_rate: float = math.inf  # bytes/s of state the driver decodes from fp16 (ps: each push; rounds: the mean)
+
+
+def torrent(n: int, costs: "Costs") -> float:
+    """u(N): states the driver uploads for one torrent broadcast to N executors."""
+    return costs.u0 + costs.u1 * math.log2(n)
 
 
 def update_bytes(state: float, compression: str | None) -> float:
@@ -128,7 +135,7 @@ def round_seconds(backend: str, n: int, state: float, compression: str | None, t
     compute = tau * step_s
     if backend == "rounds":
         executors = on_executors(n, state) if reduce == "auto" else reduce == "executors"
-        bcast = max(1.0, costs.u0 + costs.u1 * (n - 1)) * state / bandwidth
+        bcast = max(1.0, torrent(n, costs)) * state / bandwidth
         if executors:
             tasks, red = 2 * n, costs.l_stage + up / bandwidth + state / bandwidth + state / costs.rate
         else:
@@ -155,7 +162,7 @@ def driver_bytes(backend: str, n: int, state: float, compression: str | None, co
     up = update_bytes(state, compression)
     if backend == "rounds":
         executors = on_executors(n, state) if reduce == "auto" else reduce == "executors"
-        return (costs.u0 + costs.u1 * (n - 1)) * state, (state if executors else n * up)
+        return (torrent(n, costs)) * state, (state if executors else n * up)
     return n * state, n * up
 
 
@@ -179,7 +186,7 @@ def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAG
         elif backend == "rounds":
             ex = on_executors(n, state)
             terms["scheduling"] = costs.l_job + (2 * n if ex else n) * costs.l_task + (costs.l_stage if ex else 0.0)
-            terms["network"] = max(1.0, costs.u0 + costs.u1 * (n - 1)) * state / bandwidth + ((up + state) if ex else n * up) / bandwidth
+            terms["network"] = max(1.0, torrent(n, costs)) * state / bandwidth + ((up + state) if ex else n * up) / bandwidth
             terms["server"] = (state if ex else n * up) / costs.rate + (state / costs.codec_rate if compression else 0.0)  # the driver's combine
         else:
             terms["network"] = 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
@@ -221,7 +228,7 @@ def fit(points: list[dict]) -> Costs:
     ps = [p for p in points if p["backend"] == "ps"]
     n = np.array([p["executors"] for p in rounds], float)
     ratio = np.array([p["driver_out_mb"] / p["state_mb"] for p in rounds])
-    u1, u0 = np.polyfit(n - 1, ratio, 1) if len(set(n)) > 1 else (0.0, float(ratio.mean()))
+    u1, u0 = np.polyfit(np.log2(n), ratio, 1) if len(set(n)) > 1 else (0.0, float(ratio.mean()))
     a = np.array([[p["jobs"], p["tasks"], (p["driver_in_mb"] + p["driver_out_mb"]) * MB] for p in rounds], float)
     y = np.array([p["overhead_s"] for p in rounds])
     l_job, l_task, inv_rate = _nnls(a, y)

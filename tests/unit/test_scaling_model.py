@@ -3,6 +3,7 @@
 reproduces them, and its projection behaves as its equations say. No Spark, no Keras."""
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -10,11 +11,15 @@ from tests.conftest import ROOT
 
 SPEC = importlib.util.spec_from_file_location("scaling_model", f"{ROOT}/benchmarks/scaling_model.py")
 model = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(model)
+sys.modules.setdefault("scaling_model", model)  # its dataclass looks its module up
+SPEC.loader.exec_module(sys.modules["scaling_model"])
+model = sys.modules["scaling_model"]
 
 MEASURED = f"{ROOT}/benchmarks/scaling_measured.jsonl"
 # the errors docs/scaling.md states for the fitted model against the measured points (%)
-BYTES_ERROR_PCT, SECONDS_ERROR_PCT = 10.0, 35.0
+# bytes into the driver within 5 %, out of it (the torrent broadcast's random peers) within 15 %,
+# round seconds (2 shared cores at load average 18-50) within 20 % at the median of the points
+IN_ERROR_PCT, OUT_ERROR_PCT, SECONDS_MEDIAN_ERROR_PCT = 5.0, 15.0, 20.0
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +35,10 @@ def fitted(points):
 def test_the_fitted_model_reproduces_the_measured_points(points, fitted):
     assert {p["executors"] for p in points} == {2, 4, 8} and {p["backend"] for p in points} == {"rounds", "ps"}
     checked = model.check(points, fitted)
-    assert max(abs(c["in_err_pct"]) for c in checked) <= BYTES_ERROR_PCT
-    assert max(abs(c["out_err_pct"]) for c in checked) <= BYTES_ERROR_PCT
-    assert max(abs(c["round_err_pct"]) for c in checked) <= SECONDS_ERROR_PCT
+    assert max(abs(c["in_err_pct"]) for c in checked) <= IN_ERROR_PCT
+    assert max(abs(c["out_err_pct"]) for c in checked) <= OUT_ERROR_PCT
+    errors = sorted(abs(c["round_err_pct"]) for c in checked)
+    assert errors[len(errors) // 2] <= SECONDS_MEDIAN_ERROR_PCT
 
 
 def test_ps_moves_bytes_linear_in_workers_rounds_flat_once_combined_on_the_executors(points, fitted):
@@ -48,14 +54,14 @@ def test_projected_efficiency_falls_with_workers_on_ps_and_rises_with_local_step
     costs = model.dedicated(fitted, server_mb_s=400)
     grid = {"workers": [8, 16, 32, 64, 128, 256], "params": [1e8], "gbps": [10], "backend": ["ps"], "tau": [16],
             "compression": [None]}
-    rows = sorted(model.project(grid, costs, flops=5e10, batch=64), key=lambda r: r["workers"])
+    rows = sorted(model.project(grid, costs, flops=1e14, batch=64), key=lambda r: r["workers"])
     eff = [r["efficiency"] for r in rows]
     assert all(a > b for a, b in zip(eff, eff[1:])), eff
     assert rows[-1]["bound"] in ("server", "network")  # at 256 workers the driver, not the compute, bounds the round
-    more_steps = model.project({**grid, "tau": [128]}, costs, flops=5e10, batch=64)
+    more_steps = model.project({**grid, "tau": [128]}, costs, flops=1e14, batch=64)
     assert min(r["efficiency"] for r in more_steps) > max(eff[-1], 0)
     # the ring allreduce's per-worker bytes do not grow with N: its efficiency at 256 stays near that at 8
-    ring = sorted(model.project({**grid, "backend": ["ring"]}, costs, flops=5e10, batch=64), key=lambda r: r["workers"])
+    ring = sorted(model.project({**grid, "backend": ["ring"]}, costs, flops=1e14, batch=64), key=lambda r: r["workers"])
     assert ring[-1]["efficiency"] > 0.9 * ring[0]["efficiency"] > eff[-1]
 
 
@@ -66,7 +72,6 @@ def test_the_measured_run_counts_each_workers_state_through_the_driver(tmp_path)
     import json
     import os
     import subprocess
-    import sys
 
     out = tmp_path / "points.jsonl"
     subprocess.run([sys.executable, f"{ROOT}/benchmarks/scaling.py", "--executors", "2", "--rounds", "3", "--epochs", "2",
