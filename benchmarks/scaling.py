@@ -47,6 +47,8 @@ Prints one JSON line per (N, setting), e.g. ``{"benchmark": "scaling", "executor
 "driver_out_mb": 12.6, ...}``, then a Markdown table. With ``--out FILE`` the JSON lines are also
 written to FILE (``benchmarks/scaling_model.py --measured FILE`` fits its model to them).
 
+Needs Linux (``/proc``) and ``ss`` (iproute2); the Spark UI must be enabled (it is by default).
+
 Usage: python benchmarks/scaling.py [--executors 2 4 8] [--params 1e6] [--rounds 3] [--epochs 2]
        [--local-steps 4] [--backends rounds ps] [--compression fp16] [--reduce] [--out FILE]
 """
