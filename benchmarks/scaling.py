@@ -1,0 +1,365 @@
+"""How a fit's costs grow with the number of executors: bytes into and out of the driver, driver
+memory, Spark jobs and tasks, and overhead seconds per round, on ``local-cluster[N,1,512]``.
+
+For each N (default 2, 4, 8) a fresh process starts ``local-cluster[N,1,512]`` (N executor JVMs
+of one core and 512 MB, each with its own Python worker) and fits, with ``numWorkers = N``, an MLP
+``784 → h → 10`` of about ``--params`` float32 parameters (Adam: each worker's state is weights
+plus two moments, 12 MB for 1M parameters) in mode ``sync``, ``--epochs`` epochs of
+``--rounds`` rounds of τ = ``--local-steps`` steps of ``--batch-size`` rows, once per setting:
+
+- ``rounds`` (one Spark job per round), updates combined where sparkdl decides (``auto``: on the
+  driver unless more than two workers send more than 64 MiB in all) and, with ``--reduce``,
+  forced onto the executors (``reduce=executors``: the benchmark sets
+  ``sparkdl.spark.training.reduce.EXECUTOR_REDUCE_MIN_BYTES`` to 0 in the driver, as the tests do);
+- ``ps`` (parameter server on the driver, one long-lived task per worker);
+- each without compression and with ``--compression`` (default ``fp16``).
+
+The machine has fewer cores than executors (on 2 cores, N = 8 is 4× oversubscribed), so the
+benchmark measures costs and bytes, not speed. Per round, between a Keras callback's
+``on_train_batch_begin`` and ``on_train_batch_end`` (both run on the driver, once per round),
+it records:
+
+- ``driver_in_mb`` / ``driver_out_mb``: TCP bytes received / sent by the driver's two processes
+  (its Python process, where the ps server runs, and its JVM, which serves the broadcast blocks
+  and receives the task results) on connections to any other process (executor JVMs, executor
+  Python workers), read from the kernel's per-socket counters (``ss -tinp``: ``bytes_received``,
+  ``bytes_acked``) before and after the round. Loopback TCP is what Spark and Flight use between
+  processes here, as on a network; connections closed within a round are not counted (Spark and
+  Flight keep theirs open);
+- ``result_mb``: the task results Spark delivered to the driver (the stages' ``resultSize``,
+  REST API at the UI port), ``broadcast_mb``: one start state (Arrow IPC of weights and optimizer
+  state), what a round broadcasts (``rounds``) or what each worker pulls (``ps``);
+- ``jobs`` and ``tasks`` started in the round (REST API ``/api/v1/applications/<id>/jobs``);
+- ``driver_peak_mb`` / ``jvm_peak_mb``: peak resident memory of the driver's Python process and of
+  its JVM during the round (``VmHWM`` of ``/proc/<pid>/status``, reset at the round's start by
+  writing 5 to ``/proc/<pid>/clear_refs``);
+- ``round_s`` and ``overhead_s`` = ``round_s − compute_s``, where ``compute_s`` = τ × one step's
+  seconds (measured in this process on one thread, as each task has one CPU) × max(1, N / cores):
+  the N workers' steps share the machine's cores. The workers do not report their compute time.
+
+Rounds of the first epoch (replicas built, TensorFlow warm-up, data cached) are reported apart
+(``per_round``); the table shows the later epochs' rounds but the fit's last (whose tasks close
+their connections before the round's end is measured): bytes, jobs and tasks their mean (a ps
+worker's push may land in the next round's window), seconds and memory their median.
+
+Prints one JSON line per (N, setting), e.g. ``{"benchmark": "scaling", "executors": 4,
+"backend": "rounds", "compression": null, "reduce": "auto", "driver_in_mb": 48.1,
+"driver_out_mb": 12.6, ...}``, then a Markdown table. With ``--out FILE`` the JSON lines are also
+written to FILE (``benchmarks/scaling_model.py --measured FILE`` fits its model to them).
+
+Needs Linux (``/proc``) and ``ss`` (iproute2); the Spark UI must be enabled (it is by default).
+
+Usage: python benchmarks/scaling.py [--executors 2 4 8] [--params 1e6] [--rounds 3] [--epochs 2]
+       [--local-steps 4] [--backends rounds ps] [--compression fp16] [--reduce] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+import setup_env  # noqa: F401  (sys.path and the environment, before pyspark/keras)
+
+ROOT = setup_env.ROOT
+MB = 1e6
+
+
+# ---- the driver's resources, read from the kernel ------------------------------------------------
+
+def peak_rss_mb(pid: int) -> float:
+    """``VmHWM`` (peak resident set size) of process ``pid`` in MB (10^6 bytes)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024 / MB
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+
+
+def reset_peak(pid: int) -> None:
+    """Reset ``VmHWM`` of ``pid`` to its current RSS (Linux >= 4.0; the process's owner may)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+_SOCK = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+)\s+(\S+)\s+users:\(\(.*?pid=(\d+)")
+
+
+def tcp_counters(pids: set[int]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per established TCP connection of a process in ``pids`` whose peer is another process:
+    ``(local, peer) -> (bytes sent and acknowledged, bytes received)``, from ``ss -tinpH``."""
+    out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+    owner: dict[str, int] = {}
+    conns: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for head, info in zip(out[0::2], out[1::2]):  # ss prints each socket on two lines
+        m = _SOCK.match(head)
+        if not m:
+            continue
+        local, peer, pid = m.group(1), m.group(2), int(m.group(3))
+        owner[local] = pid
+        sent = re.search(r"bytes_acked:(\d+)", info)
+        received = re.search(r"bytes_received:(\d+)", info)
+        conns[(local, peer)] = (pid, int(sent.group(1)) if sent else 0, int(received.group(1)) if received else 0)
+    return {key: (s, r) for key, (pid, s, r) in conns.items() if pid in pids and owner.get(key[1]) not in pids}
+
+
+def tcp_delta(before: dict, after: dict) -> tuple[int, int]:
+    """(bytes out, bytes in) between two :func:`tcp_counters` snapshots (new connections count from 0)."""
+    out = inn = 0
+    for key, (s, r) in after.items():
+        s0, r0 = before.get(key, (0, 0))
+        out += max(0, s - s0)
+        inn += max(0, r - r0)
+    return out, inn
+
+
+class SparkRest:
+    """Jobs, tasks and result bytes of the application from the Spark UI's REST API."""
+
+    def __init__(self, sc) -> None:
+        self.base = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}"
+
+    def _get(self, path: str):
+        with urllib.request.urlopen(self.base + path, timeout=30) as r:
+            return json.loads(r.read())
+
+    def jobs(self) -> dict[int, dict]:
+        return {j["jobId"]: j for j in self._get("/jobs")}
+
+    def result_bytes(self, stage_ids: set[int]) -> int:
+        total = 0
+        for s in self._get("/stages"):
+            if s["stageId"] in stage_ids:
+                total += int(s.get("resultSize", 0))
+        return total
+
+
+# ---- one fit --------------------------------------------------------------------------------------
+
+def make_probe(spark, pids: set[int], rest: SparkRest):
+    """A Keras callback measuring each round between its batch hooks (see the module docstring)."""
+    import keras
+
+    class Probe(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rounds: list[dict] = []
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            for pid in pids:
+                reset_peak(pid)
+            self._jobs = set(rest.jobs())
+            self._tcp = tcp_counters(pids)
+            self._t0 = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            seconds = time.perf_counter() - self._t0
+            tcp = tcp_counters(pids)
+            peaks = {pid: peak_rss_mb(pid) for pid in pids}
+            time.sleep(0.3)  # the status store follows the listener bus
+            jobs = rest.jobs()
+            new = {j: jobs[j] for j in jobs if j not in self._jobs}
+            stages = {s for j in new.values() for s in j["stageIds"]}
+            out, inn = tcp_delta(self._tcp, tcp)
+            self.rounds.append({
+                "epoch": self.epoch, "round": batch, "round_s": seconds, "driver_out": out, "driver_in": inn,
+                "result": rest.result_bytes(stages) if stages else 0, "jobs": len(new),
+                "tasks": sum(j["numTasks"] - j.get("numSkippedTasks", 0) for j in new.values()),
+                "peaks": peaks,
+            })
+
+    return Probe()
+
+
+def run_child(n: int, args) -> None:
+    """Every setting on ``local-cluster[n,1,512]``; prints one JSON line each."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    import keras
+    from pyspark.sql import SparkSession
+
+    import round_overhead as ro
+    import sparkdl.spark.training.reduce as reduce_module
+    from sparkdl import KerasEstimator
+    from sparkdl.keras.replica import state_nbytes
+
+    spark = (SparkSession.builder.master(f"local-cluster[{n},1,512]").config("spark.executor.memory", "512m")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g")
+             .config("spark.sql.shuffle.partitions", str(n)).getOrCreate())
+    sc = spark.sparkContext
+    sc.setLogLevel("ERROR")
+    deadline = time.monotonic() + 300
+    while sc._jsc.sc().getExecutorMemoryStatus().size() - 1 < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"local-cluster must register {n} executors within 300 s")
+        time.sleep(1)
+    jvm_pid = int(sc._jvm.java.lang.ProcessHandle.current().pid())
+    pids = {os.getpid(), jvm_pid}
+    rest = SparkRest(sc)
+
+    params, batch, tau = int(args.params), args.batch_size, args.local_steps
+    rows = n * args.rounds * tau * batch
+    rng = np.random.default_rng(1)
+    x = rng.random((rows, ro.INPUTS), dtype=np.float32)
+    y = rng.integers(0, ro.CLASSES, rows)
+    df = spark.createDataFrame([(r.tolist(), float(v)) for r, v in zip(x, y)], "features array<float>, label double").cache()
+    df.count()
+    step_s = ro.step_seconds(params, batch)
+    cores = os.cpu_count() or 1
+    compute_s = tau * step_s * max(1.0, n / cores)
+    state_mb = state_nbytes(_compiled(ro.build_model(params))) / MB
+
+    default_min = reduce_module.EXECUTOR_REDUCE_MIN_BYTES
+    settings = []
+    for backend in args.backends:
+        for compression in (None, *args.compression):
+            settings.append((backend, compression, "auto"))
+            if backend == "rounds" and args.reduce and n > 2 and compression is None and n * state_mb * MB <= default_min:
+                settings.append((backend, compression, "executors"))
+    for backend, compression, reduce in settings:
+        reduce_module.EXECUTOR_REDUCE_MIN_BYTES = 0 if reduce == "executors" else default_min
+        probe = make_probe(spark, pids, rest)
+        est = KerasEstimator(
+            model=ro.build_model(params), optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=n, epochs=args.epochs,
+            batchSize=batch, localSteps=tau, verbose=0, roundTimeout=1800.0, backend=backend, mode="sync",
+            compression=compression, callbacks=[probe],
+        )
+        for pid in pids:
+            reset_peak(pid)
+        started = time.perf_counter()
+        fitted = est.fit(df)
+        fit_s = time.perf_counter() - started
+        info = fitted.fitInfo
+        per_round = [{k: (v / MB if k in ("driver_out", "driver_in", "result") else v) for k, v in r.items() if k != "peaks"}
+                     for r in probe.rounds]
+        warm = warm_rounds(probe.rounds)
+        result = {
+            "benchmark": "scaling", "executors": n, "cores": cores, "backend": backend, "compression": compression,
+            "reduce": reduce if backend == "rounds" else None, "params": params, "state_mb": round(state_mb, 3),
+            "local_steps": tau, "batch_size": batch, "rounds_per_epoch": args.rounds, "epochs": args.epochs,
+            "reduced_on_executors": info.get("reduced_on_executors"),
+            **summarize(per_round),
+            "driver_peak_mb": round(statistics.median(r["peaks"][os.getpid()] for r in warm), 1),
+            "jvm_peak_mb": round(statistics.median(r["peaks"][jvm_pid] for r in warm), 1),
+            "step_s": round(step_s, 5), "compute_s": round(compute_s, 4),
+            "first_round_s": round(probe.rounds[0]["round_s"], 3), "fit_s": round(fit_s, 2),
+            "fit_driver_peak_mb": round(peak_rss_mb(os.getpid()), 1), "fit_jvm_peak_mb": round(peak_rss_mb(jvm_pid), 1),
+            "load_average": round(os.getloadavg()[0], 1),  # the machine's, with whatever else runs on it
+        }
+        result["overhead_s"] = round(result["round_s"] - compute_s, 4)
+        if backend == "ps":
+            total_rounds = args.epochs * args.rounds
+            result["server_pushed_mb"] = round(info["bytes_pushed"] / total_rounds / MB, 3)
+            result["server_pulled_mb"] = round(info["bytes_pulled"] / total_rounds / MB, 3)
+        result["per_round"] = [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in per_round]
+        print(json.dumps(result), flush=True)
+    reduce_module.EXECUTOR_REDUCE_MIN_BYTES = default_min
+    spark.stop()
+
+
+def warm_rounds(rounds: list[dict]) -> list[dict]:
+    """The rounds after the first epoch, less the fit's last (its tasks end and close their
+    connections before the round's end is measured, so their bytes would go uncounted)."""
+    return [r for r in rounds[:-1] if r["epoch"] > 0] or rounds
+
+
+def summarize(per_round: list[dict]) -> dict:
+    """The reported values of a setting from its rounds (bytes in MB): over :func:`warm_rounds`,
+    bytes, jobs and tasks their mean (a ps worker's push may land in the next round's window),
+    seconds their median."""
+    warm = warm_rounds(per_round)
+    mean = lambda key: statistics.fmean(r[key] for r in warm)  # noqa: E731
+    return {"driver_in_mb": round(mean("driver_in"), 3), "driver_out_mb": round(mean("driver_out"), 3),
+            "result_mb": round(mean("result"), 3), "jobs": round(mean("jobs"), 2), "tasks": round(mean("tasks"), 2),
+            "round_s": round(statistics.median(r["round_s"] for r in warm), 4), "warm_rounds": len(warm)}
+
+
+def resummarize(path: str) -> None:
+    """Recompute the summaries of a JSON-lines file from each line's ``per_round`` (in place)."""
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    with open(path, "w") as f:
+        for r in lines:
+            r.update(summarize(r["per_round"]))
+            r["overhead_s"] = round(r["round_s"] - r["compute_s"], 4)
+            f.write(json.dumps(r) + "\n")
+
+
+def _compiled(model):
+    import keras
+
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def load_lines(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def print_table(results: list[dict]) -> None:
+    print("\n| N | backend | compression | combined on | driver in MB/round | driver out MB/round | results MB | jobs | tasks "
+          "| driver peak MB | JVM peak MB | round s | compute s | overhead s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        where = "" if r["backend"] == "ps" else ("executors" if r["reduced_on_executors"] else "driver")
+        print(f"| {r['executors']} | {r['backend']} | {r['compression'] or '-'} | {where} | {r['driver_in_mb']} | {r['driver_out_mb']} "
+              f"| {r['result_mb']} | {r['jobs']:g} | {r['tasks']:g} | {r['driver_peak_mb']} | {r['jvm_peak_mb']} | {r['round_s']} "
+              f"| {r['compute_s']} | {r['overhead_s']} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executors", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--params", type=float, default=1e6)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per epoch")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--local-steps", type=int, default=4, help="τ")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--backends", nargs="+", default=["rounds", "ps"], choices=["rounds", "ps"])
+    parser.add_argument("--compression", nargs="*", default=["fp16"], help="compressions besides none")
+    parser.add_argument("--reduce", action="store_true", help="also rounds with the updates forced onto the executors (N > 2)")
+    parser.add_argument("--out", help="also write the JSON lines to this file")
+    parser.add_argument("--resummarize", metavar="FILE", help="recompute FILE's summaries from its per-round values, and stop")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.resummarize:
+        resummarize(args.resummarize)
+        print_table(load_lines(args.resummarize))
+        return
+    if args.child is not None:
+        run_child(args.child, args)
+        return
+    results = []
+    forwarded = [a for a in sys.argv[1:]]
+    for n in args.executors:
+        cmd = [sys.executable, os.path.abspath(__file__), *forwarded, "--child", str(n)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=dict(os.environ, PYTHONPATH=ROOT))
+        lines = [line for line in proc.stdout.splitlines() if line.startswith('{"benchmark": "scaling"')]
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-4000:])
+        for line in lines:
+            print(line, flush=True)
+            results.append(json.loads(line))
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(line + "\n")
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()

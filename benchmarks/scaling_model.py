@@ -1,0 +1,406 @@
+"""A cost model of a round on each backend, fitted to ``benchmarks/scaling.py``'s measurements and
+projected to clusters of 8 to 256 workers, models of 1M to 1B parameters and 10/25/100 Gb/s
+networks.
+
+Symbols (units): N workers (one per executor), P parameters, τ local steps per round, b rows per
+step and worker, S = P·4·(1 + k) bytes of a worker's state (float32 weights and k optimizer slots:
+Adam k = 2, so 12 bytes per parameter), S_up the bytes of its update (S; S/2 with ``fp16``), B the
+network bandwidth of each machine's NIC (bytes/s, full duplex), t_step the compute of one step
+(s), D the rows of an epoch.
+
+**rounds** (one Spark job per round; SparkNet's cost model, Moritz et al. 2016, with Spark's
+scheduling made explicit)::
+
+    t_round = L_job + n_tasks·L_task + t_bcast + τ·t_step + t_reduce
+    t_bcast = max(1, u(N))·S / B                 torrent broadcast: the driver uploads u(N)·S, each executor downloads S
+    t_reduce (driver combines)   = N·S_up / B + N·S_up / R        (n_tasks = N)
+    t_reduce (executors combine) = L_stage + S_up / B + S / B + S / R (n_tasks = 2N: a reduce-scatter of
+                                   the pieces across executors, then one combined state to the driver)
+
+sparkdl combines on the executors when N > 2 and N·S > 64 MiB (``reduce.EXECUTOR_REDUCE_MIN_BYTES``).
+Bytes through the driver per round: out u(N)·S (plus task closures), in N·S_up or S.
+
+**ps** (a parameter server in the driver's process; round mode ``sync``: every worker pulls the
+start state, trains τ steps, pushes its update)::
+
+    t_round = τ·t_step + L_ps + max(N·S / B, N·S_up / B, N·(S + S_up) / R_server) + [fp16] N·S / R_codec
+
+(the server decodes each fp16 push into a state on the driver, one after another; on rounds the
+driver decodes only the mean: + [fp16] S / R_codec.)
+
+Bytes through the driver per round: out N·S, in N·S_up: linear in N by design.
+
+**ring** (not a sparkdl backend: the bandwidth-optimal allreduce of Horovod, Sergeev & Del Balso
+2018; Patarasuk & Yuan 2009), the design reference that removes the driver from the data path::
+
+    t_round = τ·t_step + 2·(N − 1)·α + 2·(N − 1)/N·G / B       (α = 50 µs a message; G = P·4 bytes of
+                                                                  gradients, P·2 with fp16: no optimizer state travels)
+
+**Efficiency and epoch time**: a worker computes τ·t_step per round whatever N is (weak
+scaling, as Horovod's benchmarks), so the scaling efficiency is E = τ·t_step / t_round (1 when
+communication and scheduling cost nothing; Horovod's 90 % is the reference line), and an epoch of
+D rows takes D / (N·τ·b) rounds: t_epoch = D / (N·τ·b) · t_round.
+
+**Compute per step**: t_step = 6·P·b·T / F: about 6 FLOPs per parameter for each use of a
+parameter in a forward and backward pass (Kaplan et al. 2020, C ≈ 6·N per token), each parameter
+used T times per row (``--reuse``; default T = 160: ResNet-50's 4.1 GFLOP forward pass over 25.6M
+parameters on a 224×224 image, He et al. 2016; a transformer's T is its tokens per row; the MLP
+measured here has T = 1), and F the device's sustained FLOP/s: ``cpu`` = the measured step of
+``scaling.py`` (6·P·b / t_step on one core) × ``--cpu-cores`` (8), ``gpu`` = ``--gpu-tflops`` (100
+TFLOP/s: an A100/H100 at a third to a tenth of its bf16 peak). The compute-to-communication
+ratio, hence E, depends on F·(1/T): a faster device makes communication relatively dearer.
+
+**Fitted constants** (:func:`fit`, from the measured N = 2, 4, 8 points of ``local-cluster``):
+u(N) = u0 + u1·log2 N (least squares of the measured ``driver_out_mb / state_mb`` of backend
+rounds; Spark's TorrentBroadcast has each executor fetch each block from a random one of the
+executors that already hold it or the driver, so the k-th fetcher picks the driver with
+probability about 1/k and the driver uploads about H_N ≈ ln N copies, more when fetches overlap), and, by non-negative least squares of the measured overhead seconds
+(``round_s − compute_s``), L_job, L_task and the effective byte rate R of backend rounds
+(regressors: jobs, tasks, driver bytes per round) and L_ps and R_server of backend ps (regressors:
+1, driver bytes per round, N·S of fp16 pushes decoded). The measured N are oversubscribed (N executors on 2 cores shared
+with other work), so these latencies are upper bounds for a dedicated cluster. The projection
+uses :data:`DEDICATED`'s constants, R_server = ``--server-mb-s`` (the loopback server throughput
+of ``benchmarks/ps_throughput.py``), B = the network's line rate, and the fitted u(N).
+
+The fitted model is checked against the measured points it was fitted to
+(:func:`check`: the relative error of round seconds and of driver bytes, %).
+
+Usage::
+
+    python benchmarks/scaling_model.py [--measured benchmarks/scaling_measured.jsonl] [--plot benchmarks/scaling_model.png]
+        [--device gpu|cpu] [--server-mb-s 400] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MB = 1e6
+GBIT = 1e9 / 8  # bytes/s of 1 Gb/s
+BYTES_PER_PARAM = 12  # float32 weights + Adam's two moments
+RING_ALPHA_S = 50e-6
+IMAGENET_ROWS = 1_281_167
+REDUCE_MIN_BYTES = 64 * 2**20  # sparkdl.spark.training.reduce.EXECUTOR_REDUCE_MIN_BYTES
+HOROVOD_EFFICIENCY = 0.90  # Sergeev & Del Balso 2018, Inception V3 and ResNet-101 on 512 GPUs
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The model's constants (seconds, bytes/s, dimensionless)."""
+
+    l_job: float  # s per Spark job (rounds)
+    l_task: float  # s per task (rounds)
+    l_stage: float  # s for the reduction's second stage (rounds, executors combine)
+    rate: float  # bytes/s the driver decodes and combines (rounds)
+    l_ps: float  # s per ps round besides the bytes
+    server_rate: float  # bytes/s the ps server moves (pushed + pulled)
+    u0: float  # torrent broadcast: the driver uploads (u0 + u1·log2 N)·S
+    u1: float
+    codec_rate: float = math.inf  # bytes/s of state the driver decodes from fp16 (ps: each push; rounds: the mean)
+
+
+def torrent(n: int, costs: "Costs") -> float:
+    """u(N): states the driver uploads for one torrent broadcast to N executors."""
+    return costs.u0 + costs.u1 * math.log2(n)
+
+
+def update_bytes(state: float, compression: str | None) -> float:
+    """S_up: bytes of a worker's update."""
+    return state / 2 if compression == "fp16" else state
+
+
+def ring_bytes(state: float, compression: str | None) -> float:
+    """Bytes a ring allreduce reduces: the gradients, a third of an Adam state (halved with fp16)."""
+    return update_bytes(state / 3, compression)
+
+
+def on_executors(n: int, state: float) -> bool:
+    """Where sparkdl combines a round's updates (``reduce.plan_reduction`` without a result-size limit)."""
+    return n > 2 and n * state > REDUCE_MIN_BYTES
+
+
+def round_seconds(backend: str, n: int, state: float, compression: str | None, tau: int, step_s: float, bandwidth: float,
+                  costs: Costs, reduce: str = "auto") -> float:
+    """t_round of the module docstring (seconds); ``bandwidth`` in bytes/s; ``reduce``: "auto",
+    "driver" or "executors" (backend rounds)."""
+    up = update_bytes(state, compression)
+    compute = tau * step_s
+    if backend == "rounds":
+        executors = on_executors(n, state) if reduce == "auto" else reduce == "executors"
+        bcast = max(1.0, torrent(n, costs)) * state / bandwidth
+        if executors:
+            tasks, red = 2 * n, costs.l_stage + up / bandwidth + state / bandwidth + state / costs.rate
+        else:
+            tasks, red = n, n * up / bandwidth + n * up / costs.rate
+        decode = state / costs.codec_rate if compression else 0.0
+        return costs.l_job + tasks * costs.l_task + bcast + compute + red + decode
+    if backend == "ps":
+        decode = n * state / costs.codec_rate if compression else 0.0
+        return compute + costs.l_ps + max(n * state / bandwidth, n * up / bandwidth, n * (state + up) / costs.server_rate) + decode
+    if backend == "ring":  # gradients only (4 bytes a parameter, 2 with fp16): the optimizer state stays on each worker
+        return compute + 2 * (n - 1) * RING_ALPHA_S + 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
+    raise ValueError(f"backend must be rounds, ps or ring. Received: {backend!r}")
+
+
+def efficiency(backend: str, n: int, params: float, compression: str | None, tau: int, step_s: float, bandwidth: float,
+               costs: Costs) -> float:
+    """E = τ·t_step / t_round (weak scaling; 1 is perfect)."""
+    t = round_seconds(backend, n, params * BYTES_PER_PARAM, compression, tau, step_s, bandwidth, costs)
+    return tau * step_s / t
+
+
+def driver_bytes(backend: str, n: int, state: float, compression: str | None, costs: Costs, reduce: str = "auto") -> tuple[float, float]:
+    """(bytes out of, bytes into) the driver per round."""
+    up = update_bytes(state, compression)
+    if backend == "rounds":
+        executors = on_executors(n, state) if reduce == "auto" else reduce == "executors"
+        return (torrent(n, costs)) * state, (state if executors else n * up)
+    return n * state, n * up
+
+
+def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAGENET_ROWS, reuse: float = 160.0) -> list[dict]:
+    """One row per point of ``grid`` (keys ``workers``, ``params``, ``gbps``, ``backend``, ``tau``,
+    ``compression``: lists): efficiency, seconds per round and per epoch of ``rows`` rows, and
+    which term bounds the round (``bound``: compute, network, server, scheduling)."""
+    out = []
+    keys = ("workers", "params", "gbps", "backend", "tau", "compression")
+    for n, params, gbps, backend, tau, compression in itertools.product(*(grid[k] for k in keys)):
+        step_s = 6 * params * batch * reuse / flops
+        bandwidth = gbps * GBIT
+        state = params * BYTES_PER_PARAM
+        t = round_seconds(backend, n, state, compression, tau, step_s, bandwidth, costs)
+        up = update_bytes(state, compression)
+        terms = {"compute": tau * step_s}
+        if backend == "ps":
+            terms["network"] = max(n * state, n * up) / bandwidth
+            terms["server"] = n * (state + up) / costs.server_rate + (n * state / costs.codec_rate if compression else 0.0)
+            terms["scheduling"] = costs.l_ps
+        elif backend == "rounds":
+            ex = on_executors(n, state)
+            terms["scheduling"] = costs.l_job + (2 * n if ex else n) * costs.l_task + (costs.l_stage if ex else 0.0)
+            terms["network"] = max(1.0, torrent(n, costs)) * state / bandwidth + ((up + state) if ex else n * up) / bandwidth
+            terms["server"] = (state if ex else n * up) / costs.rate + (state / costs.codec_rate if compression else 0.0)  # the driver's combine
+        else:
+            terms["network"] = 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
+            terms["scheduling"] = 2 * (n - 1) * RING_ALPHA_S
+        comm = {k: v for k, v in terms.items() if k != "compute"}
+        out.append({
+            "workers": n, "params": params, "gbps": gbps, "backend": backend, "tau": tau, "compression": compression,
+            "step_s": step_s, "round_s": t, "epoch_s": rows / (n * tau * batch) * t, "efficiency": tau * step_s / t,
+            "bound": "compute" if terms["compute"] >= sum(comm.values()) else max(comm, key=comm.get),
+        })
+    return out
+
+
+# ---- fitting to the measured points --------------------------------------------------------------
+
+def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0 (a negative one is fixed at 0 and the rest refitted)."""
+    free = np.ones(a.shape[1], bool)
+    x = np.zeros(a.shape[1])
+    while free.any():
+        sol, *_ = np.linalg.lstsq(a[:, free], y, rcond=None)
+        if (sol >= 0).all():
+            x[free] = sol
+            return x
+        idx = np.flatnonzero(free)
+        free[idx[np.argmin(sol)]] = False
+    return x
+
+
+def load(path: str) -> list[dict]:
+    """The JSON lines of ``benchmarks/scaling.py --out``."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def fit(points: list[dict]) -> Costs:
+    """The model's constants from measured points (see the module docstring)."""
+    rounds = [p for p in points if p["backend"] == "rounds"]
+    ps = [p for p in points if p["backend"] == "ps"]
+    n = np.array([p["executors"] for p in rounds], float)
+    ratio = np.array([p["driver_out_mb"] / p["state_mb"] for p in rounds])
+    u1, u0 = np.polyfit(np.log2(n), ratio, 1) if len(set(n)) > 1 else (0.0, float(ratio.mean()))
+    a = np.array([[p["jobs"], p["tasks"], (p["driver_in_mb"] + p["driver_out_mb"]) * MB] for p in rounds], float)
+    y = np.array([p["overhead_s"] for p in rounds])
+    l_job, l_task, inv_rate = _nnls(a, y)
+    b = np.array([[1.0, (p["driver_in_mb"] + p["driver_out_mb"]) * MB, p["executors"] * p["state_mb"] * MB * bool(p["compression"])]
+                  for p in ps], float)
+    z = np.array([p["overhead_s"] for p in ps])
+    l_ps, inv_server, inv_codec = _nnls(b, z) if len(ps) else (0.0, 0.0, 0.0)
+    inv = lambda v: 1 / v if v > 0 else math.inf  # noqa: E731
+    return Costs(l_job=float(l_job), l_task=float(l_task), l_stage=float(l_job), rate=float(inv(inv_rate)), l_ps=float(l_ps),
+                 server_rate=float(inv(inv_server)), u0=float(u0), u1=float(u1), codec_rate=float(inv(inv_codec)))
+
+
+# A dedicated cluster's scheduling constants (the fitted ones come from N executors oversubscribed on
+# 2 shared cores): an empty mapInArrow job 0.13 s and a second stage 0.1 s (README, measured on an
+# idle local[2]); Spark's central scheduler launches about 1,000 tasks/s (Ousterhout et al. 2013,
+# Sparrow; Venkataraman et al. 2017, Drizzle); a ps round's fixed cost 0.011 s (one push+pull of
+# 1M parameters on loopback, README); the driver decodes and combines results at 100 MB/s (README:
+# 12 MB per task adds 0.12 s a round); fp16 decoding (numpy's float16 → float32 and add, memory bound)
+# 1,000 MB/s of state: 89 MB/s measured on 2 cores at load average 44, about 1/20 of a core each.
+DEDICATED = {"l_job": 0.13, "l_task": 0.001, "l_stage": 0.1, "l_ps": 0.011, "rate": 100 * MB, "codec_rate": 1000 * MB}
+
+
+def dedicated(costs: Costs, server_mb_s: float) -> Costs:
+    """The projection's constants: :data:`DEDICATED`'s latencies and rates, the fitted torrent
+    factor u(N), and the server rate of ``ps_throughput.py`` (``server_mb_s``, MB/s). (On the
+    loaded 2-core machine the fitted rates are not identifiable: the seconds barely follow the
+    bytes, and the fit returns them as infinite.)"""
+    return Costs(l_job=DEDICATED["l_job"], l_task=DEDICATED["l_task"], l_stage=DEDICATED["l_stage"],
+                 rate=DEDICATED["rate"], l_ps=DEDICATED["l_ps"], server_rate=server_mb_s * MB, u0=costs.u0, u1=costs.u1,
+                 codec_rate=DEDICATED["codec_rate"])
+
+
+def predicted_overhead(p: dict, costs: Costs) -> float:
+    """The fitted model's overhead seconds of a measured point (from its own jobs, tasks and bytes)."""
+    nbytes = (p["driver_in_mb"] + p["driver_out_mb"]) * MB
+    if p["backend"] == "rounds":
+        return costs.l_job * p["jobs"] + costs.l_task * p["tasks"] + nbytes / costs.rate
+    decode = p["executors"] * p["state_mb"] * MB / costs.codec_rate if p["compression"] else 0.0
+    return costs.l_ps + nbytes / costs.server_rate + decode
+
+
+def check(points: list[dict], costs: Costs) -> list[dict]:
+    """Per measured point: measured and modelled round seconds and driver bytes, and their errors (%)."""
+    out = []
+    for p in points:
+        state = p["state_mb"] * MB
+        reduce = "executors" if p.get("reduced_on_executors") else "driver"
+        bytes_out, bytes_in = driver_bytes(p["backend"], p["executors"], state, p["compression"], costs, reduce)
+        round_s = p["compute_s"] + predicted_overhead(p, costs)
+        out.append({
+            "executors": p["executors"], "backend": p["backend"], "compression": p["compression"], "reduce": p.get("reduce"),
+            "round_s": p["round_s"], "model_round_s": round(round_s, 3), "round_err_pct": round(100 * (round_s / p["round_s"] - 1), 1),
+            "driver_in_mb": p["driver_in_mb"], "model_in_mb": round(bytes_in / MB, 3),
+            "in_err_pct": round(100 * (bytes_in / MB / p["driver_in_mb"] - 1), 1),
+            "driver_out_mb": p["driver_out_mb"], "model_out_mb": round(bytes_out / MB, 3),
+            "out_err_pct": round(100 * (bytes_out / MB / p["driver_out_mb"] - 1), 1),
+        })
+    return out
+
+
+# ---- output ---------------------------------------------------------------------------------------
+
+GRID = {"workers": [8, 16, 32, 64, 128, 256], "params": [1e6, 1e7, 1e8, 1e9], "gbps": [10, 25, 100],
+        "backend": ["rounds", "ps", "ring"], "tau": [1, 16, 128], "compression": [None, "fp16"]}
+
+
+def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
+    """One row of panels per (label, projected rows), one column per bandwidth: efficiency against N."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gbps_values = sorted({r["gbps"] for _, rows in panels for r in rows})
+    figure, axes = plt.subplots(len(panels), len(gbps_values), figsize=(4.6 * len(gbps_values), 3.8 * len(panels)),
+                                sharey=True, squeeze=False)
+    styles = {"rounds": "-", "ps": "--", "ring": ":"}
+    colours = {1e6: "tab:blue", 1e7: "tab:orange", 1e8: "tab:green", 1e9: "tab:red"}
+    for row_axes, (label, rows) in zip(axes, panels):
+        for ax, gbps in zip(row_axes, gbps_values):
+            for backend, params in itertools.product(styles, colours):
+                sel = sorted((r for r in rows if r["gbps"] == gbps and r["backend"] == backend and r["params"] == params),
+                             key=lambda r: r["workers"])
+                if sel:
+                    ax.plot([r["workers"] for r in sel], [r["efficiency"] for r in sel], styles[backend], color=colours[params],
+                            marker="o", markersize=3, label=f"{backend} {params:.0e}")
+            ax.axhline(HOROVOD_EFFICIENCY, color="black", linewidth=0.8, label="Horovod 90 %")
+            ax.set_xscale("log", base=2)
+            ax.set_ylim(0, 1.02)
+            ax.set_title(f"{label}, {gbps} Gb/s", fontsize=9)
+            ax.set_xlabel("workers N")
+        row_axes[0].set_ylabel("efficiency τ·t_step / t_round")
+    axes[0][-1].legend(fontsize=6, ncol=2, loc="lower left")
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measured", default=os.path.join(HERE, "scaling_measured.jsonl"))
+    parser.add_argument("--plot", default=os.path.join(HERE, "scaling_model.png"))
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="cpu")
+    parser.add_argument("--gpu-tflops", type=float, default=100.0)
+    parser.add_argument("--cpu-cores", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=64, help="rows per step and worker in the projection")
+    parser.add_argument("--reuse", type=float, default=160.0, help="T: uses of each parameter per row (ResNet-50: 160)")
+    parser.add_argument("--server-mb-s", type=float, default=400.0, help="ps_throughput.py's loopback server MB/s")
+    parser.add_argument("--profile", choices=["dedicated", "fitted"], default="dedicated",
+                        help="project with a dedicated cluster's latencies (default) or the fitted ones")
+    parser.add_argument("--plot-tau", type=int, default=16)
+    parser.add_argument("--json", action="store_true", help="print the whole grid as JSON lines")
+    args = parser.parse_args()
+
+    points = load(args.measured)
+    fitted = fit(points)
+    costs = fitted if args.profile == "fitted" else dedicated(fitted, args.server_mb_s)
+    print("fitted:", json.dumps({k: round(v, 6) for k, v in asdict(fitted).items()}))
+    print(f"projected with ({args.profile}):", json.dumps({k: round(v, 6) for k, v in asdict(costs).items()}))
+    checked = check(points, fitted)
+    print("\n| N | backend | compression | combined on | round s | model | err % | driver in MB | model | err % | driver out MB | model | err % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c, p in zip(checked, points):
+        where = "" if p["backend"] == "ps" else ("executors" if p.get("reduced_on_executors") else "driver")
+        print(f"| {c['executors']} | {c['backend']} | {c['compression'] or '-'} | {where} | {c['round_s']} | {c['model_round_s']} "
+              f"| {c['round_err_pct']} | {c['driver_in_mb']} | {c['model_in_mb']} | {c['in_err_pct']} | {c['driver_out_mb']} "
+              f"| {c['model_out_mb']} | {c['out_err_pct']} |")
+    for key in ("round_err_pct", "in_err_pct", "out_err_pct"):
+        print(f"max |{key}|: {max(abs(c[key]) for c in checked)}")
+
+    measured_flops = 6 * points[0]["params"] * points[0]["batch_size"] / points[0]["step_s"]
+    cpu_flops, gpu_flops = measured_flops * args.cpu_cores, args.gpu_tflops * 1e12
+    flops = gpu_flops if args.device == "gpu" else cpu_flops
+    print(f"\ndevice {args.device}: {flops / 1e12:.3g} TFLOP/s sustained per worker (measured one core: {measured_flops / 1e9:.3g} GFLOP/s), "
+          f"batch {args.batch} per worker, T = {args.reuse:g} uses of a parameter per row, epoch of {IMAGENET_ROWS:,} rows")
+    rows = project(GRID, costs, flops, args.batch, reuse=args.reuse)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+    ns = GRID["workers"]
+    print("\nefficiency by N at 10 Gb/s, no compression (epoch minutes at N = 32; what bounds the round at N = 256)")
+    print("| backend | τ | params | " + " | ".join(f"N={n}" for n in ns) + " | epoch min @32 | bound @256 |")
+    print("|---|---|---|" + "---|" * (len(ns) + 2))
+    for backend, tau, params in itertools.product(GRID["backend"], GRID["tau"], GRID["params"]):
+        sel = {r["workers"]: r for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, None, tau, params, 10)}
+        print(f"| {backend} | {tau} | {params:.0e} | " + " | ".join(f"{sel[n]['efficiency']:.2f}" for n in ns)
+              + f" | {sel[32]['epoch_s'] / 60:.3g} | {sel[256]['bound']} |")
+    print("\nlargest N (of 8..256) at >= 90 % efficiency ('-': none)")
+    cols = list(itertools.product(GRID["params"], GRID["gbps"]))
+    print("| backend | compression | τ | " + " | ".join(f"{p:.0e} @{g}" for p, g in cols) + " |")
+    print("|---|---|---|" + "---|" * len(cols))
+    for backend, compression, tau in itertools.product(GRID["backend"], GRID["compression"], GRID["tau"]):
+        cells = []
+        for params, gbps in cols:
+            ok = [r["workers"] for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, compression, tau, params, gbps)
+                  and r["efficiency"] >= HOROVOD_EFFICIENCY]
+            cells.append(str(max(ok)) if ok else "-")
+        print(f"| {backend} | {compression or '-'} | {tau} | " + " | ".join(cells) + " |")
+    server_bound = [r for r in rows if r["backend"] == "ps" and r["bound"] == "server"]
+    if server_bound:
+        first = min(server_bound, key=lambda r: (r["gbps"], r["params"], r["workers"]))
+        print(f"\nps: the driver-side server bounds the round first at {first['gbps']} Gb/s from N = {first['workers']} "
+              f"(params {first['params']:.0e}, τ = {first['tau']}); server rate {costs.server_rate / MB:.0f} MB/s vs line rate "
+              f"{first['gbps'] * GBIT / MB:.0f} MB/s")
+    if args.plot:
+        grid = {**GRID, "tau": [args.plot_tau], "compression": [None]}
+        panels = [(f"cpu {cpu_flops / 1e12:.2g} TFLOP/s", project(grid, costs, cpu_flops, args.batch, reuse=args.reuse)),
+                  (f"gpu {gpu_flops / 1e12:.3g} TFLOP/s", project(grid, costs, gpu_flops, args.batch, reuse=args.reuse))]
+        plot(panels, args.plot, f"projected scaling efficiency, τ = {args.plot_tau}, no compression, batch {args.batch}, "
+                                f"T = {args.reuse:g}; model fitted to local-cluster N = 2, 4, 8 (rounds solid, ps dashed, ring dotted)")
+        print(f"\nwrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
