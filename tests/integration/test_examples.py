@@ -17,7 +17,7 @@ EXAMPLES = os.path.join(ROOT, "examples")
 
 # name -> a regular expression its standard output must match
 RUNS = {
-    "tabular_pipeline": r"test accuracy \(Spark evaluator\): 0\.\d+\n.*reloaded predictions equal: True",
+    "tabular_pipeline": r"test accuracy \(Spark evaluator\): 0\.\d+\n(.*\n)*reloaded predictions equal: True",
     "images_from_files": r"test accuracy: 0\.\d+",
     "async_parameter_server": r"async/ps: test accuracy 0\.\d+.*\n(.*\n)*.*updates_applied",
     "resume_after_failure": r"resumed from epoch 2 and ran 2 epochs\n(.*\n)*max weight difference: \d\.\de[-+]\d+\nhistory equal: True",
