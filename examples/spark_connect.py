@@ -28,8 +28,7 @@ from pyspark.sql import SparkSession
 
 from sparkdl import KerasEstimator, KerasModel
 
-spark = (SparkSession.builder.remote("local[2]").appName("connect")
-         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark = SparkSession.builder.remote("local[2]").appName("connect").getOrCreate()  # server settings: set them on the server
 print("Spark Connect session:", type(spark).__module__)
 
 # %% [markdown]
@@ -58,8 +57,8 @@ def estimator(backend):
 # %%
 fitted = estimator("rounds").fit(df)
 on_ps = estimator("ps").fit(df)
-print("weights (rounds):", [np.round(w.ravel(), 2).tolist() for w in fitted.getKerasModel().get_weights()])
-print("weights (ps):    ", [np.round(w.ravel(), 2).tolist() for w in on_ps.getKerasModel().get_weights()])
+for name, model in (("rounds", fitted), ("ps", on_ps)):
+    print(f"weights ({name}):", [[round(float(v), 2) for v in w.ravel()] for w in model.getKerasModel().get_weights()])
 
 # %% [markdown]
 # ## Score, evaluate, save and load
