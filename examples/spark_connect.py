@@ -18,6 +18,7 @@
 import os
 import sys
 import tempfile
+import warnings
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -28,7 +29,12 @@ from pyspark.sql import SparkSession
 
 from sparkdl import KerasEstimator, KerasModel
 
-spark = SparkSession.builder.remote("local[2]").appName("connect").getOrCreate()  # server settings: set them on the server
+# remote("local[2]") starts the server here, with the builder's settings (pyspark then warns that it
+# cannot change the static ones again at runtime: harmless, silenced here)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    spark = (SparkSession.builder.remote("local[2]").appName("connect")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
 print("Spark Connect session:", type(spark).__module__)
 
 # %% [markdown]
