@@ -12,13 +12,13 @@ export KERAS_BACKEND := tensorflow
 export TF_CPP_MIN_LOG_LEVEL := 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install train test test-jax test-torch test-all test-min bench clean
+.PHONY: install train test test-jax test-torch test-all test-min bench docs clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@scripts/check_java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu,test,jax,plot]'
+	$(PY) -m pip install --quiet -e '.[cpu,test,jax,plot,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -73,5 +73,9 @@ test-min: $(VENV_MIN)/.installed
 bench: install
 	$(PY) benchmarks/fit_throughput.py
 
+# the documentation site into site/ (`$(PY) -m mkdocs serve` to browse it while editing)
+docs: install
+	KERAS_BACKEND=numpy $(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .venv-min runs .pytest_cache spark-warehouse
+	rm -rf $(VENV) .venv-min runs .pytest_cache spark-warehouse site

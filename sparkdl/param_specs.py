@@ -9,8 +9,8 @@ generated from :data:`PARAMS`:
   raised as :class:`~sparkdl.errors.ConfigError` naming the Param);
 - ``KerasEstimator``: its keywords (an unknown one is refused naming the closest) and the Args of
   its docstring (:func:`args_docstring`);
-- README.md's Params table (:func:`params_markdown`; ``python -m sparkdl.param_specs`` prints it,
-  a test keeps the README equal to it);
+- the docs' Params table, docs/reference/params.md (:func:`params_markdown`; ``python -m sparkdl.param_specs``
+  prints it, a test keeps the page equal to it);
 - the ``fit`` and ``data`` keys of the job config (:mod:`sparkdl.cli.config`, snake_case).
 
 Pure Python: importing this module loads neither Spark nor Keras.
@@ -417,7 +417,7 @@ def _inline(value) -> str:
 
 
 def params_markdown() -> str:
-    """README.md's Params table: every keyword of ``KerasEstimator``, Params and the others."""
+    """The docs' Params table (docs/reference/params.md): every keyword of ``KerasEstimator``, Params and the others."""
     lines = [
         "Every Param is a keyword of `KerasEstimator`, has a `getX` and is declared once in `sparkdl/param_specs.py`. "
         "*both*: set on the estimator or the fitted model (`fit` copies the estimator's value); *estimator*: set on the "
@@ -515,5 +515,5 @@ def plain_doc(spec: ParamSpec) -> str:
     return spec.doc.replace("`", "")
 
 
-if __name__ == "__main__":  # python -m sparkdl.param_specs: README.md's Params table
+if __name__ == "__main__":  # python -m sparkdl.param_specs: docs/reference/params.md's Params table
     print(params_markdown(), end="")

@@ -72,7 +72,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     Every Param is a keyword of the constructor and of :meth:`setParams`, with a ``getX`` and a
     ``setX`` method; the fitted :class:`KerasModel` carries every Param with the value it was fitted
     with. The Params are declared once in :mod:`sparkdl.param_specs`, and the entries below are
-    generated from the declarations (README.md's Params table and the job config's keys too).
+    generated from the declarations (the docs' Params table and the job config's keys too).
 
     Args:
         <generated from sparkdl.param_specs>

@@ -1,4 +1,4 @@
-"""The Param declarations (sparkdl.param_specs) without Spark or Keras: README.md's Params table and the
+"""The Param declarations (sparkdl.param_specs) without Spark or Keras: the docs' Params table and the
 job config's ``fit`` and ``data`` keys are generated from them, keywords are checked against them."""
 
 import os
@@ -26,10 +26,10 @@ from sparkdl.param_specs import (
 from tests.conftest import ROOT
 
 
-def test_readme_params_table_is_the_declarations():
-    text = open(os.path.join(ROOT, "README.md")).read()
+def test_docs_params_table_is_the_declarations():
+    text = open(os.path.join(ROOT, "docs", "reference", "params.md")).read()
     table = text.split("<!-- params:begin (python -m sparkdl.param_specs) -->\n")[1].split("<!-- params:end -->")[0]
-    assert table == params_markdown(), "README.md's Params table is out of date: python -m sparkdl.param_specs"
+    assert table == params_markdown(), "docs/reference/params.md's Params table is out of date: python -m sparkdl.param_specs"
     for spec in PARAMS:  # one row per Param, with its default and meaning
         assert f"| `{spec.name}` |" in table and spec.doc.replace("|", "\\|") in table, spec.name
     assert "| `callbacks` (not a Param) | `[]` |" in table
