@@ -167,8 +167,9 @@ COMPRESSIONS = ("fp16", "1bit", "threshold")  # sparkdl.core.compression.COMPRES
 
 #: the estimator's keywords that are not Params, in the order its docstring lists them
 KEYWORDS: tuple[Keyword, ...] = (
-    Keyword("model", "keras.Model", None,
-            "a built Functional or Sequential `keras.Model` (one or several inputs and outputs), kept as architecture "
+    Keyword("model", "keras.Model | str", None,
+            "a built Functional or Sequential `keras.Model` (one or several inputs and outputs), or the path of a "
+            "`.keras` file (local or any Hadoop URI, read once, as `KerasModel.fromKeras` reads it), kept as architecture "
             "JSON plus weights (Arrow IPC), never pickled; a compiled model supplies each compile Param not given "
             "(`optimizer`, `loss`, `metrics`, `weightedMetrics`, `lossWeights`), see `setModel`"),
     Keyword("initialModel", "KerasModel", None,

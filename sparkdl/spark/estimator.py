@@ -156,18 +156,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         return list(self._callbacks)
 
     def setModel(self, model) -> KerasEstimator:
-        """Use ``model`` (a built ``keras.Model``): its architecture and current weights are the start
-        point, with fresh optimizer state (an earlier :meth:`setInitialModel`'s state is dropped).
+        """Use ``model`` (a built ``keras.Model``, or the path of a ``.keras`` file written by
+        ``keras.Model.save``): its architecture and current weights are the start point, with fresh
+        optimizer state (an earlier :meth:`setInitialModel`'s state is dropped). A path is read once,
+        here, as :meth:`KerasModel.fromKeras` reads one: a local path, or any Hadoop-filesystem URI
+        (``hdfs://``, ``s3a://``, ``dbfs:/``) through the active SparkSession; the estimator keeps the
+        model itself, not the path (a saved estimator holds the model).
 
         A compiled ``model`` supplies each compile Param not set yet (``optimizer``, ``loss``,
         ``metrics``, ``weightedMetrics``, ``lossWeights``, ``jitCompile``), as the constructor does;
         ``jitCompile`` is the value Keras resolved at compile time.
 
         Raises:
-            ConfigError: when ``model`` is not a built Functional or Sequential ``keras.Model``.
+            ConfigError: when ``model`` is not a built Functional or Sequential ``keras.Model``, or a
+                path holds no ``.keras`` file (or one naming unregistered custom objects).
         """
-        from sparkdl.keras.spec import ModelSpec, compile_args_of
+        import os
 
+        from sparkdl.keras.spec import ModelSpec, compile_args_of
+        from sparkdl.spark.persistence import read_keras_file
+
+        if isinstance(model, (str, os.PathLike)):
+            model = read_keras_file(model, "KerasEstimator model")
         self._spec = ModelSpec.from_model(model)
         self._optimizer_state, self._optimizer_state_source = None, None
         for keras_name, value in compile_args_of(model).items():

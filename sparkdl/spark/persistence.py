@@ -278,6 +278,39 @@ def read_bytes(path: str, spark) -> bytes | None:
             return f.read()
 
 
+def read_keras_file(path, who: str):
+    """The ``keras.Model`` of the ``.keras`` archive at ``path`` (compiled as saved, when it holds
+    compile arguments): a local path or ``file:`` URI read directly, any other Hadoop-filesystem
+    URI (``hdfs://``, ``s3a://``, ``dbfs:/``) through the active SparkSession.
+
+    Args:
+        path: a ``str`` or ``os.PathLike``.
+        who: what takes the path, for messages (``"fromKeras"``, ``"KerasEstimator model"``).
+
+    Raises:
+        ConfigError: no file at ``path``, a file that is not a ``.keras`` archive, or custom
+            objects the archive names that are not registered (each named).
+    """
+    from sparkdl.keras.spec import load_keras_bytes
+
+    path = os.fspath(path)
+    scheme = urlparse(path).scheme
+    data = None
+    if len(scheme) > 1 and scheme != "file" or path.startswith("dbfs:"):  # a Hadoop-filesystem URI
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        data = read_bytes(path, spark) if spark is not None else None
+    else:
+        local = urlparse(path).path if scheme == "file" else path
+        if os.path.isfile(local):
+            with open(local, "rb") as f:
+                data = f.read()
+    if data is None:
+        raise ConfigError(f"{who} needs a .keras file written by keras.Model.save. Received: no file at {path!r}")
+    return load_keras_bytes(data, compile=True)
+
+
 def _python_class_name(saved: str) -> str:
     """The Python class that reads a stage saved as ``saved`` (Spark's JVM names map to ``pyspark``)."""
     return saved.replace("org.apache.spark", "pyspark", 1) if saved.startswith("org.apache.spark.") else saved
