@@ -196,7 +196,8 @@ PARAMS: tuple[ParamSpec, ...] = (
         "instead of `featuresCol`: a list of columns (scalars, arrays, vectors) whose values are concatenated per row, in "
         "order, into the one model input; or a dict model input name -> column (or list of columns) for multi-input "
         "models. Each input is cast to its Keras input's dtype (int32/int64 ids stay integers); a sequence input "
-        "`(None, k)` takes one `array<array<numeric>>` column, padded with 0.0 to the longest row (`Masking`)")),
+        "`(None,)` (token ids) takes one `array<numeric>` column of any lengths, a sequence input `(None, k)` one "
+        "`array<array<numeric>>` column, each padded with `padValue` to the longest row")),
     _P("labelCols", "label_cols", None, stage=SHARED, config="data", example={"digit": "label"}, doc=(
         "labels of a multi-output model, instead of `labelCol`: a list of columns in output order or a dict output "
         "name -> column")),
@@ -204,6 +205,11 @@ PARAMS: tuple[ParamSpec, ...] = (
         "binary columns' decoders: a dict column -> `\"module:function\"`, a function importable on the executors that "
         "turns one row's bytes into a numeric array of exactly the input's shape (a binary column without one is "
         "refused before any job)")),
+    _P("padValue", "float", 0.0, stage=SHARED, config="data", example=0, doc=(
+        "the value that pads a sequence input's shorter rows (inputs `(None,)`: an `array<numeric>` column of "
+        "token ids; `(None, k)`: an `array<array<numeric>>` column), after each row (post-padding): each training, "
+        "validation and `evaluate` batch is padded to its own longest row, a `transform` batch to its longest row. "
+        "0 is what `Embedding(mask_zero=True)` and `Masking()` mask; a whole number for an integer input")),
     _P("sampleWeightCol", "str?", None, stage=SHARED, config="fit", example="weight", doc=(
         "column of per-row loss weights (numeric, finite, >= 0), Keras' `sample_weight`, in training, validation and "
         "`evaluate` (a batch's loss is Σ w·l / rows, as in Keras; not with `classWeight`)")),

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from sparkdl.errors import ConfigError, SchemaError
 
-PAD_VALUE = 0.0  # what pads a shorter sequence row: Keras' Masking default ``mask_value``
+PAD_VALUE = 0.0  # the default pad of a shorter sequence row (the padValue Param): Masking's mask_value, Embedding(mask_zero)'s id
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,14 @@ class ColumnSpec:
     Attributes:
         name: the column's name in the task's DataFrame.
         shape: per-row shape of this column's values, e.g. ``(784,)``, ``()`` for a scalar; a
-            sequence column ``(steps, k)`` holds rows of up to ``steps`` inner arrays of ``k`` values.
+            sequence column ``(steps, k)`` holds rows of up to ``steps`` inner arrays of ``k`` values,
+            a sequence column ``(steps,)`` rows of up to ``steps`` values (token ids).
         dtype: numpy dtype name of the result, e.g. ``"float32"``, ``"int64"``.
         source: the user's column name, for error messages.
         decoder: ``"module:function"`` that turns one row's bytes into an array of exactly ``shape`` (binary columns).
-        ragged: a sequence column (``array<array<T>>``) padded with :data:`PAD_VALUE` to ``shape[0]``.
+        ragged: a sequence column (``array<T>`` of shape ``(steps,)``, ``array<array<T>>`` of shape
+            ``(steps, k)``) whose rows are padded after their values with ``pad`` to ``shape[0]`` steps.
+        pad: the value that pads a sequence row (the ``padValue`` Param).
     """
 
     name: str
@@ -45,6 +48,7 @@ class ColumnSpec:
     source: str
     decoder: str | None = None
     ragged: bool = False
+    pad: float = PAD_VALUE
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,12 @@ class ModelColumns:
     weight: ColumnSpec | None = None
     class_weight: tuple | None = None
     skip_invalid: bool = False
+
+    @property
+    def input_pads(self) -> tuple:
+        """Per model input, in input order: the value that pads a sequence input's rows, None for
+        any other input (what :meth:`sparkdl.keras.replica.Replica.train` trims each batch by)."""
+        return tuple(t.columns[0].pad if t.columns[0].ragged else None for t in self.inputs)
 
     @property
     def all_columns(self) -> list[ColumnSpec]:
@@ -336,19 +346,27 @@ def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
 
 
 def _ragged(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
-    """``array<array<T>>`` rows of up to ``shape[0]`` steps of ``shape[1]`` values, padded with :data:`PAD_VALUE`."""
-    steps, width = spec.shape
-    out = np.full((len(column), steps, width), PAD_VALUE, dtype=spec.dtype)
+    """Sequence rows padded after their values with ``spec.pad`` to ``shape[0]`` steps: ``array<T>``
+    rows of up to ``steps`` values (shape ``(steps,)``), or ``array<array<T>>`` rows of up to
+    ``steps`` steps of ``shape[1]`` values (shape ``(steps, k)``), as
+    ``keras.utils.pad_sequences(rows, maxlen=steps, padding="post", value=pad)``."""
+    steps = spec.shape[0]
+    out = np.full((len(column), *spec.shape), spec.pad, dtype=spec.dtype)
     lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
     if len(lengths) and lengths.max() > steps:
         raise SchemaError(f"column {spec.source!r} must hold at most {steps} steps per row. Received a row of {int(lengths.max())}")
+    rows = np.repeat(np.arange(len(column)), lengths)
+    positions = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    if len(spec.shape) == 1:  # token ids: one value per step
+        values = column.flatten().to_numpy(zero_copy_only=False) if len(rows) else np.zeros(0)
+        out[rows, positions] = values
+        return out
+    width = spec.shape[1]
     inner = column.flatten()
     inner_lengths = pc.list_value_length(inner).to_numpy(zero_copy_only=False) if len(inner) else np.zeros(0, np.int64)
     if len(inner_lengths) and (inner_lengths != width).any():
         raise SchemaError(f"column {spec.source!r} must hold {width} values per step. Received a step of {int(inner_lengths[inner_lengths != width][0])}")
     values = inner.flatten().to_numpy(zero_copy_only=False).reshape(-1, width) if len(inner) else np.zeros((0, width))
-    rows = np.repeat(np.arange(len(column)), lengths)
-    positions = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     out[rows, positions] = values
     return out
 

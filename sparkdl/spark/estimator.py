@@ -366,7 +366,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         try:
             request = request_columns(
                 df, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
-                self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
+                self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
             )
             for (_, output_shape, label_col), (label_shape, _) in zip(request.outputs, request.label_specs(df, loss), strict=True):
                 if label_shape == ():
@@ -470,7 +470,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=3)
         request = request_columns(
             dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
-            self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
+            self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
         )
         label_specs = request.label_specs(dataset, loss)
         for (_, output_shape, label_col), (label_shape, _) in zip(request.outputs, label_specs, strict=True):

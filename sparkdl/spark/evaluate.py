@@ -42,6 +42,7 @@ def evaluate(
     decoders: dict | None,
     batch_size: int,
     timeout_s: float | None = None,
+    pad_value: float = 0.0,
 ) -> dict[str, float]:
     """The compiled loss and metrics of ``spec``'s weights over every row of ``df``.
 
@@ -54,6 +55,7 @@ def evaluate(
         weight_col: the sample-weight column (Keras' ``sample_weight``), or None.
         batch_size: rows per ``test_on_batch`` call (> 0).
         timeout_s: seconds the evaluation job may run before it is cancelled; None: no limit.
+        pad_value: the value that pads sequence inputs' rows (``padValue``), each batch to its longest row.
 
     Returns:
         ``{name: value}`` with the keys and values of ``keras.Model.evaluate(..., return_dict=True)``,
@@ -81,7 +83,8 @@ def evaluate(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"evaluate's batchSize must be a positive integer (rows per batch). Received: {batch_size!r}")
     loss = compile_spec.loss_info
-    request = request_columns(df, spec, loss, features_col, features_cols, label_col, label_cols, weight_col, None, decoders)
+    request = request_columns(df, spec, loss, features_col, features_cols, label_col, label_cols, weight_col, None, decoders,
+                              pad_value=pad_value)
     label_specs = request.label_specs(df, loss)
     for (_, output_shape, column), (label_shape, _) in zip(request.outputs, label_specs, strict=True):
         if label_shape == ():  # a scalar column's per-row shape is known from the schema: checked now, as fit does

@@ -201,7 +201,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         check_inline(dataset.sparkSession, len(self._spec.weights), "the model's weights")  # Spark Connect: before any job
         return transform(dataset, self._spec, self.getFeaturesCol(), columns, self._inference_rows(self._spec.row_bytes), task, info,
                          check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
-                         output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid())
+                         output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid(), pad_value=self.getPadValue())
 
     def evaluate(self, df: DataFrame, batchSize: int | None = None) -> dict[str, float]:
         """The compiled loss and metrics over every row of ``df``, as ``keras.Model.evaluate(x, y,
@@ -249,7 +249,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         return evaluate(
             df, self._spec, self._compile_spec(), self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(),
             self.getLabelCols(), self.getSampleWeightCol(), self.getDecoders(),
-            self.getBatchSize() if batchSize is None else batchSize,
+            self.getBatchSize() if batchSize is None else batchSize, pad_value=self.getPadValue(),
         )
 
     def _outputs(self) -> int:

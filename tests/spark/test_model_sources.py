@@ -45,3 +45,55 @@ def test_a_keras_path_fits_as_the_model_it_holds_and_the_estimator_saves(spark, 
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ConfigError, match=r"KerasEstimator model needs a \.keras file .* no file at '.*nowhere\.keras'"):
         KerasEstimator(model=str(tmp_path / "nowhere.keras"))
+
+
+# ---------------------------------------------------------------- item 2: token ids of any length
+
+def _text_model(seed=4):
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(20, 4, mask_zero=True)(tokens)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(tokens, keras.layers.Dense(2, activation="softmax")(x))
+
+
+def _token_rows(n, seed):
+    rng = np.random.default_rng(seed)
+    ids = [rng.integers(1, 20, size=int(rng.integers(1, 7))).tolist() for _ in range(n)]  # no 0: 0 is the padding id
+    return ids, [int(sum(r) % 2) for r in ids]
+
+
+@pytest.mark.parametrize("backend", ["rounds", "ps"])
+def test_token_ids_of_any_length_train_validate_evaluate_and_score_as_plain_keras_on_padded_batches(spark, backend):
+    ids, labels = _token_rows(12, 0)
+    val_ids, val_labels = _token_rows(5, 1)
+    schema = "tokens array<int>, label long"
+    df = partitioned_df(spark, [list(zip(ids, labels))], schema)
+    val_df = partitioned_df(spark, [list(zip(val_ids, val_labels))], schema)
+    est = KerasEstimator(model=_text_model(), optimizer="adam", loss="sparse_categorical_crossentropy", featuresCol="tokens",
+                         labelCol="label", numWorkers=1, keepPartitioning=True, shuffle=False, epochs=2, batchSize=4,
+                         backend=backend, verbose=0)
+    fitted = est.fit(df, validationData=val_df) if backend == "rounds" else est.fit(df)
+    plain = _text_model()
+    plain.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    for _ in range(2):  # batches of 4 rows in order, each padded after its values to its own longest row
+        for start in range(0, 12, 4):
+            batch = keras.utils.pad_sequences(ids[start : start + 4], padding="post", value=0, dtype="int32")
+            plain.train_on_batch(batch, np.asarray(labels[start : start + 4]))
+    for got, want in zip(fitted.getKerasModel().get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    padded_val = keras.utils.pad_sequences(val_ids, padding="post", value=0, dtype="int32")
+    want_val = plain.evaluate(padded_val, np.asarray(val_labels), batch_size=4, verbose=0)
+    if backend == "rounds":
+        np.testing.assert_allclose(fitted.history["val_loss"][-1], want_val, rtol=1e-5)
+    np.testing.assert_allclose(fitted.evaluate(val_df)["loss"], want_val, rtol=1e-5)
+    scored = fitted.transform(val_df).collect()
+    np.testing.assert_allclose([r["probability"].toArray() for r in scored], plain.predict(padded_val, verbose=0), atol=1e-6)
+
+
+def test_a_pad_value_an_integer_input_cannot_hold_is_refused_before_any_job(spark):
+    df = partitioned_df(spark, [[([1, 2], 0), ([3], 1)]], "tokens array<int>, label long")
+    est = KerasEstimator(model=_text_model(), loss="sparse_categorical_crossentropy", featuresCol="tokens", labelCol="label",
+                         padValue=0.5, numWorkers=1, verbose=0)
+    with pytest.raises(ConfigError, match=r"padValue must be a value the sequence input .* of dtype int32 holds .* Received: padValue=0.5"):
+        est.fit(df)
