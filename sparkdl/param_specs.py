@@ -80,7 +80,7 @@ KINDS: dict[str, Kind] = {
                        "list | dict | None"),
     "output_cols": Kind("None, a list of column names or a dict output name -> column", ("list", "dict", "null"),
                         "list | dict | None"),
-    "decoders": Kind("None or a dict column -> 'module:function'", ("dict", "null"), "dict | None"),
+    "decoders": Kind("None or a dict column -> a function or 'module:function'", ("dict", "null"), "dict | None"),
     "class_weight": Kind("None or a dict class index -> weight", ("dict", "null"), "dict | None"),
     "optimizer": Kind("a Keras optimizer name, object or config", ("str", "dict"), "str | dict | keras.optimizers.Optimizer"),
     "loss": Kind("a Keras loss name, object, function or config", ("str", "dict"), "str | dict | keras.losses.Loss"),
@@ -202,9 +202,12 @@ PARAMS: tuple[ParamSpec, ...] = (
         "labels of a multi-output model, instead of `labelCol`: a list of columns in output order or a dict output "
         "name -> column")),
     _P("decoders", "decoders", None, stage=SHARED, config="data", example={"image": "mypkg.decode:png"}, doc=(
-        "binary columns' decoders: a dict column -> `\"module:function\"`, a function importable on the executors that "
-        "turns one row's bytes into a numeric array of exactly the input's shape (a binary column without one is "
-        "refused before any job)")),
+        "binary columns' decoders: a dict column -> a function that turns one row's bytes into a numeric array of "
+        "exactly the input's shape, given itself (defined anywhere: a function of `__main__`, a script's or a "
+        "notebook's, travels to the executors by value, as custom objects do) or by name, `\"module:function\"` or "
+        "`\"module.function\"` of a module the executors import. A save keeps the name; a function of `__main__` "
+        "must be passed again after `load` (`setDecoders`; `load` warns, naming the column). A binary column without "
+        "one is refused before any job")),
     _P("padValue", "float", 0.0, stage=SHARED, config="data", example=0, doc=(
         "the value that pads a sequence input's shorter rows (inputs `(None,)`: an `array<numeric>` column of "
         "token ids; `(None, k)`: an `array<array<numeric>>` column), after each row (post-padding): each training, "

@@ -36,7 +36,8 @@ class ColumnSpec:
             a sequence column ``(steps,)`` rows of up to ``steps`` values (token ids).
         dtype: numpy dtype name of the result, e.g. ``"float32"``, ``"int64"``.
         source: the user's column name, for error messages.
-        decoder: ``"module:function"`` that turns one row's bytes into an array of exactly ``shape`` (binary columns).
+        decoder: the function, or its name ``"module:function"``, that turns one row's bytes into an array of
+            exactly ``shape`` (binary columns); see :func:`resolve_decoder`.
         ragged: a sequence column (``array<T>`` of shape ``(steps,)``, ``array<array<T>>`` of shape
             ``(steps, k)``) whose rows are padded after their values with ``pad`` to ``shape[0]`` steps.
         pad: the value that pads a sequence row (the ``padValue`` Param).
@@ -46,7 +47,7 @@ class ColumnSpec:
     shape: tuple
     dtype: str
     source: str
-    decoder: str | None = None
+    decoder: str | Callable | None = None
     ragged: bool = False
     pad: float = PAD_VALUE
 
@@ -274,25 +275,59 @@ def array_faults(values: np.ndarray) -> RowFaults:
 
 _decoders: dict[str, Callable] = {}
 
+BY_VALUE_MODULE = "__main__"  # a script's or a notebook's module: no executor can import a function from it
 
-def resolve_decoder(name: str) -> Callable:
-    """The function named ``"package.module:function"`` (imported once per process).
+
+def decoder_name(decoder: str | Callable) -> str:
+    """A decoder as messages and saves name it: a name as given (``"pkg.images:decode_png"``), a
+    function as ``"module:qualname"`` (``"__main__:decode"`` for one defined in a script or notebook)."""
+    if isinstance(decoder, str):
+        return decoder
+    module = getattr(decoder, "__module__", None) or BY_VALUE_MODULE
+    return f"{module}:{getattr(decoder, '__qualname__', None) or type(decoder).__name__}"
+
+
+def split_decoder_name(name: str) -> tuple[str, str]:
+    """``(module, attribute)`` of ``"module:function"`` or ``"module.function"`` (as the job config's
+    ``model.factory``), or ``("", "")`` for a name of neither form."""
+    module, sep, attribute = name.partition(":")
+    if not sep:
+        module, _, attribute = name.rpartition(".")
+    return (module, attribute) if module and attribute else ("", "")
+
+
+def resolve_decoder(decoder: str | Callable, column: str | None = None) -> Callable:
+    """The decoder function itself: a callable as it is; a name ``"package.module:function"`` (or
+    ``"package.module.function"``) imported once per process, except ``"__main__:function"``, looked
+    up in this process's ``__main__`` every time (a notebook may redefine it).
 
     Runs on the driver (checked before any job) and in every task that decodes the column, so a
     module the driver imports but the executors do not (a local folder on the driver's
     ``sys.path``) fails in the task, naming the module, how to ship it and the Python that ran.
+    A function given itself travels with the tasks as Keras custom objects do
+    (:mod:`sparkdl.keras.custom_objects`): by reference when its module is importable, by value
+    when it is defined in ``__main__`` (a spark-submit script, a notebook); a ``"__main__:f"``
+    name is resolved on the driver, and the function travels the same way.
+
+    Args:
+        decoder: a name or a callable.
+        column: the binary column it decodes, for messages.
 
     Raises:
         ConfigError: when the name is not ``module:function``; when the module (or one it imports)
             cannot be imported in this Python: its one line names the module, the ways to ship it
             (``--py-files``, ``SparkContext.addPyFile``, a wheel on the cluster) and this Python's
-            ``sys.executable`` and host; when the module has no such callable.
+            ``sys.executable`` and host; when the module has no such callable (for ``__main__``:
+            how to pass the function itself).
     """
+    if callable(decoder) and not isinstance(decoder, str):
+        return decoder
+    name = decoder
     if name in _decoders:
         return _decoders[name]
-    module_name, _, attribute = name.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"a decoder must be named 'module:function'. Received: {name!r}")
+    module_name, attribute = split_decoder_name(name) if isinstance(name, str) else ("", "")
+    if not module_name:
+        raise ConfigError(f"a decoder must be a function or named 'module:function' (or 'module.function'). Received: {name!r}")
     try:
         function = importlib.import_module(module_name)
     except ImportError as exc:
@@ -301,10 +336,32 @@ def resolve_decoder(name: str) -> Callable:
         for part in attribute.split("."):
             function = getattr(function, part)
     except AttributeError as exc:
+        if module_name == BY_VALUE_MODULE:
+            where = f"column {column!r}" if column else "its column"
+            raise ConfigError(
+                f"decoder {name!r} names a function of __main__ (a script or notebook) that this process does not define: "
+                f"define it here and pass the function itself, decoders={{{column or 'column'!r}: {attribute.split('.')[-1]}}} "
+                f"(setDecoders on a loaded model), for {where}. Received: {exc}"
+            ) from exc
         raise ConfigError(f"decoder {name!r} must be an importable callable: a function of module {module_name!r}. Received: {exc}") from exc
     if not callable(function):
         raise ConfigError(f"decoder {name!r} must be callable. Received: {type(function).__name__}")
-    _decoders[name] = function
+    if module_name != BY_VALUE_MODULE:
+        _decoders[name] = function
+    return function
+
+
+def shipped_decoder(decoder: str | Callable, column: str | None = None) -> str | Callable:
+    """What a task carries for ``decoder``, resolved on the driver: a name of an importable module
+    as it is (each executor imports it), the function itself for a callable or a ``"__main__:f"``
+    name (it travels by value, as a custom object of ``__main__`` does).
+
+    Raises:
+        ConfigError: as :func:`resolve_decoder`.
+    """
+    function = resolve_decoder(decoder, column)
+    if isinstance(decoder, str) and split_decoder_name(decoder)[0] != BY_VALUE_MODULE:
+        return decoder
     return function
 
 
@@ -322,7 +379,7 @@ def _import_message(decoder: str, module: str, exc: ImportError) -> str:
 
 
 def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
-    decode = resolve_decoder(spec.decoder)
+    decode, name = resolve_decoder(spec.decoder, spec.source), decoder_name(spec.decoder)
     shape = tuple(spec.shape)
     out = np.empty((len(column), *shape), dtype=spec.dtype)
     for i, value in enumerate(column.to_pylist()):
@@ -331,16 +388,16 @@ def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
         try:
             array = np.asarray(decode(value))
         except Exception as exc:
-            raise SchemaError(f"decoder {spec.decoder!r} failed on a row of column {spec.source!r}: {type(exc).__name__}: {exc}") from exc
+            raise SchemaError(f"decoder {name!r} failed on a row of column {spec.source!r}: {type(exc).__name__}: {exc}") from exc
         # The exact shape, not just as many values: a channels-first (3, 4, 4) image reshaped to
         # (4, 4, 3) would train on scrambled pixels without a word.
         if array.shape != shape:
             raise SchemaError(
-                f"decoder {spec.decoder!r} must turn each row of column {spec.source!r} into an array of the model "
+                f"decoder {name!r} must turn each row of column {spec.source!r} into an array of the model "
                 f"input's shape {shape}. Received: an array of shape {array.shape}"
             )
         if array.dtype.kind not in "biuf":
-            raise SchemaError(f"decoder {spec.decoder!r} must return numbers. Received: dtype {array.dtype} for column {spec.source!r}")
+            raise SchemaError(f"decoder {name!r} must return numbers. Received: dtype {array.dtype} for column {spec.source!r}")
         out[i] = array
     return out
 

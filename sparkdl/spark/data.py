@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
-from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows
+from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder
 
 SPARK_TYPES = {
     "float16": T.FloatType(),
@@ -149,7 +149,8 @@ class ColumnRequest:
         outputs: per model output ``(output name, per-row shape, label column)``.
         weight: the sample-weight column, or None.
         class_weight: Keras ``class_weight`` as ``((index, weight), ...)``, or None.
-        decoders: binary column -> ``"module:function"``.
+        decoders: binary column -> its decoder as tasks carry it: a name ``"module:function"`` of an
+            importable module, or the function itself (:func:`~sparkdl.serialization.columns.shipped_decoder`).
         skip_invalid: ``handleInvalid="skip"``.
         pad_value: the value that pads sequence inputs' rows (``padValue``).
     """
@@ -235,9 +236,10 @@ def map_inputs(df: DataFrame, spec, features_col: str, features_cols, decoders: 
                 if c not in decoders:
                     raise SchemaError(
                         f"features column {c!r} is binary: give a decoder that turns each row's bytes into an array of the "
-                        f"input's shape {tuple(shape)}, decoders={{{c!r}: 'module:function'}}. Received: binary without a decoder"
+                        f"input's shape {tuple(shape)}, decoders={{{c!r}: a_function}} or {{{c!r}: 'module:function'}}. Received: "
+                        "binary without a decoder"
                     )
-                resolve_decoder(decoders[c])
+                resolve_decoder(decoders[c], c)
                 if len(cols) != 1 or any(d is None for d in shape):
                     raise SchemaError(f"a decoded column must fill its input alone, of a fixed shape. Received: {list(cols)} for input {name!r} {shape}")
             elif len(shape) == 1 and shape[0] is None:
@@ -278,7 +280,8 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
         label_cols: None; a list of label columns in output order, or a dict output name -> column.
         weight_col: the sample-weight column, or None.
         class_weight: Keras ``class_weight``, or None.
-        decoders: binary column -> ``"module:function"``.
+        decoders: binary column -> a function (defined anywhere, ``__main__`` and notebooks included) or
+            its name ``"module:function"`` / ``"module.function"``.
         handle_invalid: ``"error"`` or ``"skip"``.
         pad_value: the value that pads sequence inputs' rows (``padValue``).
 
@@ -303,6 +306,7 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
             f"decoders must name binary feature columns (of featuresCol/featuresCols), the columns they decode: "
             f"here {sorted(decoded)}. Received decoders for {found}"
         )
+    decoders = {c: shipped_decoder(d, c) for c, d in decoders.items()}  # a function of __main__ travels by value
     model_outputs = spec.output_specs
     if label_cols is None:
         label_cols = [label_col]

@@ -675,7 +675,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         from sparkdl.tracking.mlflow_run import MlflowLogger, mlflow_requested
 
         if mlflow_requested(self.getMlflow()):
+            from sparkdl.serialization.columns import decoder_name
+
             params = {param.name: value for param, value in self.extractParamMap().items()}
+            if isinstance(params.get("decoders"), dict):  # a function by its name, as a save writes it
+                params["decoders"] = {c: decoder_name(d) for c, d in params["decoders"].items()}
             trackers.append(MlflowLogger(params=params))
             observers.append(trackers[-1])
             trackers[-1].on_train_begin()

@@ -50,7 +50,7 @@ from sparkdl.errors import SchemaError
 from sparkdl.keras.losses import LossInfo, OutputLayout
 from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
-from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, row_faults, tensor_to_numpy
+from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, decoder_name, row_faults, shipped_decoder, tensor_to_numpy
 from sparkdl.spark.data import SPARK_TYPES, as_array, check_pad_value, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
@@ -168,7 +168,7 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
             x = [tensor_to_numpy(good, _batch_shapes(good, t)) for t in job.inputs]
         except SchemaError as exc:
             raise SchemaError(f"{where}: {exc}") from None
-        decoded = [(t.source, f"values whose decoding by {', '.join(repr(c.decoder) for c in t.columns if c.decoder)} is finite", array_faults(a))
+        decoded = [(t.source, f"values whose decoding by {', '.join(repr(decoder_name(c.decoder)) for c in t.columns if c.decoder)} is finite", array_faults(a))
                    for t, a in zip(job.inputs, x, strict=True) if any(c.decoder for c in t.columns)]
         late = np.zeros(len(good), bool)
         for _, _, found in decoded:
@@ -576,7 +576,7 @@ def transform(
         features_cols: the model inputs' columns as in ``fit`` (a list assembled into the one input,
             or a dict input name -> column(s)); None: ``features_col``. A sequence input's rows are
             padded with ``pad_value`` to the longest row of each Arrow batch.
-        decoders: binary column -> ``"module:function"``, as in ``fit``.
+        decoders: binary column -> a function or ``"module:function"``, as in ``fit``.
         output_cols: a multi-output model's output columns (a list in output order or a dict output
             name -> column); None: the outputs' names.
         handle_invalid: rows with a null, NaN, ±inf or wrongly sized feature: ``"error"`` (counted
@@ -630,7 +630,8 @@ def transform(
     # resolves input names as expressions (dots break) and matches output names (duplicates break).
     names = [f"_{i}" for i in range(len(fields))]
     positional = df.toDF(*names[: len(df.columns)])
-    positional_decoders = {names[df.columns.index(c)]: d for c, d in decoders.items() if c in df.columns}
+    positional_decoders = {names[df.columns.index(c)]: shipped_decoder(d, c) for c, d in decoders.items()  # __main__'s by value
+                           if c in df.columns and isinstance(df.schema[c].dataType, T.BinaryType)}
     exprs, tensors, checks = [], [], []
     for i, (name, shape, dtype, cols) in enumerate(mapping):
         parts = []

@@ -97,3 +97,43 @@ def test_a_pad_value_an_integer_input_cannot_hold_is_refused_before_any_job(spar
                          padValue=0.5, numWorkers=1, verbose=0)
     with pytest.raises(ConfigError, match=r"padValue must be a value the sequence input .* of dtype int32 holds .* Received: padValue=0.5"):
         est.fit(df)
+
+
+# ---------------------------------------------------------------- item 3: a decoder given as a function
+
+def _cnn(seed=11):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Conv2D(2, 2, activation="relu"), keras.layers.Flatten(),
+                             keras.layers.Dense(2, activation="softmax")])
+
+
+def test_a_decoder_given_as_a_function_of_main_fits_scores_saves_and_is_asked_for_again_at_load(spark, tmp_path):
+    from tests.decoders import decode_raw
+
+    def decode(data):  # a local function: no executor can import it, so it travels by value
+        return np.frombuffer(data, np.uint8).reshape(4, 4, 3).astype(np.float32) / 255.0
+
+    decode.__module__, decode.__qualname__ = "__main__", "decode"  # as a spark-submit script's or a notebook's function
+    images = np.random.default_rng(0).integers(0, 256, size=(6, 4, 4, 3), dtype=np.uint8)
+    df = partitioned_df(spark, [[(bytes(image.tobytes()), i % 2) for i, image in enumerate(images)]], "content binary, label long")
+    common = dict(featuresCol="content", labelCol="label", loss="sparse_categorical_crossentropy", numWorkers=1,
+                  keepPartitioning=True, shuffle=False, epochs=1, batchSize=3, verbose=0)
+    by_value = KerasEstimator(model=_cnn(), decoders={"content": decode}, **common).fit(df)
+    by_name = KerasEstimator(model=_cnn(), decoders={"content": "tests.decoders.decode_raw"}, **common).fit(df)  # module.function
+    for a, b in zip(by_value.getKerasModel().get_weights(), by_name.getKerasModel().get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert by_value.getDecoders() == {"content": decode}
+    scored = [r["probability"].toArray() for r in by_value.transform(df).collect()]
+    expected = by_value.getKerasModel().predict(np.stack([decode_raw(image.tobytes()) for image in images]), verbose=0)
+    np.testing.assert_allclose(scored, expected, atol=1e-6)
+    by_value.save(str(tmp_path / "model"))
+    from sparkdl import KerasModel
+
+    with pytest.warns(UserWarning, match=r"decoder for column 'content' is '__main__:decode': it was given as a function defined in "
+                                         r"__main__ .* \.setDecoders\(\{'content': decode\}\)"):
+        loaded = KerasModel.load(str(tmp_path / "model"))
+    assert loaded.getDecoders() == {"content": "__main__:decode"}
+    with pytest.raises(ConfigError, match=r"decoder '__main__:decode' names a function of __main__ .* decoders=\{'content': decode\}"):
+        loaded.transform(df)
+    again = [r["probability"].toArray() for r in loaded.setDecoders({"content": decode}).transform(df).collect()]
+    np.testing.assert_allclose(again, scored, atol=0)
