@@ -208,7 +208,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`\"module.function\"` of a module the executors import. A save keeps the name; a function of `__main__` "
         "must be passed again after `load` (`setDecoders`; `load` warns, naming the column). A binary column without "
         "one is refused before any job")),
-    _P("padValue", "float", 0.0, stage=SHARED, config="data", example=0, doc=(
+    _P("padValue", "float", 0.0, stage=SHARED, config="fit", example=0, doc=(
         "the value that pads a sequence input's shorter rows (inputs `(None,)`: an `array<numeric>` column of "
         "token ids; `(None, k)`: an `array<array<numeric>>` column), after each row (post-padding): each training, "
         "validation and `evaluate` batch is padded to its own longest row, a `transform` batch to its longest row. "
