@@ -210,9 +210,10 @@ PARAMS: tuple[ParamSpec, ...] = (
         "one is refused before any job")),
     _P("padValue", "float", 0.0, stage=SHARED, config="fit", example=0, doc=(
         "the value that pads a sequence input's shorter rows (inputs `(None,)`: an `array<numeric>` column of "
-        "token ids; `(None, k)`: an `array<array<numeric>>` column), after each row (post-padding): each training, "
-        "validation and `evaluate` batch is padded to its own longest row, a `transform` batch to its longest row. "
-        "0 is what `Embedding(mask_zero=True)` and `Masking()` mask; a whole number for an integer input")),
+        "token ids; `(None, k)`: an `array<array<numeric>>` column), after each row (post-padding, as "
+        "`keras.utils.pad_sequences(padding=\"post\")`): each training, validation, `evaluate` and `transform` batch "
+        "is padded to its own longest row. 0 is what `Embedding(mask_zero=True)` and `Masking()` mask; a whole number "
+        "for an integer input (checked before any job)")),
     _P("sampleWeightCol", "str?", None, stage=SHARED, config="fit", example="weight", doc=(
         "column of per-row loss weights (numeric, finite, >= 0), Keras' `sample_weight`, in training, validation and "
         "`evaluate` (a batch's loss is Σ w·l / rows, as in Keras; not with `classWeight`)")),
