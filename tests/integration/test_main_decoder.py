@@ -68,7 +68,8 @@ LOAD = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.slow  # two Python processes with Spark and Keras (about a minute)
+@pytest.mark.slow  # two Python processes with Spark and Keras (about a minute; 15 min on a machine loaded 20 times over)
+@pytest.mark.timeout(1800)
 def test_a_decoder_defined_in_main_of_a_spark_submit_script_fits_scores_and_is_asked_for_at_load(tmp_path):
     (tmp_path / "job.py").write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
