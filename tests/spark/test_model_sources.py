@@ -63,7 +63,7 @@ def _token_rows(n, seed):
     return ids, [int(sum(r) % 2) for r in ids]
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", ["rounds", pytest.param("ps", marks=pytest.mark.slow)])  # ps: a server and a barrier stage more
 def test_token_ids_of_any_length_train_validate_evaluate_and_score_as_plain_keras_on_padded_batches(spark, backend):
     ids, labels = _token_rows(12, 0)
     val_ids, val_labels = _token_rows(5, 1)
