@@ -80,7 +80,7 @@ KINDS: dict[str, Kind] = {
                        "list | dict | None"),
     "output_cols": Kind("None, a list of column names or a dict output name -> column", ("list", "dict", "null"),
                         "list | dict | None"),
-    "decoders": Kind("None or a dict column -> 'module:function'", ("dict", "null"), "dict | None"),
+    "decoders": Kind("None or a dict column -> a function or 'module:function'", ("dict", "null"), "dict | None"),
     "class_weight": Kind("None or a dict class index -> weight", ("dict", "null"), "dict | None"),
     "optimizer": Kind("a Keras optimizer name, object or config", ("str", "dict"), "str | dict | keras.optimizers.Optimizer"),
     "loss": Kind("a Keras loss name, object, function or config, or one per output (a dict output name -> loss or a "
@@ -169,8 +169,9 @@ COMPRESSIONS = ("fp16", "1bit", "threshold")  # sparkdl.core.compression.COMPRES
 
 #: the estimator's keywords that are not Params, in the order its docstring lists them
 KEYWORDS: tuple[Keyword, ...] = (
-    Keyword("model", "keras.Model", None,
-            "a built Functional or Sequential `keras.Model` (one or several inputs and outputs), kept as architecture "
+    Keyword("model", "keras.Model | str", None,
+            "a built Functional or Sequential `keras.Model` (one or several inputs and outputs), or the path of a "
+            "`.keras` file (local or any Hadoop URI, read once, as `KerasModel.fromKeras` reads it), kept as architecture "
             "JSON plus weights (Arrow IPC), never pickled; a compiled model supplies each compile Param not given "
             "(`optimizer`, `loss`, `metrics`, `weightedMetrics`, `lossWeights`), see `setModel`"),
     Keyword("initialModel", "KerasModel", None,
@@ -197,14 +198,24 @@ PARAMS: tuple[ParamSpec, ...] = (
         "instead of `featuresCol`: a list of columns (scalars, arrays, vectors) whose values are concatenated per row, in "
         "order, into the one model input; or a dict model input name -> column (or list of columns) for multi-input "
         "models. Each input is cast to its Keras input's dtype (int32/int64 ids stay integers); a sequence input "
-        "`(None, k)` takes one `array<array<numeric>>` column, padded with 0.0 to the longest row (`Masking`)")),
+        "`(None,)` (token ids) takes one `array<numeric>` column of any lengths, a sequence input `(None, k)` one "
+        "`array<array<numeric>>` column, each padded with `padValue` to the longest row")),
     _P("labelCols", "label_cols", None, stage=SHARED, config="data", example={"digit": "label"}, doc=(
         "labels of a multi-output model, instead of `labelCol`: a list of columns in output order or a dict output "
         "name -> column")),
     _P("decoders", "decoders", None, stage=SHARED, config="data", example={"image": "mypkg.decode:png"}, doc=(
-        "binary columns' decoders: a dict column -> `\"module:function\"`, a function importable on the executors that "
-        "turns one row's bytes into a numeric array of exactly the input's shape (a binary column without one is "
-        "refused before any job)")),
+        "binary columns' decoders: a dict column -> a function that turns one row's bytes into a numeric array of "
+        "exactly the input's shape, given itself (defined anywhere: a function of `__main__`, a script's or a "
+        "notebook's, travels to the executors by value, as custom objects do) or by name, `\"module:function\"` or "
+        "`\"module.function\"` of a module the executors import. A save keeps the name; a function of `__main__` "
+        "must be passed again after `load` (`setDecoders`; `load` warns, naming the column). A binary column without "
+        "one is refused before any job")),
+    _P("padValue", "float", 0.0, stage=SHARED, config="fit", example=0, doc=(
+        "the value that pads a sequence input's shorter rows (inputs `(None,)`: an `array<numeric>` column of "
+        "token ids; `(None, k)`: an `array<array<numeric>>` column), after each row (post-padding, as "
+        "`keras.utils.pad_sequences(padding=\"post\")`): each training, validation, `evaluate` and `transform` batch "
+        "is padded to its own longest row. 0 is what `Embedding(mask_zero=True)` and `Masking()` mask; a whole number "
+        "for an integer input (checked before any job)")),
     _P("sampleWeightCol", "str?", None, stage=SHARED, config="fit", example="weight", doc=(
         "column of per-row loss weights (numeric, finite, >= 0), Keras' `sample_weight`, in training, validation and "
         "`evaluate` (a batch's loss is Σ w·l / rows, as in Keras; not with `classWeight`)")),

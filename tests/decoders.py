@@ -19,3 +19,8 @@ def decode_png_small(data: bytes) -> np.ndarray:
 def decode_png_channels_first(data: bytes) -> np.ndarray:
     """Wrong on purpose: channels first, ``(3, 4, 4)``: as many values as ``(4, 4, 3)``, in another layout."""
     return np.transpose(decode_png(data), (2, 0, 1))
+
+
+def decode_raw(data: bytes) -> np.ndarray:
+    """48 raw bytes -> float32 ``(4, 4, 3)`` in [0, 1]."""
+    return np.frombuffer(data, np.uint8).reshape(4, 4, 3).astype(np.float32) / 255.0

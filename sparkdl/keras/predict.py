@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from sparkdl.keras.replica import trim_padding
 from sparkdl.keras.runtime import keras_module
 from sparkdl.keras.spec import ModelSpec
 
@@ -38,13 +39,16 @@ def cached_model(spec: ModelSpec, weights: bytes | None = None, key: str | None 
     return model
 
 
-def predict_array(model, x, batch_size: int):
+def predict_array(model, x, batch_size: int, pads: tuple | None = None):
     """Model outputs for ``x`` in batches of ``batch_size`` rows (the last one partial).
 
     Args:
         model: a ``keras.Model``.
         x: inputs, shape ``(rows, *input_shape)``, or a list of such arrays, one per model input.
         batch_size: rows per ``predict_on_batch`` call.
+        pads: per model input, the value that pads a (post-padded) sequence input's rows, None for
+            other inputs; each batch of a sequence input is cut to its own longest row
+            (:func:`sparkdl.keras.replica.trim_padding`). None: no input is cut.
 
     Returns:
         float32 array of shape ``(rows, *output_shape)``, rows in input order; for a model with
@@ -59,6 +63,8 @@ def predict_array(model, x, batch_size: int):
     parts = []
     for i in range(0, rows, batch_size):
         batch = [a[i : i + batch_size] for a in xs]
+        if pads is not None:
+            batch = [trim_padding(a, pad) if pad is not None else a for a, pad in zip(batch, pads, strict=True)]
         out = model.predict_on_batch(batch[0] if len(batch) == 1 else batch)
         if isinstance(out, dict):  # a model built with a dict of outputs: flattened as model.outputs are (sorted keys)
             out = keras_module().tree.flatten(out)

@@ -51,8 +51,8 @@ class Replica:
         keras = keras_module()
         check_mixed_precision(mixed_precision)
         self.mixed_precision = mixed_precision
-        # Sequence inputs (None, k): their rows come padded to the longest row of the data; each
-        # batch is cut to its own longest row (see trim_padding).
+        # Sequence inputs, (None,) or (None, k): their rows come padded to the longest row of the
+        # data; each batch is cut to its own longest row (see trim_padding).
         self.sequence_inputs = {i for i, (_, shape, _) in enumerate(spec.input_specs) if shape and shape[0] is None}
         keras.utils.set_random_seed(seed & 0xFFFFFFFF)
         with global_dtype_policy(mixed_precision):  # the model's own policy: compile wraps the optimizer for mixed_float16
@@ -149,7 +149,8 @@ class Replica:
         for variable, value in zip(self.seed_states, words, strict=True):
             variable.assign(value.astype(variable.dtype))
 
-    def train(self, x, y, batch_size: int, sample_weight: np.ndarray | None = None, rows: np.ndarray | None = None) -> list[np.ndarray]:
+    def train(self, x, y, batch_size: int, sample_weight: np.ndarray | None = None, rows: np.ndarray | None = None,
+              pads: tuple | None = None) -> list[np.ndarray]:
         """Run ceil(n / batch_size) local steps over the rows in order, as ``fit(shuffle=False)`` does,
         and return the metric state these steps alone produce.
 
@@ -176,6 +177,10 @@ class Replica:
             rows: the row indices to train on, in order (n = ``len(rows)``); None: every row in
                 order. Each batch is gathered on its own, so on-disk arrays are read a batch
                 at a time.
+            pads: per model input, the value that pads a sequence input's rows (None for other
+                inputs), e.g. :attr:`sparkdl.serialization.columns.ModelColumns.input_pads`; each
+                batch of a sequence input is cut to its own longest row (:func:`trim_padding`).
+                None: :data:`~sparkdl.serialization.columns.PAD_VALUE` for every sequence input.
 
         Returns:
             The values of ``model.metrics_variables`` in model order summed over the steps, as
@@ -187,19 +192,21 @@ class Replica:
         Raises:
             SchemaError: when there is no row to train on.
         """
-        return self._steps(self.model.train_on_batch, x, y, batch_size, sample_weight, rows)
+        return self._steps(self.model.train_on_batch, x, y, batch_size, sample_weight, rows, pads)
 
-    def evaluate(self, x, y, batch_size: int, sample_weight: np.ndarray | None = None, rows: np.ndarray | None = None) -> list[np.ndarray]:
+    def evaluate(self, x, y, batch_size: int, sample_weight: np.ndarray | None = None, rows: np.ndarray | None = None,
+                 pads: tuple | None = None) -> list[np.ndarray]:
         """The metric state of ``test_on_batch`` over the rows in batches (weights unchanged): the
         loss and metrics ``keras.Model.evaluate`` computes, as summed metric variables (see :meth:`train`).
-        ``rows``: the row indices in order (None: every row in order), as in :meth:`train`.
+        ``rows``: the row indices in order (None: every row in order), ``pads`` the sequence inputs'
+        pad values, as in :meth:`train`.
 
         Raises:
             SchemaError: when there is no row.
         """
-        return self._steps(self.model.test_on_batch, x, y, batch_size, sample_weight, rows)
+        return self._steps(self.model.test_on_batch, x, y, batch_size, sample_weight, rows, pads)
 
-    def _steps(self, step, x, y, batch_size, sample_weight, rows) -> list[np.ndarray]:
+    def _steps(self, step, x, y, batch_size, sample_weight, rows, pads) -> list[np.ndarray]:
         xs, ys = (list(x) if isinstance(x, (list, tuple)) else [x]), (list(y) if isinstance(y, (list, tuple)) else [y])
         n = len(rows) if rows is not None else len(xs[0])
         if n == 0:
@@ -209,10 +216,14 @@ class Replica:
             part = [a[rows[start : start + batch_size]] if rows is not None else a[start : start + batch_size] for a in arrays]
             return part
 
+        if pads is None:
+            from sparkdl.serialization.columns import PAD_VALUE
+
+            pads = tuple(PAD_VALUE if i in self.sequence_inputs else None for i in range(len(xs)))
         sums: list[np.ndarray] | None = None
         for start in range(0, n, batch_size):
             xb, yb = pick(xs, start), pick(ys, start)
-            xb = [trim_padding(a) if i in self.sequence_inputs else a for i, a in enumerate(xb)]
+            xb = [trim_padding(a, pads[i]) if pads[i] is not None else a for i, a in enumerate(xb)]
             wb = pick([sample_weight], start)[0] if sample_weight is not None else None
             self.model.reset_metrics()
             step(xb[0] if len(xb) == 1 else xb, yb[0] if len(yb) == 1 else yb, sample_weight=wb)
@@ -232,15 +243,14 @@ def _unique(variables) -> list:
     return unique
 
 
-def trim_padding(batch: np.ndarray) -> np.ndarray:
-    """A batch of padded sequences ``(rows, steps, k)`` cut to its longest row: trailing steps that
-    are padding (all :data:`~sparkdl.serialization.columns.PAD_VALUE`) in every row are dropped, so
-    each batch is padded to its own longest row, as ``keras.utils.pad_sequences`` per batch would
-    (at least one step is kept). Steps of real zeros at the end of every row are dropped too, which
-    ``Masking`` would have masked anyway."""
-    from sparkdl.serialization.columns import PAD_VALUE
-
-    used = np.flatnonzero((np.asarray(batch) != PAD_VALUE).any(axis=(0, 2)))
+def trim_padding(batch: np.ndarray, pad: float = 0.0) -> np.ndarray:
+    """A batch of post-padded sequences, ``(rows, steps)`` token ids or ``(rows, steps, k)``, cut
+    to its longest row: trailing steps that are padding (all ``pad``) in every row are dropped, so
+    each batch is padded to its own longest row, as ``keras.utils.pad_sequences(padding="post")``
+    per batch would (at least one step is kept). Steps equal to ``pad`` at the end of every row are
+    dropped too, which ``Embedding(mask_zero=True)`` or ``Masking`` would have masked anyway."""
+    batch = np.asarray(batch)
+    used = np.flatnonzero((batch != pad).any(axis=(0, *range(2, batch.ndim))))
     steps = int(used[-1]) + 1 if used.size else 1
     return batch[:, :steps]
 

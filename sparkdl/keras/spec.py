@@ -99,6 +99,13 @@ def load_keras_bytes(data: bytes, compile: bool = True):
             ) from exc
 
 
+def is_sequence_shape(shape) -> bool:
+    """Whether a per-row input shape is a sequence's: ``(None,)`` (token ids) or ``(None, k)``
+    (``k`` values per step), the only shapes with an undefined axis that a fit takes."""
+    shape = tuple(shape)
+    return len(shape) in (1, 2) and shape[0] is None and all(d is not None for d in shape[1:])
+
+
 def _tensor_name(tensor) -> str:
     """A symbolic tensor's layer name ("user" for ``keras.Input(name="user")``)."""
     history = getattr(tensor, "_keras_history", None)
@@ -620,8 +627,9 @@ class ModelSpec:
     def from_model(cls, model) -> ModelSpec:
         """Capture a built Functional or Sequential Keras model (one or several inputs and outputs).
 
-        Input shapes must be fully defined beyond the batch axis, except a sequence input ``(None, k)``
-        (its rows are padded per fit, see :data:`sparkdl.serialization.columns.PAD_VALUE`).
+        Input shapes must be fully defined beyond the batch axis, except a sequence input ``(None,)``
+        (token ids, e.g. before ``Embedding(mask_zero=True)``) or ``(None, k)`` (its rows are padded
+        with the ``padValue`` Param, each batch to its own longest row).
 
         Raises:
             ConfigError: when the model is not a built Functional or Sequential ``keras.Model``, an
@@ -657,11 +665,12 @@ class ModelSpec:
         input_specs = []
         for tensor in inputs:
             shape = tuple(tensor.shape[1:])
-            # One variable axis is allowed: the steps of a sequence input (None, k), padded per fit.
-            if any(d is None for d in shape) and not (len(shape) == 2 and shape[0] is None and shape[1] is not None):
+            # One variable axis is allowed: the steps of a sequence input, (None,) token ids or (None, k)
+            # vectors, padded per batch.
+            if any(d is None for d in shape) and not is_sequence_shape(shape):
                 raise ConfigError(
                     f"model input {_tensor_name(tensor)!r} must have a fully defined shape beyond the batch axis, or be a "
-                    f"sequence (None, k). Received: {shape}"
+                    f"sequence (None,) or (None, k). Received: {shape}"
                 )
             input_specs.append((_tensor_name(tensor), shape, str(np.dtype(tensor.dtype))))
         output_specs = tuple((name, tuple(tensor.shape[1:])) for name, tensor in zip(_output_names(model, outputs), outputs, strict=True))

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from sparkdl.errors import ConfigError, SchemaError
 
-PAD_VALUE = 0.0  # what pads a shorter sequence row: Keras' Masking default ``mask_value``
+PAD_VALUE = 0.0  # the default pad of a shorter sequence row (the padValue Param): Masking's mask_value, Embedding(mask_zero)'s id
 
 
 @dataclass(frozen=True)
@@ -32,19 +32,24 @@ class ColumnSpec:
     Attributes:
         name: the column's name in the task's DataFrame.
         shape: per-row shape of this column's values, e.g. ``(784,)``, ``()`` for a scalar; a
-            sequence column ``(steps, k)`` holds rows of up to ``steps`` inner arrays of ``k`` values.
+            sequence column ``(steps, k)`` holds rows of up to ``steps`` inner arrays of ``k`` values,
+            a sequence column ``(steps,)`` rows of up to ``steps`` values (token ids).
         dtype: numpy dtype name of the result, e.g. ``"float32"``, ``"int64"``.
         source: the user's column name, for error messages.
-        decoder: ``"module:function"`` that turns one row's bytes into an array of exactly ``shape`` (binary columns).
-        ragged: a sequence column (``array<array<T>>``) padded with :data:`PAD_VALUE` to ``shape[0]``.
+        decoder: the function, or its name ``"module:function"``, that turns one row's bytes into an array of
+            exactly ``shape`` (binary columns); see :func:`resolve_decoder`.
+        ragged: a sequence column (``array<T>`` of shape ``(steps,)``, ``array<array<T>>`` of shape
+            ``(steps, k)``) whose rows are padded after their values with ``pad`` to ``shape[0]`` steps.
+        pad: the value that pads a sequence row (the ``padValue`` Param).
     """
 
     name: str
     shape: tuple
     dtype: str
     source: str
-    decoder: str | None = None
+    decoder: str | Callable | None = None
     ragged: bool = False
+    pad: float = PAD_VALUE
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class ModelColumns:
     weight: ColumnSpec | None = None
     class_weight: tuple | None = None
     skip_invalid: bool = False
+
+    @property
+    def input_pads(self) -> tuple:
+        """Per model input, in input order: the value that pads a sequence input's rows, None for
+        any other input (what :meth:`sparkdl.keras.replica.Replica.train` trims each batch by)."""
+        return tuple(t.columns[0].pad if t.columns[0].ragged else None for t in self.inputs)
 
     @property
     def all_columns(self) -> list[ColumnSpec]:
@@ -264,25 +275,59 @@ def array_faults(values: np.ndarray) -> RowFaults:
 
 _decoders: dict[str, Callable] = {}
 
+BY_VALUE_MODULE = "__main__"  # a script's or a notebook's module: no executor can import a function from it
 
-def resolve_decoder(name: str) -> Callable:
-    """The function named ``"package.module:function"`` (imported once per process).
+
+def decoder_name(decoder: str | Callable) -> str:
+    """A decoder as messages and saves name it: a name as given (``"pkg.images:decode_png"``), a
+    function as ``"module:qualname"`` (``"__main__:decode"`` for one defined in a script or notebook)."""
+    if isinstance(decoder, str):
+        return decoder
+    module = getattr(decoder, "__module__", None) or BY_VALUE_MODULE
+    return f"{module}:{getattr(decoder, '__qualname__', None) or type(decoder).__name__}"
+
+
+def split_decoder_name(name: str) -> tuple[str, str]:
+    """``(module, attribute)`` of ``"module:function"`` or ``"module.function"`` (as the job config's
+    ``model.factory``), or ``("", "")`` for a name of neither form."""
+    module, sep, attribute = name.partition(":")
+    if not sep:
+        module, _, attribute = name.rpartition(".")
+    return (module, attribute) if module and attribute else ("", "")
+
+
+def resolve_decoder(decoder: str | Callable, column: str | None = None) -> Callable:
+    """The decoder function itself: a callable as it is; a name ``"package.module:function"`` (or
+    ``"package.module.function"``) imported once per process, except ``"__main__:function"``, looked
+    up in this process's ``__main__`` every time (a notebook may redefine it).
 
     Runs on the driver (checked before any job) and in every task that decodes the column, so a
     module the driver imports but the executors do not (a local folder on the driver's
     ``sys.path``) fails in the task, naming the module, how to ship it and the Python that ran.
+    A function given itself travels with the tasks as Keras custom objects do
+    (:mod:`sparkdl.keras.custom_objects`): by reference when its module is importable, by value
+    when it is defined in ``__main__`` (a spark-submit script, a notebook); a ``"__main__:f"``
+    name is resolved on the driver, and the function travels the same way.
+
+    Args:
+        decoder: a name or a callable.
+        column: the binary column it decodes, for messages.
 
     Raises:
         ConfigError: when the name is not ``module:function``; when the module (or one it imports)
             cannot be imported in this Python: its one line names the module, the ways to ship it
             (``--py-files``, ``SparkContext.addPyFile``, a wheel on the cluster) and this Python's
-            ``sys.executable`` and host; when the module has no such callable.
+            ``sys.executable`` and host; when the module has no such callable (for ``__main__``:
+            how to pass the function itself).
     """
+    if callable(decoder) and not isinstance(decoder, str):
+        return decoder
+    name = decoder
     if name in _decoders:
         return _decoders[name]
-    module_name, _, attribute = name.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"a decoder must be named 'module:function'. Received: {name!r}")
+    module_name, attribute = split_decoder_name(name) if isinstance(name, str) else ("", "")
+    if not module_name:
+        raise ConfigError(f"a decoder must be a function or named 'module:function' (or 'module.function'). Received: {name!r}")
     try:
         function = importlib.import_module(module_name)
     except ImportError as exc:
@@ -291,10 +336,32 @@ def resolve_decoder(name: str) -> Callable:
         for part in attribute.split("."):
             function = getattr(function, part)
     except AttributeError as exc:
+        if module_name == BY_VALUE_MODULE:
+            where = f"column {column!r}" if column else "its column"
+            raise ConfigError(
+                f"decoder {name!r} names a function of __main__ (a script or notebook) that this process does not define: "
+                f"define it here and pass the function itself, decoders={{{column or 'column'!r}: {attribute.split('.')[-1]}}} "
+                f"(setDecoders on a loaded model), for {where}. Received: {exc}"
+            ) from exc
         raise ConfigError(f"decoder {name!r} must be an importable callable: a function of module {module_name!r}. Received: {exc}") from exc
     if not callable(function):
         raise ConfigError(f"decoder {name!r} must be callable. Received: {type(function).__name__}")
-    _decoders[name] = function
+    if module_name != BY_VALUE_MODULE:
+        _decoders[name] = function
+    return function
+
+
+def shipped_decoder(decoder: str | Callable, column: str | None = None) -> str | Callable:
+    """What a task carries for ``decoder``, resolved on the driver: a name of an importable module
+    as it is (each executor imports it), the function itself for a callable or a ``"__main__:f"``
+    name (it travels by value, as a custom object of ``__main__`` does).
+
+    Raises:
+        ConfigError: as :func:`resolve_decoder`.
+    """
+    function = resolve_decoder(decoder, column)
+    if isinstance(decoder, str) and split_decoder_name(decoder)[0] != BY_VALUE_MODULE:
+        return decoder
     return function
 
 
@@ -312,7 +379,7 @@ def _import_message(decoder: str, module: str, exc: ImportError) -> str:
 
 
 def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
-    decode = resolve_decoder(spec.decoder)
+    decode, name = resolve_decoder(spec.decoder, spec.source), decoder_name(spec.decoder)
     shape = tuple(spec.shape)
     out = np.empty((len(column), *shape), dtype=spec.dtype)
     for i, value in enumerate(column.to_pylist()):
@@ -321,34 +388,42 @@ def _decode(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
         try:
             array = np.asarray(decode(value))
         except Exception as exc:
-            raise SchemaError(f"decoder {spec.decoder!r} failed on a row of column {spec.source!r}: {type(exc).__name__}: {exc}") from exc
+            raise SchemaError(f"decoder {name!r} failed on a row of column {spec.source!r}: {type(exc).__name__}: {exc}") from exc
         # The exact shape, not just as many values: a channels-first (3, 4, 4) image reshaped to
         # (4, 4, 3) would train on scrambled pixels without a word.
         if array.shape != shape:
             raise SchemaError(
-                f"decoder {spec.decoder!r} must turn each row of column {spec.source!r} into an array of the model "
+                f"decoder {name!r} must turn each row of column {spec.source!r} into an array of the model "
                 f"input's shape {shape}. Received: an array of shape {array.shape}"
             )
         if array.dtype.kind not in "biuf":
-            raise SchemaError(f"decoder {spec.decoder!r} must return numbers. Received: dtype {array.dtype} for column {spec.source!r}")
+            raise SchemaError(f"decoder {name!r} must return numbers. Received: dtype {array.dtype} for column {spec.source!r}")
         out[i] = array
     return out
 
 
 def _ragged(column: pa.Array, spec: ColumnSpec) -> np.ndarray:
-    """``array<array<T>>`` rows of up to ``shape[0]`` steps of ``shape[1]`` values, padded with :data:`PAD_VALUE`."""
-    steps, width = spec.shape
-    out = np.full((len(column), steps, width), PAD_VALUE, dtype=spec.dtype)
+    """Sequence rows padded after their values with ``spec.pad`` to ``shape[0]`` steps: ``array<T>``
+    rows of up to ``steps`` values (shape ``(steps,)``), or ``array<array<T>>`` rows of up to
+    ``steps`` steps of ``shape[1]`` values (shape ``(steps, k)``), as
+    ``keras.utils.pad_sequences(rows, maxlen=steps, padding="post", value=pad)``."""
+    steps = spec.shape[0]
+    out = np.full((len(column), *spec.shape), spec.pad, dtype=spec.dtype)
     lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
     if len(lengths) and lengths.max() > steps:
         raise SchemaError(f"column {spec.source!r} must hold at most {steps} steps per row. Received a row of {int(lengths.max())}")
+    rows = np.repeat(np.arange(len(column)), lengths)
+    positions = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    if len(spec.shape) == 1:  # token ids: one value per step
+        values = column.flatten().to_numpy(zero_copy_only=False) if len(rows) else np.zeros(0)
+        out[rows, positions] = values
+        return out
+    width = spec.shape[1]
     inner = column.flatten()
     inner_lengths = pc.list_value_length(inner).to_numpy(zero_copy_only=False) if len(inner) else np.zeros(0, np.int64)
     if len(inner_lengths) and (inner_lengths != width).any():
         raise SchemaError(f"column {spec.source!r} must hold {width} values per step. Received a step of {int(inner_lengths[inner_lengths != width][0])}")
     values = inner.flatten().to_numpy(zero_copy_only=False).reshape(-1, width) if len(inner) else np.zeros((0, width))
-    rows = np.repeat(np.arange(len(column)), lengths)
-    positions = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     out[rows, positions] = values
     return out
 

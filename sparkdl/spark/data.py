@@ -3,8 +3,9 @@
 A model input is filled from one column or several (``featuresCols``), each a numeric scalar,
 ``array<numeric>`` or an ml/mllib vector (dense or sparse), cast to ``array<T>`` of the input's
 dtype (integer ids stay integers) so tasks read plain Arrow lists; or from one ``binary`` column
-and a decoder; or, for a sequence input ``(None, k)``, from one ``array<array<numeric>>`` column
-whose rows are padded with :data:`~sparkdl.serialization.columns.PAD_VALUE` to the longest row.
+and a decoder; or, for a sequence input, from one column of rows of any length: ``array<numeric>``
+(token ids) for an input ``(None,)``, ``array<array<numeric>>`` for an input ``(None, k)``, padded
+after each row with the ``padValue`` Param to the longest row (each batch is then cut to its own).
 Label columns (one per model output) may be a numeric scalar or an array/vector of numbers.
 
 Everything the schema can tell is checked without a job (:func:`request_columns`); what only the
@@ -31,7 +32,7 @@ from pyspark.sql import types as T
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
 from sparkdl.keras.losses import losses_for_outputs
-from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows
+from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder
 
 SPARK_TYPES = {
     "float16": T.FloatType(),
@@ -149,8 +150,10 @@ class ColumnRequest:
         outputs: per model output ``(output name, per-row shape, label column)``.
         weight: the sample-weight column, or None.
         class_weight: Keras ``class_weight`` as ``((index, weight), ...)``, or None.
-        decoders: binary column -> ``"module:function"``.
+        decoders: binary column -> its decoder as tasks carry it: a name ``"module:function"`` of an
+            importable module, or the function itself (:func:`~sparkdl.serialization.columns.shipped_decoder`).
         skip_invalid: ``handleInvalid="skip"``.
+        pad_value: the value that pads sequence inputs' rows (``padValue``).
     """
 
     inputs: tuple
@@ -159,6 +162,7 @@ class ColumnRequest:
     class_weight: tuple | None = None
     decoders: tuple = ()
     skip_invalid: bool = False
+    pad_value: float = 0.0
 
     @property
     def source_columns(self) -> list[str]:
@@ -238,11 +242,18 @@ def map_inputs(df: DataFrame, spec, features_col: str, features_cols, decoders: 
                 if c not in decoders:
                     raise SchemaError(
                         f"features column {c!r} is binary: give a decoder that turns each row's bytes into an array of the "
-                        f"input's shape {tuple(shape)}, decoders={{{c!r}: 'module:function'}}. Received: binary without a decoder"
+                        f"input's shape {tuple(shape)}, decoders={{{c!r}: a_function}} or {{{c!r}: 'module:function'}}. Received: "
+                        "binary without a decoder"
                     )
-                resolve_decoder(decoders[c])
+                resolve_decoder(decoders[c], c)
                 if len(cols) != 1 or any(d is None for d in shape):
                     raise SchemaError(f"a decoded column must fill its input alone, of a fixed shape. Received: {list(cols)} for input {name!r} {shape}")
+            elif len(shape) == 1 and shape[0] is None:
+                if len(cols) != 1 or not _is_numeric_array(data_type):
+                    raise SchemaError(
+                        f"model input {name!r} of shape {shape} (a sequence of ids) must be filled by one array<numeric> column "
+                        f"of any length per row (padded with padValue). Received: {[df.schema[x].dataType.simpleString() for x in cols]}"
+                    )
             elif shape and shape[0] is None:
                 if len(cols) != 1 or not _is_nested_array(data_type):
                     raise SchemaError(
@@ -261,7 +272,7 @@ def map_inputs(df: DataFrame, spec, features_col: str, features_cols, decoders: 
 
 def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols, label_col: str, label_cols=None,
                     weight_col: str | None = None, class_weight: dict | None = None, decoders: dict | None = None,
-                    handle_invalid: str = "error") -> ColumnRequest:
+                    handle_invalid: str = "error", pad_value: float = 0.0) -> ColumnRequest:
     """Map the model's inputs and outputs to ``df``'s columns and check their types, without a job.
 
     Args:
@@ -275,19 +286,23 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
         label_cols: None; a list of label columns in output order, or a dict output name -> column.
         weight_col: the sample-weight column, or None.
         class_weight: Keras ``class_weight``, or None.
-        decoders: binary column -> ``"module:function"``.
+        decoders: binary column -> a function (defined anywhere, ``__main__`` and notebooks included) or
+            its name ``"module:function"`` / ``"module.function"``.
         handle_invalid: ``"error"`` or ``"skip"``.
+        pad_value: the value that pads sequence inputs' rows (``padValue``).
 
     Raises:
         SchemaError: a missing column, a column of the wrong type (string labels, a binary column
             without a decoder, a nested array for a non-sequence input), an input or output left
             without a column, or one column used twice.
         ConfigError: ``class_weight`` with a sample-weight column or a multi-output model; a decoder
-            that cannot be imported on the driver.
+            that cannot be imported on the driver; a ``pad_value`` that an integer sequence input
+            cannot hold.
     """
 
     decoders = dict(decoders or {})
     mapping = map_inputs(df, spec, features_col, features_cols, decoders)
+    check_pad_value(mapping, pad_value)
     decoded = {c for _, _, _, cols in mapping for c in cols if isinstance(df.schema[c].dataType, T.BinaryType)}
     unused = sorted(set(decoders) - decoded)
     if unused:  # a decoder that would never run (a misspelt column, or not a binary feature column); fit only:
@@ -297,6 +312,7 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
             f"decoders must name binary feature columns (of featuresCol/featuresCols), the columns they decode: "
             f"here {sorted(decoded)}. Received decoders for {found}"
         )
+    decoders = {c: shipped_decoder(d, c) for c, d in decoders.items()}  # a function of __main__ travels by value
     model_outputs = spec.output_specs
     if label_cols is None:
         label_cols = [label_col]
@@ -329,13 +345,39 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
     request = ColumnRequest(
         inputs=tuple(mapping), outputs=outputs, weight=weight_col,
         class_weight=tuple(sorted((int(k), float(v)) for k, v in class_weight.items())) if class_weight else None,
-        decoders=tuple(sorted(decoders.items())), skip_invalid=handle_invalid == "skip",
+        decoders=tuple(sorted(decoders.items())), skip_invalid=handle_invalid == "skip", pad_value=float(pad_value),
     )
     used = request.source_columns
     twice = sorted({c for c in used if used.count(c) > 1})
     if twice:
         raise SchemaError(f"each column must have one role (feature, label or weight). Received: {twice} used more than once")
     return request
+
+
+def check_pad_value(mapping: list[tuple], pad_value: float) -> None:
+    """Refuse a ``padValue`` that a sequence input's dtype cannot hold (a fraction or out of range
+    for integer ids, a NaN or ±inf), before any job.
+
+    Args:
+        mapping: per model input ``(input name, per-row shape, dtype, source columns)`` (:func:`map_inputs`).
+        pad_value: the ``padValue`` Param.
+
+    Raises:
+        ConfigError: naming the input, its dtype and the value.
+    """
+    for name, shape, dtype, _ in mapping:
+        if not (shape and shape[0] is None):
+            continue
+        kind, value = np.dtype(dtype).kind, float(pad_value)
+        if kind in "iu":
+            fits = value.is_integer() and np.iinfo(dtype).min <= value <= np.iinfo(dtype).max
+        else:
+            fits = value in (0.0, 1.0) if kind == "b" else bool(np.isfinite(value))
+        if not fits:
+            raise ConfigError(
+                f"padValue must be a value the sequence input {name!r} of dtype {dtype} holds (a finite number; a whole number "
+                f"for integer ids, 0 for Embedding(mask_zero=True)). Received: padValue={pad_value!r}"
+            )
 
 
 def read_dtype(df: DataFrame, source: str, dtype: str) -> str:
@@ -355,9 +397,11 @@ def read_dtype(df: DataFrame, source: str, dtype: str) -> str:
     return "int64" if isinstance(element, _INTEGER_TYPES + (T.BooleanType,)) else "float64"
 
 
-def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str, decoders: dict) -> tuple[Column, ColumnSpec]:
+def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str, decoders: dict,
+                 pad_value: float = 0.0) -> tuple[Column, ColumnSpec]:
     """The expression that reads feature column ``source`` as column ``name`` (binary as it is, for
-    its decoder; a sequence as ``array<array<T>>``; anything else as ``array<T>``) and its draft
+    its decoder; a sequence as ``array<T>`` (input ``(None,)``) or ``array<array<T>>`` (input
+    ``(None, k)``), padded with ``pad_value`` in the tasks; anything else as ``array<T>``) and its draft
     :class:`ColumnSpec` (shape ``()`` for a plain column: its width is counted by the check job)."""
     data_type = df.schema[source].dataType
     if isinstance(data_type, T.BinaryType):
@@ -365,7 +409,8 @@ def input_column(df: DataFrame, source: str, name: str, shape: tuple, dtype: str
     wide = read_dtype(df, source, dtype)
     if shape and shape[0] is None:
         element = SPARK_TYPES.get(wide, T.FloatType())
-        return col(source).cast(T.ArrayType(T.ArrayType(element))).alias(name), ColumnSpec(name, shape, dtype, source, ragged=True)
+        sequence_type = T.ArrayType(element) if len(shape) == 1 else T.ArrayType(T.ArrayType(element))
+        return col(source).cast(sequence_type).alias(name), ColumnSpec(name, shape, dtype, source, ragged=True, pad=float(pad_value))
     return as_array(df, source, wide).alias(name), ColumnSpec(name, (), dtype, source)
 
 
@@ -376,7 +421,7 @@ def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[C
     exprs, xs, ys = [], [], []
     for i, (_, shape, dtype, cols) in enumerate(request.inputs):
         for j, c in enumerate(cols):
-            expr, spec = input_column(df, c, f"x{i}_{j}", tuple(shape), dtype, decoders)
+            expr, spec = input_column(df, c, f"x{i}_{j}", tuple(shape), dtype, decoders, request.pad_value)
             exprs.append(expr)
             xs.append(spec)
     for k, (_, _, c) in enumerate(request.outputs):
@@ -681,13 +726,13 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
     if parts[0].ragged:
         c = parts[0]
         widths = _values(stats, c.name, "inner_min") | _values(stats, c.name, "inner_max")
-        if widths - {shape[1]}:
+        if len(shape) == 2 and widths - {shape[1]}:
             raise SchemaError(
                 f"column {c.source!r} must hold {shape[1]} values per step for model input {name!r} of shape {shape}. "
                 f"Received steps of {sorted(widths)} values"
             )
         steps = max(_values(stats, c.name, "max_len") or {1})
-        padded = (max(1, steps), shape[1])
+        padded = (max(1, steps), *shape[1:])
         return TensorSpec(name, padded, dtype, (dataclasses.replace(c, shape=padded),))
     size = int(np.prod(shape, dtype=np.int64))
     widths = []

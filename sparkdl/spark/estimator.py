@@ -156,18 +156,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         return list(self._callbacks)
 
     def setModel(self, model) -> KerasEstimator:
-        """Use ``model`` (a built ``keras.Model``): its architecture and current weights are the start
-        point, with fresh optimizer state (an earlier :meth:`setInitialModel`'s state is dropped).
+        """Use ``model`` (a built ``keras.Model``, or the path of a ``.keras`` file written by
+        ``keras.Model.save``): its architecture and current weights are the start point, with fresh
+        optimizer state (an earlier :meth:`setInitialModel`'s state is dropped). A path is read once,
+        here, as :meth:`KerasModel.fromKeras` reads one: a local path, or any Hadoop-filesystem URI
+        (``hdfs://``, ``s3a://``, ``dbfs:/``) through the active SparkSession; the estimator keeps the
+        model itself, not the path (a saved estimator holds the model).
 
         A compiled ``model`` supplies each compile Param not set yet (``optimizer``, ``loss``,
         ``metrics``, ``weightedMetrics``, ``lossWeights``, ``jitCompile``), as the constructor does;
         ``jitCompile`` is the value Keras resolved at compile time.
 
         Raises:
-            ConfigError: when ``model`` is not a built Functional or Sequential ``keras.Model``.
+            ConfigError: when ``model`` is not a built Functional or Sequential ``keras.Model``, or a
+                path holds no ``.keras`` file (or one naming unregistered custom objects).
         """
-        from sparkdl.keras.spec import ModelSpec, compile_args_of
+        import os
 
+        from sparkdl.keras.spec import ModelSpec, compile_args_of
+        from sparkdl.spark.persistence import read_keras_file
+
+        if isinstance(model, (str, os.PathLike)):
+            model = read_keras_file(model, "KerasEstimator model")
         self._spec = ModelSpec.from_model(model)
         self._optimizer_state, self._optimizer_state_source = None, None
         for keras_name, value in compile_args_of(model).items():
@@ -356,7 +366,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         try:
             request = request_columns(
                 df, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
-                self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
+                self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
             )
             for (_, output_shape, label_col), (label_shape, _), info in zip(
                     request.outputs, request.label_specs(df, loss), request.output_losses(loss), strict=True):
@@ -464,7 +474,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=3)
         request = request_columns(
             dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
-            self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(),
+            self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
         )
         label_specs = request.label_specs(dataset, loss)
         for (_, output_shape, label_col), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
@@ -669,7 +679,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         from sparkdl.tracking.mlflow_run import MlflowLogger, mlflow_requested
 
         if mlflow_requested(self.getMlflow()):
+            from sparkdl.serialization.columns import decoder_name
+
             params = {param.name: value for param, value in self.extractParamMap().items()}
+            if isinstance(params.get("decoders"), dict):  # a function by its name, as a save writes it
+                params["decoders"] = {c: decoder_name(d) for c, d in params["decoders"].items()}
             trackers.append(MlflowLogger(params=params))
             observers.append(trackers[-1])
             trackers[-1].on_train_begin()

@@ -42,6 +42,7 @@ def evaluate(
     decoders: dict | None,
     batch_size: int,
     timeout_s: float | None = None,
+    pad_value: float = 0.0,
 ) -> dict[str, float]:
     """The compiled loss and metrics of ``spec``'s weights over every row of ``df``.
 
@@ -54,6 +55,7 @@ def evaluate(
         weight_col: the sample-weight column (Keras' ``sample_weight``), or None.
         batch_size: rows per ``test_on_batch`` call (> 0).
         timeout_s: seconds the evaluation job may run before it is cancelled; None: no limit.
+        pad_value: the value that pads sequence inputs' rows (``padValue``), each batch to its longest row.
 
     Returns:
         ``{name: value}`` with the keys and values of ``keras.Model.evaluate(..., return_dict=True)``,
@@ -83,7 +85,8 @@ def evaluate(
     output_names = [name for name, _ in spec.output_specs]
     compile_spec.check_outputs(output_names)
     loss = compile_spec.output_losses(output_names)  # one LossInfo per output
-    request = request_columns(df, spec, loss, features_col, features_cols, label_col, label_cols, weight_col, None, decoders)
+    request = request_columns(df, spec, loss, features_col, features_cols, label_col, label_cols, weight_col, None, decoders,
+                              pad_value=pad_value)
     label_specs = request.label_specs(df, loss)
     for (_, output_shape, column), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
         if label_shape == ():  # a scalar column's per-row shape is known from the schema: checked now, as fit does

@@ -50,8 +50,8 @@ from sparkdl.errors import SchemaError
 from sparkdl.keras.losses import LossInfo, OutputLayout, losses_for_outputs
 from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
-from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, row_faults, tensor_to_numpy
-from sparkdl.spark.data import SPARK_TYPES, as_array, col, input_column, map_inputs, read_dtype
+from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, decoder_name, row_faults, shipped_decoder, tensor_to_numpy
+from sparkdl.spark.data import SPARK_TYPES, as_array, check_pad_value, col, input_column, map_inputs, read_dtype
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -153,6 +153,7 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
     model = cached_model(job.spec, weights=job.weights.value, key=job.model_key)
     scores = _vector_column if job.vectors else _list_column
     temporary = sum(c.name.startswith(_TMP_FEATURES) for t in job.inputs for c in t.columns)
+    pads = tuple(t.columns[0].pad if t.columns[0].ragged else None for t in job.inputs)  # sequence inputs: cut per predict batch
     for batch in batches:
         inputs = batch.num_columns - temporary  # the temporary input columns come last
         where = f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows"
@@ -167,7 +168,7 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
             x = [tensor_to_numpy(good, _batch_shapes(good, t)) for t in job.inputs]
         except SchemaError as exc:
             raise SchemaError(f"{where}: {exc}") from None
-        decoded = [(t.source, f"values whose decoding by {', '.join(repr(c.decoder) for c in t.columns if c.decoder)} is finite", array_faults(a))
+        decoded = [(t.source, f"values whose decoding by {', '.join(repr(decoder_name(c.decoder)) for c in t.columns if c.decoder)} is finite", array_faults(a))
                    for t, a in zip(job.inputs, x, strict=True) if any(c.decoder for c in t.columns)]
         late = np.zeros(len(good), bool)
         for _, _, found in decoded:
@@ -178,7 +179,7 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
             x = [a[~late] for a in x]
             good = good.filter(pa.array(~late))
             bad[np.flatnonzero(~bad)[late]] = True
-        predicted = predict_array(model, x if len(x) > 1 else x[0], job.batch_size)
+        predicted = predict_array(model, x if len(x) > 1 else x[0], job.batch_size, pads)
         source = good
         if job.handle_invalid == "keep" and bad.any():  # every row stays; the bad ones get NaN outputs
             predicted = [_spread(p, bad) for p in predicted] if job.multi_output else _spread(predicted, bad)
@@ -231,6 +232,8 @@ def batch_faults(batch: pa.RecordBatch, tensors) -> list[tuple[str, str, RowFaul
             column = batch.column(c.name)
             if c.decoder:
                 out.append((c.source, "a non-null value", row_faults(column)))
+            elif c.ragged and len(tensor.shape) == 1:
+                out.append((c.source, "values none of which is null, NaN or ±inf,", row_faults(column)))
             elif c.ragged:
                 width = tensor.shape[1]
                 out.append((c.source, f"steps of {width} values, none null, NaN or ±inf,", row_faults(column, width=width)))
@@ -269,7 +272,7 @@ def _batch_shapes(batch: pa.RecordBatch, tensor: TensorSpec) -> TensorSpec:
     if first.ragged:
         lengths = pc.list_value_length(batch.column(first.name)).to_numpy(zero_copy_only=False) if batch.num_rows else np.zeros(0)
         steps = max(1, int(np.nanmax(lengths)) if len(lengths) else 1)
-        shape = (steps, tensor.shape[1])
+        shape = (steps, *tensor.shape[1:])
         return dataclasses.replace(tensor, shape=shape, columns=(dataclasses.replace(first, shape=shape),))
     if len(tensor.columns) == 1:
         return tensor
@@ -534,6 +537,7 @@ def transform(
     decoders: dict | None = None,
     output_cols=None,
     handle_invalid: str = "error",
+    pad_value: float = 0.0,
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
@@ -563,13 +567,15 @@ def transform(
             them to the tasks (lazy; the first bad batch raises ``SchemaError``).
         features_cols: the model inputs' columns as in ``fit`` (a list assembled into the one input,
             or a dict input name -> column(s)); None: ``features_col``. A sequence input's rows are
-            padded to the longest row of each Arrow batch.
-        decoders: binary column -> ``"module:function"``, as in ``fit``.
+            padded with ``pad_value`` to the longest row of each Arrow batch.
+        decoders: binary column -> a function or ``"module:function"``, as in ``fit``.
         output_cols: a multi-output model's output columns (a list in output order or a dict output
             name -> column); None: the outputs' names.
         handle_invalid: rows with a null, NaN, ±inf or wrongly sized feature: ``"error"`` (counted
             now with ``check_features``, else raised by the task that meets one), ``"skip"`` (left
             out of the output) or ``"keep"`` (kept, NaN in every added column).
+        pad_value: the value that pads a sequence input's rows (``padValue``), after each row's
+            values, to the longest row of each Arrow batch.
 
     Raises:
         SchemaError: a missing or mistyped features column, an output column that already exists
@@ -578,6 +584,7 @@ def transform(
     """
     decoders = dict(decoders or {})
     mapping = map_inputs(df, spec, features_col, features_cols, decoders)
+    check_pad_value(mapping, pad_value)
     multi_output = len(spec.output_specs) > 1
     probabilities = []
     if multi_output:
@@ -615,13 +622,14 @@ def transform(
     # resolves input names as expressions (dots break) and matches output names (duplicates break).
     names = [f"_{i}" for i in range(len(fields))]
     positional = df.toDF(*names[: len(df.columns)])
-    positional_decoders = {names[df.columns.index(c)]: d for c, d in decoders.items() if c in df.columns}
+    positional_decoders = {names[df.columns.index(c)]: shipped_decoder(d, c) for c, d in decoders.items()  # __main__'s by value
+                           if c in df.columns and isinstance(df.schema[c].dataType, T.BinaryType)}
     exprs, tensors, checks = [], [], []
     for i, (name, shape, dtype, cols) in enumerate(mapping):
         parts = []
         for j, c in enumerate(cols):
             where = names[df.columns.index(c)]
-            expr, part = input_column(positional, where, f"{_TMP_FEATURES}_{i}_{j}", tuple(shape), dtype, positional_decoders)
+            expr, part = input_column(positional, where, f"{_TMP_FEATURES}_{i}_{j}", tuple(shape), dtype, positional_decoders, pad_value)
             plain = not (part.decoder or part.ragged)
             part = dataclasses.replace(part, source=c, shape=(tuple(shape) if len(cols) == 1 else (-1,)) if plain else part.shape)
             if check_features and plain:

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 from sparkdl.errors import ConfigError, SchemaError
 from sparkdl.spark.inference import OutputColumns, transform
 from sparkdl.spark.params import COMPILE_PARAMS, KerasModelParams
-from sparkdl.spark.persistence import KerasStageIO
+from sparkdl.spark.persistence import KerasStageIO, read_keras_file
 
 
 class KerasModel(Model, KerasModelParams, KerasStageIO):
@@ -135,11 +135,10 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         """
         import os
         import warnings
-        from urllib.parse import urlparse
 
         from sparkdl.keras.custom_objects import register_custom_objects
         from sparkdl.keras.runtime import keras_module
-        from sparkdl.keras.spec import ModelSpec, compile_args_of, load_keras_bytes
+        from sparkdl.keras.spec import ModelSpec, compile_args_of
 
         keras = keras_module()
         register_custom_objects(params.pop("customObjects", None))
@@ -147,24 +146,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         if unknown:
             raise ConfigError(f"fromKeras takes Params of KerasModel and customObjects. Received unknown names: {unknown}")
         if isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            scheme = urlparse(path).scheme
-            data = None
-            if len(scheme) > 1 and scheme != "file" or path.startswith("dbfs:"):  # a Hadoop-filesystem URI
-                from pyspark.sql import SparkSession
-
-                from sparkdl.spark.persistence import read_bytes
-
-                spark = SparkSession.getActiveSession()
-                data = read_bytes(path, spark) if spark is not None else None
-            else:
-                local = urlparse(path).path if scheme == "file" else path
-                if os.path.isfile(local):
-                    with open(local, "rb") as f:
-                        data = f.read()
-            if data is None:
-                raise ConfigError(f"fromKeras needs a .keras file written by keras.Model.save. Received: no file at {path!r}")
-            keras_model = load_keras_bytes(data, compile=True)
+            keras_model = read_keras_file(model, "fromKeras")
         elif isinstance(model, keras.Model):
             keras_model = model
         else:
@@ -229,7 +211,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         check_inline(dataset.sparkSession, len(self._spec.weights), "the model's weights")  # Spark Connect: before any job
         return transform(dataset, self._spec, self.getFeaturesCol(), columns, self._inference_rows(self._spec.row_bytes), task, info,
                          check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
-                         output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid())
+                         output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid(), pad_value=self.getPadValue())
 
     def evaluate(self, df: DataFrame, batchSize: int | None = None) -> dict[str, float]:
         """The compiled loss and metrics over every row of ``df``, as ``keras.Model.evaluate(x, y,
@@ -277,7 +259,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         return evaluate(
             df, self._spec, self._compile_spec(), self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(),
             self.getLabelCols(), self.getSampleWeightCol(), self.getDecoders(),
-            self.getBatchSize() if batchSize is None else batchSize,
+            self.getBatchSize() if batchSize is None else batchSize, pad_value=self.getPadValue(),
         )
 
     def _outputs(self) -> int:

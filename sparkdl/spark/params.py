@@ -140,8 +140,15 @@ def _named_columns(spec: ParamSpec, value):
 
 
 def _decoders(spec: ParamSpec, value):
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in value.items()):
-        raise TypeError("not a dict column -> 'module:function'")
+    """``decoders``: a dict column -> a function, or its name ``"module:function"`` / ``"module.function"``
+    (kept as given; a function is saved by its name ``"module:qualname"``)."""
+    from sparkdl.serialization.columns import split_decoder_name
+
+    def valid(decoder) -> bool:
+        return bool(split_decoder_name(decoder)[0]) if isinstance(decoder, str) else callable(decoder)
+
+    if not isinstance(value, dict) or not all(isinstance(k, str) and valid(v) for k, v in value.items()):
+        raise TypeError("not a dict column -> a function or 'module:function'")
     return dict(value)
 
 

@@ -278,6 +278,39 @@ def read_bytes(path: str, spark) -> bytes | None:
             return f.read()
 
 
+def read_keras_file(path, who: str):
+    """The ``keras.Model`` of the ``.keras`` archive at ``path`` (compiled as saved, when it holds
+    compile arguments): a local path or ``file:`` URI read directly, any other Hadoop-filesystem
+    URI (``hdfs://``, ``s3a://``, ``dbfs:/``) through the active SparkSession.
+
+    Args:
+        path: a ``str`` or ``os.PathLike``.
+        who: what takes the path, for messages (``"fromKeras"``, ``"KerasEstimator model"``).
+
+    Raises:
+        ConfigError: no file at ``path``, a file that is not a ``.keras`` archive, or custom
+            objects the archive names that are not registered (each named).
+    """
+    from sparkdl.keras.spec import load_keras_bytes
+
+    path = os.fspath(path)
+    scheme = urlparse(path).scheme
+    data = None
+    if len(scheme) > 1 and scheme != "file" or path.startswith("dbfs:"):  # a Hadoop-filesystem URI
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        data = read_bytes(path, spark) if spark is not None else None
+    else:
+        local = urlparse(path).path if scheme == "file" else path
+        if os.path.isfile(local):
+            with open(local, "rb") as f:
+                data = f.read()
+    if data is None:
+        raise ConfigError(f"{who} needs a .keras file written by keras.Model.save. Received: no file at {path!r}")
+    return load_keras_bytes(data, compile=True)
+
+
 def _python_class_name(saved: str) -> str:
     """The Python class that reads a stage saved as ``saved`` (Spark's JVM names map to ``pyspark``)."""
     return saved.replace("org.apache.spark", "pyspark", 1) if saved.startswith("org.apache.spark.") else saved
@@ -326,6 +359,41 @@ def saved_versions() -> dict:
             "backendVersion": backend_version, "python": platform.python_version()}
 
 
+def saved_params(instance) -> dict:
+    """The Params ``instance`` holds, name -> JSON value, as a save writes them: a decoder given as a
+    function is written as its name ``"module:qualname"`` (``"__main__:decode"`` for one defined
+    in a script or notebook, which :func:`warn_decoders_to_pass_again` asks for again at load)."""
+    from sparkdl.serialization.columns import decoder_name
+
+    params = {param.name: value for param, value in instance._paramMap.items()}
+    if isinstance(params.get("decoders"), dict):
+        params["decoders"] = {column: decoder_name(d) for column, d in params["decoders"].items()}
+    return params
+
+
+def warn_decoders_to_pass_again(instance) -> None:
+    """Warn, naming the column and how to pass it, for each loaded decoder name that this process
+    cannot resolve: a function of ``__main__`` (a script or notebook) that was given by value and
+    is not defined here, or a module that cannot be imported here. ``transform`` and ``fit`` refuse
+    such a decoder before any job with the same advice; ``setDecoders`` replaces it."""
+    import warnings
+
+    from sparkdl.serialization.columns import BY_VALUE_MODULE, resolve_decoder, split_decoder_name
+
+    decoders = instance.getOrDefault("decoders") if instance.isDefined("decoders") else None
+    for column, name in (decoders or {}).items():
+        try:
+            resolve_decoder(name, column)
+        except ConfigError as exc:
+            module, attribute = split_decoder_name(name)
+            how = (f"it was given as a function defined in {BY_VALUE_MODULE} (a script or notebook), which a save keeps by "
+                   "name only" if module == BY_VALUE_MODULE else f"it cannot be found here ({exc})")
+            warnings.warn(
+                f"the loaded {type(instance).__name__}'s decoder for column {column!r} is {name!r}: {how}. Pass it again "
+                f"before transform, evaluate or fit: .setDecoders({{{column!r}: {attribute.split('.')[-1]}}}) with the "
+                f"function itself (or {{{column!r}: 'module:function'}} of an importable module)", stacklevel=3)
+
+
 class KerasStageWriter(MLWriter):
     """Writes a ``KerasEstimator`` or ``KerasModel``: ``model.keras``, ``optimizer.arrow``, then metadata.
 
@@ -369,7 +437,8 @@ class KerasStageWriter(MLWriter):
     def saveImpl(self, path: str) -> None:
         # The metadata JSON is built before anything is written, so a stage whose metadata cannot
         # be serialized fails without touching the path.
-        metadata = DefaultParamsWriter._get_metadata_to_save(self.instance, self.sparkSession, self._extra_metadata())
+        metadata = DefaultParamsWriter._get_metadata_to_save(self.instance, self.sparkSession, self._extra_metadata(),
+                                                             paramMap=saved_params(self.instance))
         self._write_files(path)
         self._write_metadata(path, metadata)
 
@@ -472,6 +541,7 @@ class KerasStageReader(MLReader):
         instance = self.cls()
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
+        warn_decoders_to_pass_again(instance)
         model_path = f"{root}/{MODEL_FILE}"
         data = read_bytes(model_path, self.sparkSession)
         if data is None and (self.cls._requires_model or (files is not None and MODEL_FILE in files)):

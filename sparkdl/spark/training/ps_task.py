@@ -260,7 +260,8 @@ class Worker:
         order = epoch_order(expected, task.seed, epoch, self.partition, task.shuffle)[begin:stop]
         hook_point(task, self.partition, epoch, r, g, self.attempt_number)
         arrays = self.data.arrays
-        metrics = self.replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=self.data.rows(order))
+        metrics = self.replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=self.data.rows(order),
+                                     pads=task.columns.input_pads)
         self.rows, self.steps = int(stop) - int(begin), -(-(int(stop) - int(begin)) // task.batch_size)
         return metrics
 

@@ -260,7 +260,8 @@ def train_partition(task: TaskSpec, round_task: RoundTask, batches: Iterator[pa.
         order = epoch_order(expected, task.seed, round_task.epoch, partition, task.shuffle)[begin:stop]
         hook_point(task, partition, round_task.epoch, round_task.round_in_epoch, round_task.index, context.attemptNumber())
         arrays = data.arrays
-        metrics = replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=data.rows(order))
+        metrics = replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=data.rows(order),
+                                pads=task.columns.input_pads)
         rows, steps = int(stop) - int(begin), -(-(int(stop) - int(begin)) // task.batch_size)
         state = replica.get_state()
         if quantized:
@@ -323,7 +324,8 @@ def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: boo
         replica.set_state(ModelState(decode_arrays(weights.value, copy=False).arrays, None))
         arrays = data.arrays
         order = data.rows(np.arange(expected)) if data.base is not None else None  # on disk or in memory: ordered through base
-        payload = encode_arrays(replica.evaluate(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=order))
+        payload = encode_arrays(replica.evaluate(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=order,
+                                                 pads=columns.input_pads))
     if last:
         release(task.fit_id, "val", partition)
     yield pa.RecordBatch.from_pylist([{"partition": partition, "rows": expected, "payload": payload}],
