@@ -467,6 +467,10 @@ class _ColumnStats:
         return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
+# How long a check task waits, after its rows, for the Keras import it started (seconds).
+WARM_UP_WAIT_S = 300.0
+
+
 def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label: float | None, skip: bool,
                      backend: str | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
@@ -477,9 +481,14 @@ def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label
 
     from pyspark import TaskContext
 
-    from sparkdl.keras.runtime import configure
+    from sparkdl.keras.runtime import configure, warm_up
 
-    configure(None, TaskContext.get().resources(), backend)  # a decoder may start the backend: on this task's GPUs only
+    context = TaskContext.get()
+    importing = None
+    if any(s.decoder for s in specs):  # a decoder may start the backend: on this task's GPUs only
+        configure(None, context.resources(), backend)
+    else:  # Keras imported while the rows are checked: the training task on this reused Python worker starts warm
+        importing = warm_up(context.cpus(), context.resources(), backend)
     rows = skipped = 0
     stats = {s.name: _ColumnStats(ignore_label if s.name in labels else None) for s in specs}
     for batch in batches:
@@ -498,6 +507,8 @@ def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label
                 stats[s.name].add_decoded(batch.column(s.name), s)
             else:
                 stats[s.name].add(batch.column(s.name))
+    if importing is not None:
+        importing.join(WARM_UP_WAIT_S)
     row = {"partition": TaskContext.get().partitionId(), "rows": rows, "skipped": skipped,
            "stats": json.dumps({name: st.as_dict() for name, st in stats.items()})}
     yield pa.RecordBatch.from_pylist([row], schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()),
