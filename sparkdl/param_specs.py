@@ -177,7 +177,7 @@ KEYWORDS: tuple[Keyword, ...] = (
     Keyword("customObjects", "dict", None,
             "a dict name -> class or function, as Keras' `custom_objects`, registered with Keras here and on the executors"),
     Keyword("callbacks", "list", [],
-            "Keras callbacks run on the driver during `fit` (backend `rounds`), never pickled nor saved, see `setCallbacks`"),
+            "Keras callbacks run on the driver during `fit` (either backend), never pickled nor saved, see `setCallbacks`"),
 )
 
 _P = ParamSpec
