@@ -472,11 +472,13 @@ WARM_UP_WAIT_S = 300.0
 
 
 def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label: float | None, skip: bool,
-                     backend: str | None = None) -> Iterator[pa.RecordBatch]:
+                     backend: str | None = None, warm: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
     rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are counted
     per column and left out of the rest. ``backend``: the driver's Keras backend, selected
-    (``KERAS_BACKEND``) before a decoder may import Keras."""
+    (``KERAS_BACKEND``) before a decoder may import Keras. Without decoders, Keras is imported (and
+    ``warm`` run) on a thread beside the check, so that the training task this reused Python worker
+    runs next starts warm."""
     import json
 
     from pyspark import TaskContext
@@ -488,7 +490,7 @@ def _partition_stats(batches, specs: list[ColumnSpec], labels: set, ignore_label
     if any(s.decoder for s in specs):  # a decoder may start the backend: on this task's GPUs only
         configure(None, context.resources(), backend)
     else:  # Keras imported while the rows are checked: the training task on this reused Python worker starts warm
-        importing = warm_up(context.cpus(), context.resources(), backend)
+        importing = warm_up(context.cpus(), context.resources(), backend, warm)
     rows = skipped = 0
     stats = {s.name: _ColumnStats(ignore_label if s.name in labels else None) for s in specs}
     for batch in batches:
@@ -531,6 +533,7 @@ def prepare_training_data(
     keep_partitioning: bool = False,
     run_job: Callable | None = None,
     role: str = "training",
+    warm: Callable[[], None] | None = None,
 ) -> PreparedData:
     """Check, cast, partition and cache the training (or validation) data; count the rows of every partition.
 
@@ -553,6 +556,8 @@ def prepare_training_data(
         run_job: ``run_job(action, description)`` runs the check job (see :mod:`sparkdl.spark.jobs`);
             ``None`` calls the action directly.
         role: ``"training"`` or ``"validation"``, for messages; validation data may be empty.
+        warm: run in each check task after Keras is imported there, on a thread beside the rows'
+            check (the fit's replica built into the Python worker's cache); None: Keras is imported only.
 
     Returns:
         :class:`PreparedData` (the caller unpersists ``df`` when the fit ends).
@@ -585,7 +590,7 @@ def prepare_training_data(
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, labels, ignore, skip, backend), STATS_DDL)
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, labels, ignore, skip, backend, warm), STATS_DDL)
         description = f"sparkdl: check and count {role} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
         rows = sorted(rows, key=lambda s: s["partition"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -532,13 +533,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         Raises:
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
+        from sparkdl.keras.custom_objects import registered
+        from sparkdl.spark.training.tasks import warm_replica
+
         config, spark = request.config, request.spark
 
         def check_job(action, description):
             return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
 
+        warm = None
+        if not registered():  # the check tasks build the replica the training tasks of their Python worker reuse
+            warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
+                                     config.mixed_precision)
         data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
-                                     keep_partitioning=config.keep_partitioning, run_job=check_job)
+                                     keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
         validation = None
         try:
             if data.skipped:
