@@ -67,8 +67,9 @@ class FitConfig:
         server_tls: the ``ps`` backend's server speaks TLS with a per-fit certificate its workers pin.
         server_cert_file, server_key_file: your own PEM certificate and key for the server instead.
 
-    ``backend="auto"`` resolves to ``rounds`` for the round modes (:data:`ROUND_MODES`) and ``ps``
-    for the asynchronous modes (see :attr:`resolved_backend`); ``rounds`` refuses the asynchronous
+    ``backend="auto"`` is resolved against the session when the fit starts
+    (:func:`sparkdl.spark.transports.choose_backend`): ``ps`` for the asynchronous modes, and for the
+    round modes when the cluster allows it, else ``rounds``; ``rounds`` refuses the asynchronous
     modes, and ``min_workers_per_round`` needs a round mode.
 
     Raises:
@@ -80,7 +81,7 @@ class FitConfig:
     batch_size: int = 32
     local_steps: int | None = None
     mode: str = "sync"
-    backend: str = "rounds"
+    backend: str = "auto"
     seed: int = 0
     shuffle: bool = True
     verbose: int = 1
@@ -109,13 +110,6 @@ class FitConfig:
         if isinstance(value, float):
             return max(1, min(workers, math.ceil(value * workers - 1e-9)))
         return max(1, min(workers, value))
-
-    @property
-    def resolved_backend(self) -> str:
-        """``rounds`` or ``ps``: ``auto`` picks ``ps`` for the asynchronous modes."""
-        if self.backend == "auto":
-            return "ps" if self.mode in ASYNC_MODES else "rounds"
-        return self.backend
 
     def __post_init__(self) -> None:
         _positive_int("numWorkers", self.num_workers)

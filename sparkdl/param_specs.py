@@ -180,7 +180,7 @@ KEYWORDS: tuple[Keyword, ...] = (
     Keyword("customObjects", "dict", None,
             "a dict name -> class or function, as Keras' `custom_objects`, registered with Keras here and on the executors"),
     Keyword("callbacks", "list", [],
-            "Keras callbacks run on the driver during `fit` (backend `rounds`), never pickled nor saved, see `setCallbacks`"),
+            "Keras callbacks run on the driver during `fit` (either backend), never pickled nor saved, see `setCallbacks`"),
 )
 
 _P = ParamSpec
@@ -299,9 +299,11 @@ PARAMS: tuple[ParamSpec, ...] = (
         "staleness, see `staleness`; Ho et al. 2013)")),
     _P("backend", "str", "auto", choices=BACKENDS, config="fit", example="ps", doc=(
         "`rounds` (one Spark job per round: the round modes; works with dynamic allocation), `ps` (a parameter server "
-        "on the driver and one long-lived barrier stage: every mode, a round mode giving what `rounds` gives on the "
+        "on the driver and one long-lived task per worker: every mode, a round mode giving what `rounds` gives on the "
         "same seed; needs a task slot per worker and dynamic allocation off, both checked before any job) or `auto` "
-        "(`rounds` for the round modes, `ps` for the asynchronous ones)")),
+        "(`ps` for the asynchronous modes; for the round modes `ps`, the faster, when allocation is static, the cluster "
+        "has a task slot per worker, `keepPartitioning` is off and the executors reach the driver, else `rounds`; "
+        "`fitInfo['backend_reason']` says why)")),
     _P("seed", "int", 0, config="fit", example=1, doc=(
         "seed of the shuffles, of `validationSplit` and of the replicas' random layers")),
     _P("shuffle", "bool", True, config="fit", example=False, doc=(

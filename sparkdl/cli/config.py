@@ -127,7 +127,7 @@ FIT = Section(
 
 CALLBACK = Section(
     "Each entry of the top-level `callbacks:` list: a Keras callback built on the driver and passed as "
-    "`KerasEstimator(callbacks=[...])` (backend `rounds`).",
+    "`KerasEstimator(callbacks=[...])` (either backend).",
     {
         "class": Key(("str",), "an importable class: `module.Class` or `module:Class`", None,
                      "keras.callbacks.EarlyStopping", required=True),

@@ -258,7 +258,9 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
             "train_rows": sum(fitted.fitInfo["partition_rows"]),
             "history": fitted.history,
             "mode": estimator.getMode(),
-            "backend": fitted.fitInfo.get("backend", "rounds"),
+            "backend": fitted.fitInfo["backend"],
+            "backend_reason": fitted.fitInfo["backend_reason"],
+            "fit_seconds": fitted.fitInfo["seconds"],
             **{key: fitted.fitInfo[key] for key in ("resumed_from_epoch", "resumed_from_round", "epochs_run") if key in fitted.fitInfo},
         }
         results = summary(accuracy, evaluation)

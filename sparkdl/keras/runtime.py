@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 from sparkdl.core.gpu import ADDRESS_MODE_ENV, GPU_RESOURCE, REUSE_CONF, VISIBLE_DEVICES, GpuPlan, check_reuse, plan_gpus
 from sparkdl.errors import ConfigError
@@ -192,6 +193,42 @@ def configure(num_threads: int | None = None, resources: Mapping | None = None, 
         except RuntimeError:
             pass  # torch already ran inter-op work in this process; keep its pool.
     _configured_threads = int(num_threads)
+
+
+def warm_up(num_threads: int | None, resources: Mapping | None, backend: str | None,
+            then: Callable[[], None] | None = None) -> threading.Thread | None:
+    """Start importing Keras and its backend in this Python worker, on a thread of its own, so
+    that the training task this reused worker runs next finds them imported (a cold TensorFlow
+    import takes seconds). :func:`configure` pins the task's GPUs and selects the backend on the
+    calling thread; the thread sizes the backend's pools to ``num_threads`` (as a training task
+    sizes them) and imports Keras.
+
+    ``then`` runs on the thread after the import (the fit's replica built into this worker's cache:
+    :func:`sparkdl.spark.training.tasks.warm_replica`), and also when Keras was imported before.
+
+    Returns the thread (join it before the task ends), or None when there is nothing to do. A
+    failure on it is left to the training task, which meets it again and reports it (a warm-up only).
+
+    Raises:
+        ConfigError: from :func:`configure`.
+    """
+    configure(None, resources, backend)
+    if "keras" in sys.modules and then is None:
+        return None
+
+    def load() -> None:
+        try:
+            configure(num_threads, None, backend)
+            import keras  # noqa: F401 - imports the backend too
+
+            if then is not None:
+                then()
+        except Exception:  # noqa: BLE001 - the training task meets it again and reports the failure
+            pass
+
+    thread = threading.Thread(target=load, name="sparkdl-keras-import", daemon=True)
+    thread.start()
+    return thread
 
 
 def describe() -> dict:

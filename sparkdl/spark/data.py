@@ -518,19 +518,30 @@ class _ColumnStats:
         return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
+# How long a check task waits, after its rows, for the Keras import it started (seconds).
+WARM_UP_WAIT_S = 300.0
+
+
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
-                     backend: str | None = None) -> Iterator[pa.RecordBatch]:
+                     backend: str | None = None, warm: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
     rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are counted
     per column and left out of the rest. ``backend``: the driver's Keras backend, selected
-    (``KERAS_BACKEND``) before a decoder may import Keras."""
+    (``KERAS_BACKEND``) before a decoder may import Keras. Without decoders, Keras is imported (and
+    ``warm`` run) on a thread beside the check, so that the training task this reused Python worker
+    runs next starts warm."""
     import json
 
     from pyspark import TaskContext
 
-    from sparkdl.keras.runtime import configure
+    from sparkdl.keras.runtime import configure, warm_up
 
-    configure(None, TaskContext.get().resources(), backend)  # a decoder may start the backend: on this task's GPUs only
+    context = TaskContext.get()
+    importing = None
+    if any(s.decoder for s in specs):  # a decoder may start the backend: on this task's GPUs only
+        configure(None, context.resources(), backend)
+    else:  # Keras imported while the rows are checked: the training task on this reused Python worker starts warm
+        importing = warm_up(context.cpus(), context.resources(), backend, warm)
     rows = skipped = 0
     stats = {s.name: _ColumnStats(ignore_labels.get(s.name)) for s in specs}
     for batch in batches:
@@ -549,6 +560,8 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
                 stats[s.name].add_decoded(batch.column(s.name), s)
             else:
                 stats[s.name].add(batch.column(s.name))
+    if importing is not None:
+        importing.join(WARM_UP_WAIT_S)
     row = {"partition": TaskContext.get().partitionId(), "rows": rows, "skipped": skipped,
            "stats": json.dumps({name: st.as_dict() for name, st in stats.items()})}
     yield pa.RecordBatch.from_pylist([row], schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()),
@@ -571,6 +584,7 @@ def prepare_training_data(
     keep_partitioning: bool = False,
     run_job: Callable | None = None,
     role: str = "training",
+    warm: Callable[[], None] | None = None,
 ) -> PreparedData:
     """Check, cast, partition and cache the training (or validation) data; count the rows of every partition.
 
@@ -593,6 +607,8 @@ def prepare_training_data(
         run_job: ``run_job(action, description)`` runs the check job (see :mod:`sparkdl.spark.jobs`);
             ``None`` calls the action directly.
         role: ``"training"`` or ``"validation"``, for messages; validation data may be empty.
+        warm: run in each check task after Keras is imported there, on a thread beside the rows'
+            check (the fit's replica built into the Python worker's cache); None: Keras is imported only.
 
     Returns:
         :class:`PreparedData` (the caller unpersists ``df`` when the fit ends).
@@ -625,7 +641,7 @@ def prepare_training_data(
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend), STATS_DDL)
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm), STATS_DDL)
         description = f"sparkdl: check and count {role} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
         rows = sorted(rows, key=lambda s: s["partition"])

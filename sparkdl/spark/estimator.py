@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -44,6 +45,7 @@ class _FitRequest:
     fit_id: str
     config: FitConfig
     backend: str
+    backend_reason: str
     spec: object
     compile_spec: object
     start: ModelState
@@ -58,6 +60,37 @@ class _FitRequest:
     trackers: list
     budget: int
     spark: object
+
+def fit_seconds(marks: dict, first_round: float, rounds_total: float, first_round_end: float | None,
+                round_seconds: list[float]) -> dict:
+    """Where a fit's time went, in seconds (floats, 3 decimals), for ``fitInfo["seconds"]``.
+
+    ``checks`` (settings, model, compile dry run, transport preflight: no job), ``prepare_data``
+    (the check and caching jobs), ``first_round`` (the first round: replicas built, partitions
+    converted, τ steps), ``other_rounds``, ``train`` (the driver loop with its transport's start
+    and end, validation, callbacks), ``first_step`` (from ``fit()`` to the workers' first step:
+    the end of the first round less a steady round's time, the median of the others; with one
+    round, to its end), ``total``.
+
+    Args:
+        marks: ``time.perf_counter()`` at ``started``, ``checked``, ``prepared`` and ``trained``.
+        first_round: the first round's seconds; ``rounds_total``: the epochs' seconds summed.
+        first_round_end: ``time.perf_counter()`` when the first round came back (None: no round ran).
+        round_seconds: every round's seconds, in order.
+    """
+    started = marks["started"]
+    steady = float(np.median(round_seconds[1:])) if len(round_seconds) > 1 else 0.0
+    first_step = max(0.0, first_round_end - started - steady) if first_round_end is not None else marks["trained"] - started
+    return {
+        "checks": round(marks["checked"] - started, 3),
+        "prepare_data": round(marks["prepared"] - marks["checked"], 3),
+        "first_step": round(first_step, 3),
+        "first_round": round(first_round, 3),
+        "other_rounds": round(max(0.0, rounds_total - first_round), 3),
+        "train": round(marks["trained"] - marks["prepared"], 3),
+        "total": round(time.perf_counter() - started, 3),
+    }
+
 
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     """Spark ML Estimator that trains a Keras 3 model on a DataFrame across Spark executors.
@@ -420,6 +453,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         try:
             seconds["prepared"] = time.perf_counter()
             job, fit, loop = self._train(request, data, validation, observers)
+            seconds["trained"] = time.perf_counter()
         finally:
             data.df.unpersist()
             if validation is not None:
@@ -491,14 +525,14 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        backend = preflight(spark, config, reader.model, validation=validation_df is not None)  # ps: slots, reachability; rounds: result sizes
+        choice = preflight(spark, config, reader.model)  # auto's choice; ps: slots, reachability; rounds: result sizes
         if validation_df is not None:
             check_inline(spark, len(spec.weights), "the master weights to validate")
         if start.optimizer is None:  # the fit's master always holds an optimizer state: a fresh optimizer's to begin with
             start = ModelState(start.weights, initial_optimizer(reader.model))
         return _FitRequest(
-            fit_id=uuid.uuid4().hex, config=config, backend=backend, spec=spec, compile_spec=compile_spec, start=start,
-            task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
+            fit_id=uuid.uuid4().hex, config=config, backend=choice.backend, backend_reason=choice.reason, spec=spec,
+            compile_spec=compile_spec, start=start, task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
             validation_df=validation_df, callbacks=user_callbacks, trackers=trackers,
             budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark,
         )
@@ -513,13 +547,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         Raises:
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
+        from sparkdl.keras.custom_objects import registered
+        from sparkdl.spark.training.tasks import warm_replica
+
         config, spark = request.config, request.spark
 
         def check_job(action, description):
             return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
 
+        warm = None
+        if not registered():  # the check tasks build the replica the training tasks of their Python worker reuse
+            warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
+                                     config.mixed_precision)
         data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
-                                     keep_partitioning=config.keep_partitioning, run_job=check_job)
+                                     keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
         validation = None
         try:
             if data.skipped:
@@ -591,8 +632,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         observers.extend(progress)
         callbacks = DriverCallbacks([*request.callbacks, *request.trackers, *progress], request.reader.model, config.epochs,
                                     transport.rounds_per_epoch)
-        log.info("fit %s: %d rows on %d workers, mode %s on backend %s, %d epochs x %d rounds", fit_id[:8], data.total_rows,
-                 workers, config.mode, transport.name, config.epochs, transport.rounds_per_epoch)
+        log.info("fit %s: %d rows on %d workers, mode %s on backend %s (%s), %d epochs x %d rounds", fit_id[:8], data.total_rows,
+                 workers, config.mode, transport.name, request.backend_reason, config.epochs, transport.rounds_per_epoch)
+        if config.verbose:
+            print(f"sparkdl fit {fit_id[:8]}: backend {transport.name} ({request.backend_reason})", flush=True)
         loop = TrainingLoop(job, policy, transport, callbacks, validator, snapshots)
         fit = loop.run(FitState(identity=snapshots.identity, master=request.start))
         changed = callbacks.changed_state()  # EarlyStopping(restore_best_weights=True) and the like, at on_train_end
@@ -626,6 +669,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "partition_rows": list(data.partition_rows),
             "rows": data.total_rows,
             "backend": request.backend,
+            "backend_reason": request.backend_reason,
             "mode": config.mode,
             "compression": config.compression,
             "rows_skipped": data.skipped,
@@ -639,15 +683,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             fit_info["compression_threshold"] = config.compression_threshold
         if config.min_workers(job.workers) < job.workers:
             fit_info["min_workers_per_round"] = config.min_workers(job.workers)
-        # Where the fit's time went (seconds): checks and the compile dry run on the driver, the data
-        # preparation jobs, the first round (replicas built, partitions converted), the other rounds.
-        fit_info["seconds"] = {
-            "checks": round(seconds["checked"] - seconds["started"], 3),
-            "prepare_data": round(seconds["prepared"] - seconds["checked"], 3),
-            "first_round": round(first_round, 3),
-            "other_rounds": round(max(0.0, sum(loop.epoch_seconds) - first_round), 3),
-            "total": round(time.perf_counter() - seconds["started"], 3),
-        }
+        fit_info["seconds"] = fit_seconds(seconds, first_round, sum(loop.epoch_seconds), loop.first_round_end, loop.round_seconds)
         spec = request.spec
         model = KerasModel._from_fit(spec.with_weights(fit.master.weights), fit.history, fit_info, optimizer_state=fit.master.optimizer)
         self._copyValues(model)

@@ -74,8 +74,9 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
             ``reduced_on_executors`` (whether each round's updates were combined on the executors),
             ``rounds_reading_data`` (rounds that read the cached training data: the first, and any whose
             partitions were in no worker's cache; the others ran over partition ids) and ``seconds``
-            (``checks``, ``prepare_data``, ``first_round``, ``other_rounds``, ``total``), ``backend`` and
-            ``mode``; backend ``ps`` adds the server's counts (``updates_applied``, ``duplicates_dropped``,
+            (``checks``, ``prepare_data``, ``first_step``, ``first_round``, ``other_rounds``, ``train``,
+            ``total``: see :func:`sparkdl.spark.estimator.fit_seconds`), ``backend``, ``backend_reason``
+            (why ``backend="auto"`` chose it) and ``mode``; backend ``ps`` adds the server's counts (``updates_applied``, ``duplicates_dropped``,
             ``staleness_mean``/``staleness_max``, ``bytes_pushed``/``bytes_pulled``, ``ps_epochs`` per epoch).
         optimizerState: the fit's final optimizer state, the values of the Keras model's
             ``optimizer.variables`` in order (iteration counter int64 ``()``, learning rate, e.g.

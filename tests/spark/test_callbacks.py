@@ -195,14 +195,16 @@ def test_verbose_lines_per_epoch_and_job_descriptions(spark, capsys):
     sc = spark.sparkContext
     sc.setJobGroup("callbacks-descriptions", "descriptions")
     try:
-        fitted = estimator(linear_model(), epochs=2, verbose=2).fit(df)
+        fitted = estimator(linear_model(), epochs=2, verbose=2, backend="rounds").fit(df)  # a job per round: its description
         descriptions = _job_descriptions(sc, "callbacks-descriptions")
     finally:
         sc.setJobGroup("", "")
     fit_id = fitted.fitInfo["fit_id"][:8]
     assert f"sparkdl fit {fit_id}: round 1/6 (epoch 1/2, round 1/3)" in descriptions, descriptions
     assert f"sparkdl fit {fit_id}: round 6/6 (epoch 2/2, round 3/3)" in descriptions, descriptions
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Epoch ")]
+    out = capsys.readouterr().out
+    assert f"sparkdl fit {fit_id}: backend rounds (backend='rounds' was set)" in out
+    lines = [line for line in out.splitlines() if line.startswith("Epoch ")]
     assert [line.split(" - ")[0] for line in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert all("samples/s" in line and "loss: " in line for line in lines)
     estimator(linear_model(), epochs=1, verbose=0).fit(df)

@@ -44,11 +44,12 @@ def estimator(**kw):
 
 C35 = _SCRIPT_HEAD.format(env="", conf='builder = builder.config("spark.dynamicAllocation.enabled", "true")') + """
 on_ps = estimator(mode="sync", backend="ps", shuffle=False).fit(df)
-on_rounds = estimator(mode="sync", backend="rounds", shuffle=False).fit(df)
+on_rounds = estimator(mode="sync", shuffle=False).fit(df)  # backend auto: rounds under dynamic allocation
 asynchronous = estimator(mode="async").fit(df)
 difference = max(float(np.abs(a - b).max()) for a, b in zip(on_ps.getKerasModel().get_weights(), on_rounds.getKerasModel().get_weights()))
 json.dump({"difference": difference, "backends": [on_ps.fitInfo["backend"], on_rounds.fitInfo["backend"], asynchronous.fitInfo["backend"]],
-           "epochs": [len(m.history["loss"]) for m in (on_ps, on_rounds, asynchronous)]}, open(sys.argv[1], "w"))
+           "epochs": [len(m.history["loss"]) for m in (on_ps, on_rounds, asynchronous)],
+           "auto_reason": on_rounds.fitInfo["backend_reason"]}, open(sys.argv[1], "w"))
 spark.stop()
 """
 
@@ -71,6 +72,8 @@ spark.stop()
 def test_c35_without_a_barrier_stage_ps_trains_under_dynamic_allocation_to_the_weights_of_rounds(tmp_path):
     out = run_spark_script(C35, tmp_path)
     assert out["backends"] == ["ps", "rounds", "ps"] and out["epochs"] == [2, 2, 2]
+    assert out["auto_reason"] == ("auto: spark.dynamicAllocation.enabled is true, and backend 'ps' holds a task slot per "
+                                  "worker for the whole fit")
     assert out["difference"] < 1e-5
 
 

@@ -46,6 +46,8 @@ class TrainingLoop:
         self.callbacks, self.validator, self.snapshots = callbacks, validator, snapshots
         self.epoch_seconds: list[float] = []
         self.first_round_s: float | None = None
+        self.first_round_end: float | None = None  # time.perf_counter() when the first round came back
+        self.round_seconds: list[float] = []  # each round's transport time, in order
 
     def run(self, fit: FitState) -> FitState:
         """Train from ``fit`` (or from a snapshot the snapshots or a ``BackupAndRestore`` hold) to the
@@ -128,8 +130,10 @@ class TrainingLoop:
                              self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description)
         started = time.perf_counter()
         report = self.transport.run_round(orders)
+        ended = time.perf_counter()
+        self.round_seconds.append(ended - started)
         if self.first_round_s is None:
-            self.first_round_s = time.perf_counter() - started
+            self.first_round_s, self.first_round_end = ended - started, ended
         transition = self.policy.apply(fit, report.updates)
         not_finite = None
         try:

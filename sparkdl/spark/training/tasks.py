@@ -131,6 +131,21 @@ def replica_for(task: TaskSpec):
     return replica
 
 
+def warm_replica(spec: ModelSpec, compile_spec: CompileSpec, seed: int, mixed_precision: str | None) -> None:
+    """Build the replica a fit's first task here would build (``spec``: the architecture only), into
+    this Python worker's replica cache, where :func:`replica_for` finds it. Run by the data check
+    tasks, so that the build overlaps the check (not for fits with registered custom objects, whose
+    replicas are never reused)."""
+    from sparkdl.keras.replica import Replica
+
+    key = (spec.reuse_key, mixed_precision, compile_spec.reuse_key())
+    if key not in _REPLICAS:
+        _REPLICAS[key] = Replica(spec, compile_spec, seed, mixed_precision)
+    _REPLICAS.move_to_end(key)
+    while len(_REPLICAS) > _MAX_REPLICAS:
+        _REPLICAS.popitem(last=False)
+
+
 def prepare_worker(context, task: TaskSpec) -> None:
     """Set up this Python worker for a task of ``task``'s fit: Keras' backend, thread pools and GPU
     from the task's resources, the custom objects, the cache's idle time."""

@@ -17,7 +17,7 @@ the modes and the callbacks do not change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -133,17 +133,82 @@ class TransportOptions:
     snapshots: bool = False
 
 
-def preflight(spark, config, model, validation: bool = False) -> str:
-    """The fit's transport (``backend="auto"``: ``rounds`` for the round modes, ``ps`` for the
-    asynchronous ones), checked before any job: ``ps`` needs a task slot per worker and a driver
-    the executors reach; ``rounds`` needs its updates to fit ``spark.driver.maxResultSize`` (and
-    Spark Connect's message limit).
+class BackendChoice(NamedTuple):
+    """The transport a fit runs on and why.
+
+    Attributes:
+        backend: ``"rounds"`` or ``"ps"``.
+        reason: one sentence for the log, the console and ``fitInfo["backend_reason"]``.
+    """
+
+    backend: str
+    reason: str
+
+
+def choose_backend(spark, config) -> BackendChoice:
+    """The transport of a fit with ``config`` on ``spark``, and why; no job runs.
+
+    ``backend="rounds"`` or ``"ps"`` set by the user is kept. ``backend="auto"`` (the default):
+
+    - an asynchronous mode (:data:`~sparkdl.core.modes.ASYNC_MODES`) runs only on ``ps``;
+    - a round mode runs on ``ps``, the faster transport (no Spark job per round), when the cluster
+      allows it, and on ``rounds`` otherwise, the first rule that fails naming why:
+
+      1. ``spark.dynamicAllocation.enabled`` is false (``ps`` holds its task slots for the whole
+         fit; executors that come and go suit ``rounds``);
+      2. ``keepPartitioning`` is off (the worker count is then ``numWorkers``, known before any job);
+      3. the cluster has a task slot per worker now (:func:`~sparkdl.spark.transports.ps.task_slots`,
+         counted without waiting for executors still registering);
+      4. the executors can reach the parameter server in this process: always on a classic session
+         (its executors already connect to the driver) and on Spark Connect with a server on this
+         machine; with a remote Connect server only when ``spark.sparkdl.ps.host`` names this
+         machine's address (its reachability cannot be judged from here).
+
+    Args:
+        spark: the fit's session (classic or Connect).
+        config: the fit's :class:`~sparkdl.config.FitConfig`.
+    """
+    from sparkdl.core.modes import ASYNC_MODES
+    from sparkdl.spark.session import conf_get, is_connect, is_local_server
+
+    if config.backend != "auto":
+        return BackendChoice(config.backend, f"backend={config.backend!r} was set")
+    if config.mode in ASYNC_MODES:
+        return BackendChoice("ps", f"auto: mode {config.mode!r} is asynchronous and runs only on backend 'ps'")
+    from sparkdl.spark.transports.ps import PS_HOST_CONF, task_slots
+
+    if conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        return BackendChoice("rounds", "auto: spark.dynamicAllocation.enabled is true, and backend 'ps' holds a task slot per "
+                                       "worker for the whole fit")
+    if config.keep_partitioning:
+        return BackendChoice("rounds", "auto: keepPartitioning=True, so the worker count (the input's partitions) is not "
+                                       "known before the data is cached, and backend 'ps' needs a task slot per worker")
+    workers = config.num_workers
+    slots = task_slots(spark)
+    if slots is None:
+        return BackendChoice("rounds", f"auto: the task slots of this Spark Connect cluster are unknown (its settings do not "
+                                       f"tell its cores), and backend 'ps' needs one per worker ({workers})")
+    if slots < workers:
+        return BackendChoice("rounds", f"auto: too few task slots for backend 'ps': {slots} for numWorkers={workers} "
+                                       "(it runs every worker at once)")
+    if is_connect(spark) and not is_local_server(spark) and conf_get(spark, PS_HOST_CONF) is None:
+        return BackendChoice("rounds", f"auto: a remote Spark Connect server, whose executors may not reach this client's "
+                                       f"parameter server; set {PS_HOST_CONF} to an address of this machine they can reach "
+                                       "to use backend 'ps'")
+    return BackendChoice("ps", f"auto: static allocation, {slots} task slots for {workers} workers and a driver the "
+                               "executors reach")
+
+
+def preflight(spark, config, model) -> BackendChoice:
+    """The fit's transport (:func:`choose_backend`), checked before any job: ``ps`` needs a task
+    slot per worker and a driver the executors reach; ``rounds`` needs its updates to fit
+    ``spark.driver.maxResultSize`` (and Spark Connect's message limit).
 
     Raises:
         ConfigError: naming the setting to change.
     """
-    backend = config.resolved_backend
-    if backend == "ps":
+    choice = choose_backend(spark, config)
+    if choice.backend == "ps":
         from sparkdl.spark.transports.ps import check_ready
 
         check_ready(spark, config)
@@ -151,7 +216,7 @@ def preflight(spark, config, model, validation: bool = False) -> str:
         from sparkdl.spark.transports.rounds import check_results
 
         check_results(spark, config, model)
-    return backend
+    return choice
 
 
 def get_transport(name: str, job, policy, options: TransportOptions) -> Transport:

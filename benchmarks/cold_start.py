@@ -1,0 +1,118 @@
+"""Cold start: a fit's time from ``fit()`` to its workers' first step, in a fresh SparkSession,
+against the time the same kind of session needs to import TensorFlow and build the model in one
+Python worker.
+
+Each repeat runs two fresh processes, one after the other, each with its own ``local[W]`` session:
+
+- ``import``: a one-task Spark job whose task runs ``import tensorflow, keras`` and builds the
+  model (``examples.models:mnist_cnn``); timed on the driver from the job's submission to its
+  result (a Python worker started, TensorFlow imported, the model built);
+- ``fit``: the main job's fit (``conf/mnist_cnn.yaml``: 2 workers, batch 64, τ=16, ``backend``
+  as given, 1 epoch), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
+  first step; ``checks``, ``prepare_data``, ``first_round``) and the fit's own wall time.
+
+Prints one JSON line per process, then the medians and ``ratio`` = median first_step / median
+import (goal: at most 1.5).
+
+Usage: python benchmarks/cold_start.py [--repeats 3] [--backend auto|rounds|ps] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before pyspark/keras)
+
+_HEAD = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+import setup_env  # noqa
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[{workers}]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+"""
+
+IMPORT = _HEAD + """
+def task(_):
+    import time
+    started = time.perf_counter()
+    import tensorflow  # noqa: F401
+    import keras  # noqa: F401
+    from examples.models import mnist_cnn
+    mnist_cnn(seed=1)
+    return [time.perf_counter() - started]
+started = time.perf_counter()
+in_task = spark.sparkContext.parallelize([0], 1).mapPartitions(task).collect()[0]
+json.dump({{"run": "import", "job_s": round(time.perf_counter() - started, 2), "in_task_s": round(in_task, 2)}}, open(sys.argv[1], "w"))
+spark.stop()
+"""
+
+FIT = _HEAD + """
+import keras
+from examples.models import mnist_cnn
+from sparkdl import KerasEstimator
+train = spark.read.parquet({train!r})
+estimator = KerasEstimator(model=mnist_cnn(seed=1), optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",
+                           metrics=["accuracy"], featuresCol="pixels", labelCol="label", numWorkers={workers}, epochs=1,
+                           batchSize=64, localSteps=16, seed=1, verbose=0, backend={backend!r})
+started = time.perf_counter()
+fitted = estimator.fit(train)
+seconds = dict(fitted.fitInfo["seconds"])
+if "first_step" not in seconds:  # a sparkdl before fitInfo had it: the first round's excess over a steady round
+    rounds = fitted.fitInfo["rounds"]
+    steady = seconds["other_rounds"] / (rounds - 1) if rounds > 1 else 0.0
+    seconds["first_step"] = round(seconds["checks"] + seconds["prepare_data"] + seconds["first_round"] - steady, 3)
+json.dump({{"run": "fit", "fit_s": round(time.perf_counter() - started, 2), "backend": fitted.fitInfo["backend"],
+           "seconds": seconds}}, open(sys.argv[1], "w"))
+spark.stop()
+"""
+
+
+def run(script: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="sparkdl-cold-") as tmp:
+        out = os.path.join(tmp, "out.json")
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        result = subprocess.run([sys.executable, "-c", script, out], env=env, capture_output=True, text=True, timeout=900)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr[-3000:])
+        with open(out) as f:
+            return json.load(f)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backend", default="auto", choices=["auto", "rounds", "ps"])
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    bench = os.path.join(ROOT, "benchmarks")
+    values = {"root": bench, "workers": args.workers}
+    imports, fits = [], []
+    for _ in range(args.repeats):
+        imports.append(run(IMPORT.format(**values)))
+        print(json.dumps(imports[-1]), flush=True)
+        fits.append(run(FIT.format(**values, train=os.path.join(ROOT, "data", "mnist10k", "train.parquet"), backend=args.backend)))
+        print(json.dumps(fits[-1]), flush=True)
+    median = statistics.median
+    phases = {key: round(median(f["seconds"][key] for f in fits), 2) for key in fits[0]["seconds"]}
+    import_s = median(r["job_s"] for r in imports)
+    summary = {"import_and_build_s": import_s, "import_in_task_s": median(r["in_task_s"] for r in imports),
+               "first_step_s": phases["first_step"], "ratio": round(phases["first_step"] / import_s, 2),
+               "fit_phases_s": phases, "backend": fits[0]["backend"], "repeats": args.repeats, "cpus": os.cpu_count()}
+    print(json.dumps(summary), flush=True)
+    print("\n| measure (median of %d, fresh session each) | seconds |\n|---|---|" % args.repeats)
+    print(f"| one-task job: import TensorFlow + Keras, build the model | {import_s} |")
+    for key, value in phases.items():
+        print(f"| fit ({summary['backend']}): {key} | {value} |")
+    print(f"\nratio (first_step / import and build): {summary['ratio']}")
+
+
+if __name__ == "__main__":
+    main()
