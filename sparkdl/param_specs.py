@@ -289,7 +289,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         "(asynchronous modes); None: one pass over each partition per round, i.e. one round per epoch, in the round "
         "modes, and 4 steps in the asynchronous ones (`sparkdl.config.ASYNC_DEFAULT_LOCAL_STEPS`)")),
     _P("mode", "str", "sync", choices=MODES, config="fit", example="bmuf", doc=(
-        "training mode (README's Modes table has each rule): the round modes, on either backend, `sync` (model "
+        "training mode (the user guide's Training modes page has each rule): the round modes, on either backend, `sync` (model "
         "averaging weighted by rows; SparkNet, Moritz et al. 2016), `bmuf` (block momentum: `blockMomentum`, "
         "`blockLearningRate`, `nesterov`; Chen & Huo 2016), `easgd` (elastic averaging with force `elasticForce`, the "
         "fitted model is the centre; Zhang, Choromanska, LeCun 2015), `gossip` (each round every worker averages with "
