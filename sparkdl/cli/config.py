@@ -4,7 +4,7 @@ A config is a YAML mapping with the sections of :data:`SCHEMA`::
 
     name: mnist_cnn                      # optional: default the file's name without .yaml
     data:  {train: ..., test: ..., features_col: pixels, label_col: label}
-    model: {factory: examples.models:mnist_cnn, kwargs: {seed: 1}}
+    model: {factory: sparkdl.keras.zoo:mnist_cnn, kwargs: {seed: 1}}
     fit:   {loss: sparse_categorical_crossentropy, epochs: 8, ...}   # KerasEstimator Params, snake_case
     callbacks:                           # optional: Keras callbacks run on the driver during fit
       - {class: keras.callbacks.EarlyStopping, kwargs: {monitor: val_loss, patience: 2}}
@@ -108,10 +108,10 @@ DATA = Section(
 
 MODEL = Section(
     "The Keras model: `factory` or `json` (exactly one). The working directory is on `sys.path`, so "
-    "`examples.models:mnist_cnn` imports from the repository root.",
+    "`sparkdl.keras.zoo:mnist_cnn` imports from the repository root.",
     {
         "factory": Key(("str", "null"), "`module:function` (or `module.function`) returning a built `keras.Model`",
-                       None, "examples.models:mnist_cnn"),
+                       None, "sparkdl.keras.zoo:mnist_cnn"),
         "kwargs": Key(("dict",), "keyword arguments of the factory", {}, {"seed": 1}),
         "json": Key(("str", "null"), "path of a Keras model JSON (`model.to_json()`), instead of factory", None,
                     "models/mlp.json"),
@@ -152,7 +152,7 @@ TOP = Section(
                     "file's name without `.yaml`", None, "mnist_cnn"),
         "data": Key(("dict",), "the `data` section", None,
                     {"train": "data/mnist10k/train.parquet", "test": "data/mnist10k/test.parquet"}, required=True),
-        "model": Key(("dict",), "the `model` section", None, {"factory": "examples.models:mnist_mlp"}, required=True),
+        "model": Key(("dict",), "the `model` section", None, {"factory": "sparkdl.keras.zoo:mnist_mlp"}, required=True),
         "fit": Key(("dict", "null"), "the `fit` section", {}, {"loss": "sparse_categorical_crossentropy", "epochs": 2}),
         "callbacks": Key(("list", "null"), "Keras callbacks: a list of `callbacks[]` entries (below)", [],
                          [{"class": "keras.callbacks.EarlyStopping", "kwargs": {"patience": 2}}]),

@@ -43,7 +43,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 BASE = {
     "data": {"train": "data/mnist10k/train.parquet", "test": "data/mnist10k/test.parquet", "features_col": "pixels"},
-    "model": {"factory": "examples.models:mnist_mlp", "kwargs": {"seed": 1}},
+    "model": {"factory": "sparkdl.keras.zoo:mnist_mlp", "kwargs": {"seed": 1}},
     "fit": {"loss": "sparse_categorical_crossentropy", "epochs": 3, "num_workers": 2},
 }
 
