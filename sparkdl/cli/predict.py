@@ -30,7 +30,7 @@ import os
 import sys
 import time
 
-from sparkdl.cli import is_user_error, spark_session
+from sparkdl.cli import is_user_error, quiet_tensorflow, spark_session
 from sparkdl.cli.train import is_uri, setup_logging
 from sparkdl.errors import ConfigError
 
@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     a ``ConfigError`` (a missing model or input, a bad option) and status 2."""
     args = parse_args(argv)
     setup_logging()
+    quiet_tensorflow()
     try:
         columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
         result = predict(

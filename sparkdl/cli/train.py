@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from sparkdl.cli import is_user_error, spark_session
+from sparkdl.cli import is_user_error, quiet_tensorflow, spark_session
 from sparkdl.cli.config import build_callbacks, build_model, estimator_keywords, estimator_params, is_uri, load_config
 from sparkdl.errors import ConfigError
 
@@ -216,6 +216,7 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
     name = config["name"]
     output = output or config["output"].get("dir") or os.path.join("runs", name)
     if not is_uri(output):
+        output = os.path.abspath(output)  # this process's working directory, not the JVM's (Spark's writer resolves against that)
         os.makedirs(output, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     a ``ConfigError`` (a bad config or Param) and status 2."""
     args = parse_args(argv)
     setup_logging()
+    quiet_tensorflow()
     try:
         config = load_config(args.config, args.overrides)
         if args.check:
