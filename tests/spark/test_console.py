@@ -6,6 +6,7 @@ import pytest
 
 from sparkdl import KerasEstimator
 from sparkdl.errors import SchemaError
+from sparkdl.spark.console import progress_bar_hidden
 from tests.conftest import partitioned_df
 
 import keras  # noqa: E402
@@ -47,8 +48,11 @@ def test_a_verbose_fit_hides_sparks_progress_bar_and_gives_a_running_one_back(sp
         after = jsc.progressBar()
         assert after.isDefined() and not after.get().equals(before)  # a new bar, its refresh thread running
 
-        estimator(verbose=0).fit(df)
-        assert seen == [False, True]  # a silent fit leaves the bar alone
+        with progress_bar_hidden(spark, hide=False):  # what a silent fit (verbose=0) asks for: the bar left alone
+            assert jsc.progressBar().get().equals(after.get())
+        with progress_bar_hidden(spark), progress_bar_hidden(spark):  # nested (two fits at once): one hiding
+            assert not jsc.progressBar().isDefined()
+        assert jsc.progressBar().isDefined()
 
         with pytest.raises(SchemaError):
             estimator(verbose=1, featuresCol="missing").fit(df)
