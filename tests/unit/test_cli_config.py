@@ -417,7 +417,7 @@ def test_predict_checks_paths_before_spark(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"no folder at .*nope"):
         check_paths(str(tmp_path / "nope"), test_parquet, str(tmp_path / "out"), "errorifexists")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match=r"holds no saved KerasModel \(no metadata/ folder"):
+    with pytest.raises(ConfigError, match=r"holds no saved Spark ML model \(no metadata/ folder"):
         check_paths(str(tmp_path / "empty"), test_parquet, str(tmp_path / "out"), "errorifexists")
     (tmp_path / "model" / "metadata").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"--input: no file or folder at .*missing\.parquet"):
@@ -433,7 +433,7 @@ def test_predict_checks_paths_before_spark(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"must not be the input"):
         check_paths(str(tmp_path / "model"), "s3a://b/in/", "s3a://b/in", "overwrite")
     assert main(["--model", str(tmp_path / "nope"), "--input", test_parquet, "--output", str(tmp_path / "o")]) == 2
-    assert "sparkdl-predict: error: --model must be the folder of a saved KerasModel" in capsys.readouterr().err
+    assert "sparkdl-predict: error: --model must be the folder of a saved Spark ML model" in capsys.readouterr().err
 
 
 def test_schema_module_prints_the_tables():
