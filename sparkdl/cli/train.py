@@ -217,7 +217,6 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
     output = output or config["output"].get("dir") or os.path.join("runs", name)
     if not is_uri(output):
         output = os.path.abspath(output)  # this process's working directory, not the JVM's (Spark's writer resolves against that)
-        os.makedirs(output, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     estimator = build_estimator(config)  # everything that can fail on the config, before Spark starts
@@ -229,6 +228,8 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
                               f"folder, those of --set and of a config dict from the working directory {os.getcwd()!r}). "
                               f"Received: {path!r}")
     check_job(config, estimator)
+    if not is_uri(output):
+        os.makedirs(output, exist_ok=True)  # after the checks: a refused config leaves no folder behind
 
     spark, started_here = spark_session(f"sparkdl {name}", master)
     try:
