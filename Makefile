@@ -26,7 +26,6 @@ install: $(VENV)/.installed
 train: install
 	$(VENV)/bin/spark-submit --master 'local[*]' \
 	  --driver-java-options '-Dlog4j2.configurationFile=conf/log4j2.properties' \
-	  --conf spark.ui.showConsoleProgress=false \
 	  jobs/train.py --config $(CONFIG)
 
 test: install

@@ -5,7 +5,7 @@ Python worker.
 Each repeat runs two fresh processes, one after the other, each with its own ``local[W]`` session:
 
 - ``import``: a one-task Spark job whose task runs ``import tensorflow, keras`` and builds the
-  model (``examples.models:mnist_cnn``); timed on the driver from the job's submission to its
+  model (``sparkdl.keras.zoo:mnist_cnn``); timed on the driver from the job's submission to its
   result (a Python worker started, TensorFlow imported, the model built);
 - ``fit``: the main job's fit (``conf/mnist_cnn.yaml``: 2 workers, batch 64, τ=16, ``backend``
   as given, 1 epoch), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
@@ -45,7 +45,7 @@ def task(_):
     started = time.perf_counter()
     import tensorflow  # noqa: F401
     import keras  # noqa: F401
-    from examples.models import mnist_cnn
+    from sparkdl.keras.zoo import mnist_cnn
     mnist_cnn(seed=1)
     return [time.perf_counter() - started]
 started = time.perf_counter()
@@ -56,7 +56,7 @@ spark.stop()
 
 FIT = _HEAD + """
 import keras
-from examples.models import mnist_cnn
+from sparkdl.keras.zoo import mnist_cnn
 from sparkdl import KerasEstimator
 train = spark.read.parquet({train!r})
 estimator = KerasEstimator(model=mnist_cnn(seed=1), optimizer=keras.optimizers.Adam(0.002), loss="sparse_categorical_crossentropy",

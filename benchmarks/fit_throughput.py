@@ -1,6 +1,6 @@
 """Training throughput: plain ``keras.Model.fit`` in one process vs sparkdl ``sync`` on ``local[2]``.
 
-Same model (``examples.models:mnist_cnn``, or ``mnist_mlp`` with ``--model mlp``), same data (bundled mnist10k, 8,000 training rows),
+Same model (``sparkdl.keras.zoo:mnist_cnn``, or ``mnist_mlp`` with ``--model mlp``), same data (bundled mnist10k, 8,000 training rows),
 same epochs, batch size and optimizer, measured side by side in one run on the same cores.
 Prints one JSON line per run (``samples_per_s`` = epochs × rows / fit seconds), a JSON line
 with ``ratio`` = sparkdl / Keras samples/s and both test accuracies, then a Markdown table.
@@ -45,7 +45,7 @@ def load(path):
 
 
 def model_factory(name):
-    from examples import models
+    from sparkdl.keras import zoo as models
 
     return {"cnn": models.mnist_cnn, "mlp": models.mnist_mlp}[name]
 
@@ -111,7 +111,7 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--local-steps", type=int, default=None, help="τ; default one round per epoch")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="examples.models: mnist_cnn or mnist_mlp")
+    parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="sparkdl.keras.zoo: mnist_cnn or mnist_mlp")
     parser.add_argument("--backends", default="rounds,ps", help="comma-separated: rounds, ps, auto")
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]

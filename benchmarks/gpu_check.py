@@ -1,6 +1,6 @@
 """GPU check of the executor-side replica, without Spark: the mnist CNN on GPU and CPU, float32 and mixed precision.
 
-Trains ``conf/mnist_cnn.yaml``'s CNN (``examples.models:mnist_cnn``, copied here) on the bundled mnist10k digits
+Trains ``conf/mnist_cnn.yaml``'s CNN (``sparkdl.keras.zoo:mnist_cnn``) on the bundled mnist10k digits
 with :class:`sparkdl.keras.replica.Replica` (what each Spark task runs: ``train_on_batch`` steps, the master weights
 loaded with ``set_state`` and read back with ``get_state``, which refuses anything but float32) for ``--epochs``
 epochs on each device found, for each precision: ``float32``, ``mixed_bfloat16`` and (GPU only) ``mixed_float16``
@@ -151,7 +151,7 @@ def run_one(device: str, precision: str, data, epochs: int, batch_size: int, lea
     scope = keras.device(device) if device.startswith("gpu") else contextlib.nullcontext()  # CPU: the GPUs are hidden
     with scope:
         started = time.perf_counter()
-        from examples.models import mnist_cnn  # keras only; ROOT is on sys.path
+        from sparkdl.keras.zoo import mnist_cnn  # keras only
 
         spec = _Spec(mnist_cnn(seed=1))
         replica = Replica(spec, _Compile(learning_rate), seed=seed, mixed_precision=mixed)

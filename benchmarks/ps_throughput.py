@@ -17,7 +17,7 @@ the bytes moved by all clients (pushed + pulled, 10^6 bytes) per second of wall 
 
 Section ``fit``: fit samples/s of mode ``sync`` on backend ``ps`` and on backend ``rounds``
 against plain ``keras.Model.fit`` in one process, on the MNIST CNN of conf/mnist_cnn.yaml
-(``examples.models:mnist_cnn``, 8,000 rows, batch 64, Adam 0.002) with 2 workers on
+(``sparkdl.keras.zoo:mnist_cnn``, 8,000 rows, batch 64, Adam 0.002) with 2 workers on
 ``local[2]`` and τ = ``--local-steps`` (16). Each backend runs one untimed 1-epoch fit first
 (executor Python workers import TensorFlow once per session), then ``--repeats`` timed fits,
 alternating; medians are reported, one JSON line per backend::
@@ -154,7 +154,7 @@ def fit_section(epochs: int, local_steps: int, workers: int, repeats: int, batch
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
 
-    from examples.models import mnist_cnn
+    from sparkdl.keras.zoo import mnist_cnn
     from sparkdl import KerasEstimator
 
     path = os.path.join(root, "data", "mnist10k", "train.parquet")

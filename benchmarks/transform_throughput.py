@@ -1,6 +1,6 @@
 """Inference throughput: sparkdl ``KerasModel.transform`` on ``local[2]`` vs ``keras.Model.predict`` in one process.
 
-Same model (``examples.models:mnist_cnn`` trained one epoch in plain Keras on the bundled mnist10k,
+Same model (``sparkdl.keras.zoo:mnist_cnn`` trained one epoch in plain Keras on the bundled mnist10k,
 then wrapped with ``KerasModel.fromKeras``), same rows (``--rows``, default 100,000 mnist-shaped rows:
 the 10,000 bundled digits repeated), measured side by side in one run on the same cores.
 
@@ -35,7 +35,7 @@ from fit_throughput import TEST, TRAIN, load  # noqa: E402  (mnist10k Parquet ->
 def trained_model():
     import keras
 
-    from examples.models import mnist_cnn
+    from sparkdl.keras.zoo import mnist_cnn
 
     x, y = load(TRAIN)
     model = mnist_cnn()

@@ -19,7 +19,7 @@ try:
     import sparkdl.cli.train  # noqa: F401
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, ROOT)
-if ROOT not in sys.path:  # the model factories of examples/ import from any working directory (Databricks: jobs/)
+if ROOT not in sys.path:  # modules of the checkout (your own model factories) import from any working directory (Databricks: jobs/)
     sys.path.append(ROOT)
 
 from sparkdl.cli.config import DATA_KEYS, FIT_KEYS, build_model, load_config  # noqa: E402,F401 - kept importable from here

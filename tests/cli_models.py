@@ -46,3 +46,10 @@ def write_rows(path, rows: int, seed: int, inputs: int = 4, classes: int = 3) ->
     })
     pq.write_table(table, str(path))
     return columns
+
+
+def compiled_softmax(inputs: int = 4, classes: int = 3, seed: int = 1) -> keras.Model:
+    """:func:`softmax`, compiled with ``SGD(learning_rate=0.3)`` and the sparse cross-entropy."""
+    model = softmax(inputs, classes, seed)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.3), loss="sparse_categorical_crossentropy")
+    return model

@@ -7,7 +7,9 @@ metrics, history plot) and ``sparkdl-predict`` (a saved ``KerasModel`` scores a 
 - :mod:`sparkdl.cli.predict`: ``sparkdl-predict`` (also ``spark-submit jobs/predict.py``);
 - :mod:`sparkdl.cli.plot`: ``plot_history`` (matplotlib, the ``plot`` extra).
 
-Importing this package loads neither Spark nor Keras.
+Importing this package loads neither Spark nor Keras. Sessions the commands start draw no Spark stage
+bars (``spark.ui.showConsoleProgress=false``), and TensorFlow's start-up lines are filtered
+(:func:`quiet_tensorflow`).
 """
 
 
@@ -27,6 +29,23 @@ def spark_session(app_name: str, master: str | None = None):
     if started_here:
         spark.sparkContext.setLogLevel("ERROR")
     return spark, started_here
+
+
+def quiet_tensorflow() -> None:
+    """Import TensorFlow now, when it is Keras' backend, with its start-up lines filtered by
+    ``TF_CPP_MIN_LOG_LEVEL`` (default here 2, which the local Python workers inherit; 0 shows them):
+    :func:`sparkdl.keras.runtime.import_tensorflow`. Nothing happens without TensorFlow."""
+    import os
+
+    from sparkdl.keras.runtime import import_tensorflow, keras_backend
+
+    if keras_backend() != "tensorflow":
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import_tensorflow()
+    except ImportError:
+        pass  # the model's import names what is missing
 
 
 def is_user_error(exc: BaseException) -> bool:

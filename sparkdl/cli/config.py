@@ -4,11 +4,17 @@ A config is a YAML mapping with the sections of :data:`SCHEMA`::
 
     name: mnist_cnn                      # optional: default the file's name without .yaml
     data:  {train: ..., test: ..., features_col: pixels, label_col: label}
-    model: {factory: examples.models:mnist_cnn, kwargs: {seed: 1}}
+    model: {factory: sparkdl.keras.zoo:mnist_cnn, kwargs: {seed: 1}}
     fit:   {loss: sparse_categorical_crossentropy, epochs: 8, ...}   # KerasEstimator Params, snake_case
     callbacks:                           # optional: Keras callbacks run on the driver during fit
       - {class: keras.callbacks.EarlyStopping, kwargs: {monitor: val_loss, patience: 2}}
     output: {dir: runs/mnist_cnn, plot: true}
+
+Paths: a relative path in the file (``data.train``, ``output.dir``, ``model.json``, ``fit.log_dir``,
+a callback's ``filepath``; :data:`PATH_KEYS`) is relative to the file's folder, so a config and its
+data copied anywhere run from any working directory (``conf/mnist_cnn.yaml`` reads
+``../data/mnist10k``); a path given with ``--set`` is relative to the working directory. The default
+output folder, ``runs/<name>``, is in the working directory.
 
 :func:`load_config` applies ``--set section.key=value`` overrides (values parsed as YAML), then
 checks every key before anything starts: an unknown key (named with its section, the closest
@@ -27,6 +33,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -73,6 +80,13 @@ class Section:
 
 
 _NULL = ("null",)
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")  # a scheme of 2+ characters (not a Windows drive letter)
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` has a URI scheme (``hdfs://``, ``s3a://``, ``dbfs:/``, ``file:``)."""
+    return bool(_URI.match(path))
+
 
 def param_keys(section: str) -> dict[str, Key]:
     """The job config keys of the ``KerasEstimator`` Params that :mod:`sparkdl.param_specs` declares
@@ -91,8 +105,8 @@ def param_keys(section: str) -> dict[str, Key]:
 
 
 DATA = Section(
-    "Where the rows come from. Relative paths are read from the working directory (on a cluster: give "
-    "paths every executor reaches, `hdfs://`, `s3a://`, `/Volumes/...`, `dbfs:/`).",
+    "Where the rows come from. A relative path is relative to the config file's folder (see Paths); on a "
+    "cluster give paths every executor reaches (`hdfs://`, `s3a://`, `/Volumes/...`, `dbfs:/`).",
     {
         "train": Key(("str",), "rows trained on (any path `spark.read` reads in `format`)", None,
                      "data/mnist10k/train.parquet", required=True),
@@ -107,22 +121,37 @@ DATA = Section(
 )
 
 MODEL = Section(
-    "The Keras model: `factory` or `json` (exactly one). The working directory is on `sys.path`, so "
-    "`examples.models:mnist_cnn` imports from the repository root.",
+    "The Keras model: `factory` or `json` (exactly one). The factories of the shipped configs come with the "
+    "package (`sparkdl.keras.zoo`); your own modules import from the working directory, which is on `sys.path`.",
     {
         "factory": Key(("str", "null"), "`module:function` (or `module.function`) returning a built `keras.Model`",
-                       None, "examples.models:mnist_cnn"),
+                       None, "sparkdl.keras.zoo:mnist_cnn"),
         "kwargs": Key(("dict",), "keyword arguments of the factory", {}, {"seed": 1}),
-        "json": Key(("str", "null"), "path of a Keras model JSON (`model.to_json()`), instead of factory", None,
+        "json": Key(("str", "null"), "path of a Keras model JSON (`model.to_json()`), instead of factory; relative to "
+                    "the config's folder", None,
                     "models/mlp.json"),
     },
 )
 
+
+def _fit_keys() -> dict[str, Key]:
+    """The Param keys of ``fit``, with ``learning_rate`` (no Param: it sets the optimizer's) after ``optimizer``."""
+    keys = {}
+    for key, spec in param_keys("fit").items():
+        keys[key] = spec
+        if key == "optimizer":
+            keys["learning_rate"] = Key(
+                ("float", "null"), "the optimizer's learning rate: set in the `optimizer` config (or the compiled "
+                "model's optimizer, or Keras' `adam` when neither is given), replacing its own; null keeps it. Not "
+                "BMUF's block learning rate (`block_learning_rate`)", None, 0.002)
+    return keys
+
+
 FIT = Section(
-    "`KerasEstimator` Params in snake_case (each key's Param in brackets); a key left out keeps the "
-    "estimator's default, shown here. The keys, types, defaults and meanings come from the Params' "
-    "declarations (`sparkdl/param_specs.py`), as README.md's Params table does.",
-    param_keys("fit"),
+    "`KerasEstimator` Params in snake_case (each key's Param in brackets), and `learning_rate`; a key left "
+    "out keeps the estimator's default, shown here. The Params' keys, types, defaults and meanings come from "
+    "their declarations (`sparkdl/param_specs.py`), as README.md's Params table does.",
+    _fit_keys(),
 )
 
 CALLBACK = Section(
@@ -139,7 +168,8 @@ OUTPUT = Section(
     "What the job writes. `--output DIR` on the command line overrides `dir`.",
     {
         "dir": Key(("str", "null"), "folder of `model/`, `metrics.json`, `history.png`; a URI (hdfs://, s3a://, "
-                   "dbfs:/) is written through Spark's Hadoop filesystem; null = `runs/<name>`", None,
+                   "dbfs:/) is written through Spark's Hadoop filesystem; relative to the config's folder; null = "
+                   "`runs/<name>` in the working directory", None,
                    "/tmp/runs/mnist_cnn"),
         "plot": Key(("bool",), "write `history.png` (needs matplotlib: the `plot` extra)", True, False),
     },
@@ -152,7 +182,7 @@ TOP = Section(
                     "file's name without `.yaml`", None, "mnist_cnn"),
         "data": Key(("dict",), "the `data` section", None,
                     {"train": "data/mnist10k/train.parquet", "test": "data/mnist10k/test.parquet"}, required=True),
-        "model": Key(("dict",), "the `model` section", None, {"factory": "examples.models:mnist_mlp"}, required=True),
+        "model": Key(("dict",), "the `model` section", None, {"factory": "sparkdl.keras.zoo:mnist_mlp"}, required=True),
         "fit": Key(("dict", "null"), "the `fit` section", {}, {"loss": "sparse_categorical_crossentropy", "epochs": 2}),
         "callbacks": Key(("list", "null"), "Keras callbacks: a list of `callbacks[]` entries (below)", [],
                          [{"class": "keras.callbacks.EarlyStopping", "kwargs": {"patience": 2}}]),
@@ -164,8 +194,13 @@ TOP = Section(
 SCHEMA: dict[str, Section] = {"": TOP, "data": DATA, "model": MODEL, "fit": FIT, "callbacks[]": CALLBACK,
                               "output": OUTPUT}
 
-#: ``fit`` key -> KerasEstimator Param, as jobs/train.py had it (plus the keys added since)
-FIT_KEYS = {key: spec.param for key, spec in FIT.keys.items()}
+#: ``fit`` key -> KerasEstimator Param, as jobs/train.py had it (plus the keys added since); not ``learning_rate``
+FIT_KEYS = {key: spec.param for key, spec in FIT.keys.items() if spec.param}
+#: the config keys that hold a path (``section.key``): relative ones are made absolute by :func:`load_config`
+PATH_KEYS = ("data.train", "data.test", "data.validation", "model.json", "output.dir", "fit.checkpoint_dir",
+             "fit.log_dir", "fit.server_cert_file", "fit.server_key_file")
+#: keyword arguments of Keras' callbacks that hold a path (ModelCheckpoint, CSVLogger, TensorBoard, BackupAndRestore)
+CALLBACK_PATH_KWARGS = ("filepath", "filename", "log_dir", "backup_dir")
 #: ``data`` keys that are KerasEstimator Params
 DATA_KEYS = {key: spec.param for key, spec in DATA.keys.items() if spec.param}
 
@@ -182,6 +217,11 @@ def load_config(path: str, overrides: Iterable[str] = ()) -> dict:
     set (default: the file name without extension), ``data`` and ``output`` with their defaults
     filled in; ``fit`` holds only the keys given (the others keep the estimator's defaults).
 
+    Paths (:data:`PATH_KEYS` and the :data:`CALLBACK_PATH_KWARGS` of each callback): a relative
+    path in the file is made absolute against the file's folder, one given in ``overrides``
+    against the working directory (as a path typed on a command line); absolute paths (``~``
+    expanded) and URIs (``hdfs://``, ``s3a://``, ``dbfs:/``, ``file:``) are kept as they are.
+
     Raises:
         ConfigError: an unreadable file, an override without ``=``, an unknown key, a value of the
             wrong type or out of its choices, a missing required key; the message names the key.
@@ -197,7 +237,8 @@ def load_config(path: str, overrides: Iterable[str] = ()) -> dict:
         config = {}
     if not isinstance(config, dict):
         raise ConfigError(f"the job config {path!r} must be a YAML mapping of sections. Received: {type(config).__name__}")
-    apply_overrides(config, overrides)
+    resolve_paths(config, os.path.dirname(os.path.abspath(path)))
+    apply_overrides(config, overrides, base=os.getcwd())
     config = validate_config(config, source=path)
     if not config.get("name"):
         config["name"] = os.path.splitext(os.path.basename(path))[0]
@@ -217,11 +258,43 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, parsed
 
 
-def apply_overrides(config: dict, overrides: Iterable[str]) -> dict:
+def resolve_path(value: Any, base: str) -> Any:
+    """``value`` made absolute against the folder ``base`` when it is a relative path (``~``
+    expanded); URIs (a scheme of 2+ letters: ``hdfs://``, ``dbfs:/``, ``file:``), absolute paths
+    and anything but a non-empty string are returned as they are."""
+    if not isinstance(value, str) or not value or is_uri(value):
+        return value
+    value = os.path.expanduser(value)
+    return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
+
+
+def resolve_paths(config: dict, base: str) -> dict:
+    """Make the relative paths of a raw (unvalidated) config absolute against ``base``, in place:
+    the :data:`PATH_KEYS` and, in each ``callbacks`` entry's ``kwargs``, the
+    :data:`CALLBACK_PATH_KWARGS`. Values of other types are left for validation to name."""
+    for dotted in PATH_KEYS:
+        section, key = dotted.split(".")
+        node = config.get(section)
+        if isinstance(node, dict) and key in node:
+            node[key] = resolve_path(node[key], base)
+    callbacks = config.get("callbacks")
+    for entry in callbacks if isinstance(callbacks, list) else ():
+        kwargs = entry.get("kwargs") if isinstance(entry, dict) else None
+        if isinstance(kwargs, dict):
+            for key in CALLBACK_PATH_KWARGS:
+                if key in kwargs:
+                    kwargs[key] = resolve_path(kwargs[key], base)
+    return config
+
+
+def apply_overrides(config: dict, overrides: Iterable[str], base: str | None = None) -> dict:
     """Set each ``section.key=value`` of ``overrides`` in ``config`` (in place; nested mappings
-    created as needed, e.g. ``model.kwargs.seed=2``) and return it."""
+    created as needed, e.g. ``model.kwargs.seed=2``) and return it. With ``base``, the value of a
+    path key (:data:`PATH_KEYS`) is made absolute against it (:func:`resolve_path`)."""
     for text in overrides or ():
         path, value = parse_override(text)
+        if base is not None and ".".join(path) in PATH_KEYS:
+            value = resolve_path(value, base)
         node = config
         for depth, part in enumerate(path[:-1]):
             child = node.get(part)
@@ -386,7 +459,8 @@ def build_callbacks(config: dict) -> list:
 
 
 def estimator_params(config: dict, accepted: Iterable[str] | None = None) -> dict:
-    """``KerasEstimator`` keywords of ``config``: the ``fit`` keys given, ``featuresCol``,
+    """``KerasEstimator`` keywords of ``config``: the ``fit`` keys given (but ``learning_rate``, which
+    :func:`sparkdl.cli.train.build_estimator` sets in the optimizer), ``featuresCol``,
     ``labelCol`` and the ``data`` keys that are Params (when not null). Keys not in the config are
     left out, so the estimator keeps its defaults.
 
@@ -395,7 +469,7 @@ def estimator_params(config: dict, accepted: Iterable[str] | None = None) -> dic
             whose Param is not among them is refused, naming it, rather than failing in the
             constructor.
     """
-    params = {FIT_KEYS[key]: value for key, value in config["fit"].items()}
+    params = {FIT_KEYS[key]: value for key, value in config["fit"].items() if key in FIT_KEYS}  # not learning_rate
     data = config["data"]
     params.update({param: data[key] for key, param in DATA_KEYS.items() if data.get(key) is not None})
     if data.get("features_cols") is not None:  # it replaces features_col (whose default is always filled in)

@@ -1,4 +1,4 @@
-"""sparkdl-predict: score a file with a saved KerasModel and write the result.
+"""sparkdl-predict: score a file with a saved Spark ML model (KerasModel, PipelineModel, ...) and write the result.
 
 Usage::
 
@@ -7,9 +7,14 @@ Usage::
         [--batch-size 1024] [--master 'local[*]'] [--input-option header=true ...] [--output-option k=v ...]
     spark-submit jobs/predict.py --model ... --input ... --output ...                  # the same job
 
-Loads ``KerasModel.load(MODEL)``, transforms ``spark.read.format(INPUT_FORMAT).load(INPUT)`` and
-writes the input columns (all, or ``--columns``) plus the model's output columns (``prediction``,
-and for a classifier ``probability`` and ``rawPrediction``) with ``df.write.format(OUTPUT_FORMAT)``.
+Loads the fitted stage saved at ``MODEL``, whatever its class (:func:`load_stage`: a ``KerasModel``,
+a ``PipelineModel`` such as ``VectorAssembler`` + ``KerasModel`` as tabular models are saved, or any
+other Spark ML ``Transformer``; the class is read from the folder's metadata), transforms
+``spark.read.format(INPUT_FORMAT).load(INPUT)`` and writes the input columns (all, or ``--columns``)
+plus the columns the model adds (a ``KerasModel``'s ``prediction``, and for a classifier
+``probability`` and ``rawPrediction``; a pipeline's intermediate columns too) with
+``df.write.format(OUTPUT_FORMAT)``. ``--batch-size`` sets the ``inferenceBatchSize`` of every
+``KerasModel`` in it.
 Vector columns are written as they are: Parquet, ORC and JSON store Spark ML vectors (as structs),
 CSV cannot (refused before the write). Prints the rows written and the seconds taken.
 
@@ -25,7 +30,7 @@ import os
 import sys
 import time
 
-from sparkdl.cli import is_user_error, spark_session
+from sparkdl.cli import is_user_error, quiet_tensorflow, spark_session
 from sparkdl.cli.train import is_uri, setup_logging
 from sparkdl.errors import ConfigError
 
@@ -44,14 +49,15 @@ def _options(pairs: list[str], flag: str) -> dict[str, str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="sparkdl-predict", description=__doc__.splitlines()[0].split(": ", 1)[1])
-    parser.add_argument("--model", required=True, help="folder of a saved KerasModel (e.g. runs/mnist_cnn/model)")
+    parser.add_argument("--model", required=True,
+                        help="folder of a saved Spark ML model: a KerasModel (e.g. runs/mnist_cnn/model), a PipelineModel, ...")
     parser.add_argument("--input", required=True, help="rows to score: a path spark.read reads")
     parser.add_argument("--output", required=True, help="where to write the scored rows")
     parser.add_argument("--input-format", default="parquet", help="spark.read format: parquet (default), csv, json, orc, delta, ...")
     parser.add_argument("--output-format", default="parquet", help="DataFrame writer format (default parquet)")
     parser.add_argument("--columns", help="comma-separated input columns to keep (default: all); the model's output columns are always written")
     parser.add_argument("--mode", default="errorifexists", choices=MODES, help="save mode when the output exists (default errorifexists)")
-    parser.add_argument("--batch-size", type=int, help="rows per predict call (the model's inferenceBatchSize)")
+    parser.add_argument("--batch-size", type=int, help="rows per predict call (inferenceBatchSize of each KerasModel in the model)")
     parser.add_argument("--master", help="Spark master, e.g. 'local[*]' (default: spark-submit's, else local[*])")
     parser.add_argument("--input-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a spark.read option (repeatable); csv defaults: header=true, inferSchema=true")
@@ -69,9 +75,10 @@ def check_paths(model: str, input_path: str, output: str, mode: str) -> None:
     """
     if not is_uri(model):
         if not os.path.isdir(model):
-            raise ConfigError(f"--model must be the folder of a saved KerasModel; no folder at {model!r}. Received: {model!r}")
+            raise ConfigError(f"--model must be the folder of a saved Spark ML model (KerasModel, PipelineModel, ...); "
+                              f"no folder at {model!r}. Received: {model!r}")
         if not os.path.isdir(os.path.join(model, "metadata")):
-            raise ConfigError(f"--model {model!r} holds no saved KerasModel (no metadata/ folder; "
+            raise ConfigError(f"--model {model!r} holds no saved Spark ML model (no metadata/ folder; "
                               f"found: {sorted(os.listdir(model))[:10]}). Received: {model!r}")
     if not is_uri(input_path) and not glob.glob(input_path):
         raise ConfigError(f"--input: no file or folder at {input_path!r}. Received: {input_path!r}")
@@ -86,10 +93,44 @@ def check_paths(model: str, input_path: str, output: str, mode: str) -> None:
         raise ConfigError(f"--output {output!r} exists; pass --mode overwrite (or append) to write there. Received: {output!r}")
 
 
+def load_stage(path: str, spark):
+    """The Spark ML stage saved at ``path``, loaded by the class its metadata names
+    (``pyspark.ml.util.DefaultParamsReader.loadParamsInstance``: ``sparkdl.spark.model.KerasModel``,
+    ``pyspark.ml.pipeline.PipelineModel``, a JVM stage such as ``org.apache.spark.ml.PipelineModel``
+    as its pyspark class).
+
+    Raises:
+        ConfigError: a class that cannot be imported, or a stage that cannot score rows (an
+            unfitted ``Pipeline`` or Estimator: no ``transform``).
+    """
+    from pyspark.ml import Transformer
+    from pyspark.ml.util import DefaultParamsReader
+
+    from sparkdl.spark.session import is_connect
+
+    source = spark if is_connect(spark) else spark.sparkContext
+    try:
+        stage = DefaultParamsReader.loadParamsInstance(path, source)
+    except (ImportError, AttributeError) as e:  # the metadata names a class this Python cannot import
+        raise ConfigError(f"--model {path!r}: cannot load the saved stage's class ({type(e).__name__}: {e}); install the "
+                          f"package that defines it. Received: {path!r}") from e
+    if not isinstance(stage, Transformer):
+        raise ConfigError(f"--model must be a fitted model (a Transformer: KerasModel, PipelineModel, ...); {path!r} holds "
+                          f"a {type(stage).__name__}, which must be fit first. Received: {path!r}")
+    return stage
+
+
+def keras_stages(stage) -> list:
+    """The ``KerasModel`` stages of ``stage``: itself, or those of a ``PipelineModel`` (nested ones too)."""
+    if hasattr(stage, "setInferenceBatchSize"):
+        return [stage]
+    return [found for inner in getattr(stage, "stages", None) or () for found in keras_stages(inner)]
+
+
 def predict(model: str, input_path: str, output: str, *, input_format: str = "parquet", output_format: str = "parquet",
             columns: list[str] | None = None, mode: str = "errorifexists", batch_size: int | None = None,
             master: str | None = None, input_options: dict | None = None, output_options: dict | None = None) -> dict:
-    """Score ``input_path`` with the ``KerasModel`` saved at ``model`` and write ``output``; returns
+    """Score ``input_path`` with the Spark ML model saved at ``model`` (:func:`load_stage`) and write ``output``; returns
     ``{"rows": rows written, "seconds": load + transform + write, "columns": [...]}``.
 
     Stops the SparkSession at the end only when it started it.
@@ -100,8 +141,6 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
         raise ConfigError(f"--batch-size must be a positive number of rows. Received: {batch_size!r}")
     check_paths(model, input_path, output, mode)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-    from sparkdl import KerasModel
 
     spark, started_here = spark_session("sparkdl predict", master)
     try:
@@ -114,9 +153,14 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
             if missing:
                 raise ConfigError(f"--columns: the input has no column(s) {missing}; its columns: {df.columns}. "
                                   f"Received: {','.join(columns)}")
-        fitted = KerasModel.load(model)
+        fitted = load_stage(model, spark)
         if batch_size is not None:
-            fitted.setInferenceBatchSize(batch_size)
+            stages = keras_stages(fitted)
+            if not stages:
+                raise ConfigError(f"--batch-size sets a KerasModel's inferenceBatchSize; the {type(fitted).__name__} at "
+                                  f"{model!r} has no KerasModel. Received: {batch_size!r}")
+            for stage in stages:
+                stage.setInferenceBatchSize(batch_size)
         scored = fitted.transform(df)
         added = [c for c in scored.columns if c not in df.columns]
         kept = list(columns) if columns else list(df.columns)
@@ -154,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     a ``ConfigError`` (a missing model or input, a bad option) and status 2."""
     args = parse_args(argv)
     setup_logging()
+    quiet_tensorflow()
     try:
         columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
         result = predict(

@@ -38,18 +38,15 @@ import glob
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 import time
 
-from sparkdl.cli import is_user_error, spark_session
-from sparkdl.cli.config import build_callbacks, build_model, estimator_keywords, estimator_params, load_config
+from sparkdl.cli import is_user_error, quiet_tensorflow, spark_session
+from sparkdl.cli.config import build_callbacks, build_model, estimator_keywords, estimator_params, is_uri, load_config
 from sparkdl.errors import ConfigError
 
 log = logging.getLogger("sparkdl.cli")
-
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")  # a scheme of 2+ characters (not a Windows drive letter)
 
 
 class _Formatter(logging.Formatter):
@@ -67,11 +64,6 @@ def setup_logging() -> None:
         log.addHandler(handler)
     if log.level == logging.NOTSET:
         log.setLevel(logging.INFO)
-
-
-def is_uri(path: str) -> bool:
-    """Whether ``path`` has a URI scheme (``hdfs://``, ``s3a://``, ``dbfs:/``, ``file:``)."""
-    return bool(_URI.match(path))
 
 
 def join(folder: str, name: str) -> str:
@@ -108,7 +100,8 @@ def _write_outputs(output: str, files: dict[str, str], spark) -> None:
 
 def build_estimator(config: dict):
     """The ``KerasEstimator`` of a validated ``config``: its model built, its callbacks made and
-    every fit setting checked (``FitConfig``), all without Spark.
+    every fit setting checked (``FitConfig``), all without Spark. ``fit.learning_rate`` is set in
+    the optimizer: ``fit.optimizer``'s, else the compiled model's, else Keras' ``adam``.
 
     Raises:
         ConfigError: a Param out of its range, a callback that is not a Keras callback, a model
@@ -123,7 +116,13 @@ def build_estimator(config: dict):
             raise ConfigError("the config's callbacks need KerasEstimator(callbacks=...), which this version of sparkdl "
                               f"does not have. Received: {[c['class'] for c in config['callbacks']]}")
         params["callbacks"] = callbacks
-    estimator = KerasEstimator(model=build_model(config["model"]), **params)
+    model = build_model(config["model"])
+    learning_rate = config["fit"].get("learning_rate")
+    if learning_rate is not None:  # the optimizer's rate: fit.optimizer's, else the compiled model's, else adam's
+        from sparkdl.keras.spec import with_learning_rate
+
+        params["optimizer"] = with_learning_rate(params.get("optimizer", getattr(model, "optimizer", None)), learning_rate)
+    estimator = KerasEstimator(model=model, **params)
     estimator._fit_config()  # numWorkers, epochs, mode and backend, ...: their ranges
     return estimator
 
@@ -217,7 +216,7 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
     name = config["name"]
     output = output or config["output"].get("dir") or os.path.join("runs", name)
     if not is_uri(output):
-        os.makedirs(output, exist_ok=True)
+        output = os.path.abspath(output)  # this process's working directory, not the JVM's (Spark's writer resolves against that)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     estimator = build_estimator(config)  # everything that can fail on the config, before Spark starts
@@ -225,9 +224,12 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
     for key in ("train", "test", "validation"):
         path = data.get(key)
         if path and not is_uri(path) and not glob.glob(path):
-            raise ConfigError(f"data.{key}: no file or folder at {path!r} (relative paths are read from the working directory "
-                              f"{os.getcwd()!r}). Received: {path!r}")
+            raise ConfigError(f"data.{key}: no file or folder at {path!r} (a config file's relative paths are read from its "
+                              f"folder, those of --set and of a config dict from the working directory {os.getcwd()!r}). "
+                              f"Received: {path!r}")
     check_job(config, estimator)
+    if not is_uri(output):
+        os.makedirs(output, exist_ok=True)  # after the checks: a refused config leaves no folder behind
 
     spark, started_here = spark_session(f"sparkdl {name}", master)
     try:
@@ -299,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     a ``ConfigError`` (a bad config or Param) and status 2."""
     args = parse_args(argv)
     setup_logging()
+    quiet_tensorflow()
     try:
         config = load_config(args.config, args.overrides)
         if args.check:

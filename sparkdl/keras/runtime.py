@@ -14,6 +14,15 @@ no thread-count flag: its pool follows the process's CPU affinity) through
 ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` for a one-CPU task, which runs each op on the
 calling thread.
 
+Quiet start-up: TensorFlow 2.17+ prints lines while it loads, before its logging honours
+``TF_CPP_MIN_LOG_LEVEL`` (``oneDNN custom operations are on ...``, the CPU-feature notice, absl's
+``WARNING: All log messages before absl::InitializeLog() ...``), from every Python worker.
+:func:`import_tensorflow` (called by :func:`configure` and :func:`keras_module`, so on the
+executors before anything else imports TensorFlow) captures the process's stderr while TensorFlow
+loads and writes back the lines that ``TF_CPP_MIN_LOG_LEVEL`` lets through (:func:`startup_lines`;
+the workers' default is 2: warnings and info hidden, errors shown). ``TF_CPP_MIN_LOG_LEVEL=0`` shows
+them all.
+
 GPUs: a task that Spark gave GPU addresses (``spark.task.resource.gpu.amount``) pins them before
 the backend starts: ``CUDA_VISIBLE_DEVICES`` is set to those devices (see
 :func:`sparkdl.core.gpu.plan_gpus`), so the backend sees them as devices ``0 .. n-1`` and no
@@ -27,7 +36,9 @@ addresses than it pinned fails (:func:`sparkdl.core.gpu.check_reuse`).
 from __future__ import annotations
 
 import os
+import re
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 
@@ -41,6 +52,84 @@ _inherited = _UNSET  # the executor's CUDA_VISIBLE_DEVICES before the first pin 
 _BACKENDS = ("tensorflow", "jax", "torch")
 _DEFAULT_BACKEND = "tensorflow"
 _SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
+
+
+_LOG_RECORD = re.compile(r"^([IWEF])\d{4} ")  # absl/glog: I0000 00:00:1796164113.959617   29248 file.cc:227] ...
+_LOG_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
+_ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+def startup_lines(text: str, min_level: int) -> str:
+    """The lines of ``text`` (what a process wrote to stderr while TensorFlow loaded) that
+    ``TF_CPP_MIN_LOG_LEVEL=min_level`` lets through, as TensorFlow applies it once its logging starts.
+
+    A log record (``I0000 ...``, ``W``, ``E``, ``F``: severities 0 to 3) is kept when its severity
+    is at least ``min_level`` (a fatal one always), with its continuation lines (those that do not
+    start a record); absl's ``WARNING: All log messages before absl::InitializeLog() ...`` notice
+    only with ``min_level`` 0; other lines before the first record are kept.
+    """
+    kept, keep = [], True
+    for line in text.splitlines(keepends=True):
+        record = _LOG_RECORD.match(line)
+        if record:
+            keep = _LOG_SEVERITY[record.group(1)] >= min(min_level, 3)
+        elif line.rstrip("\r\n") == _ABSL_NOTICE:
+            if min_level <= 0:
+                kept.append(line)
+            continue
+        if keep:
+            kept.append(line)
+    return "".join(kept)
+
+
+def _min_log_level() -> int:
+    """``TF_CPP_MIN_LOG_LEVEL`` as a number (0 when unset or not a number: show everything)."""
+    try:
+        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        return 0
+
+
+def import_tensorflow():
+    """Import and return ``tensorflow`` with its start-up lines filtered by ``TF_CPP_MIN_LOG_LEVEL``.
+
+    While TensorFlow loads, file descriptor 2 goes to a temporary file; then the lines
+    :func:`startup_lines` keeps are written to the real stderr (everything, when the import
+    raises). An already imported TensorFlow is returned as it is; with ``TF_CPP_MIN_LOG_LEVEL``
+    0 (or unset), or a stderr that cannot be duplicated, it is imported plainly. A crash of the
+    process while TensorFlow loads loses the captured lines: rerun with ``TF_CPP_MIN_LOG_LEVEL=0``.
+
+    Raises:
+        ImportError: TensorFlow is not installed (nothing is hidden then).
+    """
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    level = _min_log_level()
+    try:
+        saved = os.dup(2) if level > 0 else None
+    except OSError:
+        saved = None
+    if saved is None:
+        import tensorflow
+
+        return tensorflow
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow
+        except BaseException:
+            level = 0  # the whole story of a failed import
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            shown = startup_lines(captured.read().decode("utf-8", "replace"), level)
+            if shown:
+                os.write(2, shown.encode("utf-8"))
+    return tensorflow
 
 
 def _backend_started() -> bool:
@@ -170,8 +259,7 @@ def configure(num_threads: int | None = None, resources: Mapping | None = None, 
     if _configured_threads is not None or num_threads is None:
         return
     if backend == "tensorflow":
-        import tensorflow as tf
-
+        tf = import_tensorflow()
         try:
             tf.config.threading.set_intra_op_parallelism_threads(int(num_threads))
             tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -278,6 +366,11 @@ def keras_module():
     """Import and return ``keras`` after :func:`configure` has selected the backend (the one of an
     already imported Keras, else ``KERAS_BACKEND``, else tensorflow)."""
     configure()
+    if keras_backend() == "tensorflow" and "keras" not in sys.modules:
+        try:
+            import_tensorflow()  # its start-up lines filtered before Keras imports it
+        except ImportError:
+            pass  # Keras' own import names what is missing
     import keras
 
     return keras

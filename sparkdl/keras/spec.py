@@ -201,6 +201,33 @@ def _one_loss(value, where: str):
     return _normalize(value, "loss")
 
 
+def with_learning_rate(optimizer, learning_rate: float) -> dict:
+    """The Keras config of ``optimizer`` with its learning rate set to ``learning_rate``.
+
+    Args:
+        optimizer: a name (``"adam"``), a ``keras.optimizers.Optimizer`` (e.g. a compiled model's
+            ``model.optimizer``) or a config dict (``{"class_name": "SGD", "config": {...}}``);
+            None means Keras' ``"adam"``, the estimator's default.
+        learning_rate: the new rate, a number > 0; it replaces a number or a schedule.
+
+    Returns:
+        ``keras.optimizers.serialize`` of the optimizer, with ``config["learning_rate"]`` set.
+
+    Raises:
+        ConfigError: a rate that is not a number > 0; an optimizer Keras cannot resolve.
+    """
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not learning_rate > 0:
+        raise ConfigError(f"learning_rate must be a number > 0. Received: {learning_rate!r}")
+    keras = keras_module()
+    try:
+        built = keras.optimizers.get(optimizer if optimizer is not None else "adam")
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"optimizer must be a Keras optimizer name, object or config. Received: {optimizer!r} ({exc})") from exc
+    config = json.loads(json.dumps(keras.optimizers.serialize(built), default=float))
+    config["config"]["learning_rate"] = float(learning_rate)
+    return config
+
+
 def normalize_loss(value) -> str | dict | list:
     """A loss as JSON: a name or config dict for every output, or per output (a dict output name ->
     loss, or a list in output order, as ``keras.Model.compile`` takes them; an entry may be None: that

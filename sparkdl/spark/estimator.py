@@ -433,9 +433,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.keras.callbacks import abort_all, exclusive
+        from sparkdl.spark.console import progress_bar_hidden
 
         observers: list = []  # this fit's progress display and trackers: stopped, closed, ended as failed if it fails
-        with exclusive(self._callbacks):  # a callback object serves one fit at a time
+        # a callback object serves one fit at a time; Spark's stage bars stay off the fit's own progress lines
+        with exclusive(self._callbacks), progress_bar_hidden(dataset.sparkSession, hide=self.getVerbose() > 0):
             try:
                 return self._fit_exclusive(dataset, observers)
             except BaseException:

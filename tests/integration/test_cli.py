@@ -102,3 +102,4 @@ def test_sparkdl_train_console_script_runs_the_driver_in_process(tmp_path):
     assert not (tmp_path / "history.png").exists()
     assert (tmp_path / "model" / "model.keras").is_file() and (tmp_path / "model" / "metadata").is_dir()
     assert "sparkdl: fitting console on local[2] with 2 workers" in result.stdout
+    assert "[Stage " not in result.stderr and "oneDNN custom operations" not in result.stderr  # a quiet console

@@ -48,3 +48,54 @@ def test_predict_reports_a_missing_column_in_one_line(spark, saved, capsys):
     err = capsys.readouterr().err
     assert err.startswith("sparkdl-predict: error: SchemaError:") and "'x'" in err
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_predict_scores_a_saved_pipeline_model_as_tabular_models_are_saved(spark, tmp_path):
+    """VectorAssembler + KerasModel saved as one PipelineModel: sparkdl-predict loads it by the class in its
+    metadata, sets --batch-size on the KerasModel inside, and writes the model's columns."""
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+
+    from sparkdl.cli.predict import load_stage, main
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(12, 3)).astype(np.float32)
+    rows = [(i, *map(float, x[i])) for i in range(12)]
+    df = partitioned_df(spark, [rows[:6], rows[6:]], "id int, a double, b double, c double")
+    df.write.parquet(str(tmp_path / "in"))
+    assembler = VectorAssembler(inputCols=["a", "b", "c"], outputCol="features")
+    PipelineModel(stages=[assembler, KerasModel.fromKeras(model, featuresCol="features")]).write().save(str(tmp_path / "pm"))
+    Pipeline(stages=[assembler]).fit(df).write().save(str(tmp_path / "jvm_pm"))  # all-JVM stages: saved by the JVM
+
+    assert main(["--model", str(tmp_path / "pm"), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                 "--columns", "id", "--batch-size", "5"]) == 0
+    scored = spark.read.parquet(str(tmp_path / "out"))
+    assert scored.columns == ["id", "features", "prediction", "rawPrediction", "probability"]
+    want = model.predict(x, verbose=0)
+    for row in scored.collect():
+        np.testing.assert_allclose(row["probability"].toArray(), want[row["id"]], atol=1e-6)
+        assert row["prediction"] == float(np.argmax(want[row["id"]]))
+
+    jvm = load_stage(str(tmp_path / "jvm_pm"), spark)
+    assert type(jvm) is PipelineModel and [type(s).__name__ for s in jvm.stages] == ["VectorAssembler"]
+
+
+def test_predict_refuses_an_unfitted_pipeline_and_batch_size_without_a_keras_model(spark, tmp_path, capsys):
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import VectorAssembler
+
+    from sparkdl.cli.predict import main
+
+    assembler = VectorAssembler(inputCols=["a"], outputCol="v")
+    Pipeline(stages=[assembler]).write().save(str(tmp_path / "pipeline"))
+    df = partitioned_df(spark, [[(1.0,), (2.0,)]], "a double")
+    df.write.parquet(str(tmp_path / "in"))
+    assert main(["--model", str(tmp_path / "pipeline"), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o")]) == 2
+    assert "a Pipeline, which must be fit first" in capsys.readouterr().err
+    Pipeline(stages=[assembler]).fit(df).write().save(str(tmp_path / "pm"))
+    assert main(["--model", str(tmp_path / "pm"), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
+                 "--batch-size", "4"]) == 2
+    assert "PipelineModel at" in capsys.readouterr().err and not os.path.exists(tmp_path / "o")

@@ -96,3 +96,33 @@ def test_a_yaml_loss_and_metrics_per_output_train_and_report_keras_names(spark, 
     want = keras_evaluate(out, test["x"], {"a": test["ya"], "b": test["yb"]})
     assert set(metrics["test_metrics"]) == set(want) == {"loss", "a_loss", "b_loss", "b_mse"}
     assert metrics["test_metrics"]["b_mse"] == pytest.approx(want["b_mse"], rel=1e-5)
+
+
+def test_a_shipped_config_copied_out_with_its_data_runs_from_another_directory(spark, tmp_path, monkeypatch, capsys):
+    """conf/mnist_quick.yaml copied with a 96-row slice of its data beside it (conf/, data/mnist10k/) runs from
+    another working directory: its factory comes with the package, its data paths are its folder's, the default
+    output is the working directory's runs/<name>, and fit.learning_rate is the saved optimizer's rate."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from sparkdl.cli.train import main
+    from tests.conftest import ROOT
+
+    (tmp_path / "conf").mkdir()
+    shutil.copy(f"{ROOT}/conf/mnist_quick.yaml", tmp_path / "conf")
+    (tmp_path / "data" / "mnist10k").mkdir(parents=True)
+    for name, rows in (("train", 64), ("test", 32)):
+        table = pq.read_table(f"{ROOT}/data/mnist10k/{name}.parquet").slice(0, rows)
+        pq.write_table(table, tmp_path / "data" / "mnist10k" / f"{name}.parquet")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+
+    args = ["--config", "../conf/mnist_quick.yaml", "--set", "fit.verbose=0", "--set", "output.plot=false",
+            "--set", "fit.validation_split=0.0", "--set", "fit.local_steps=null", "--set", "fit.learning_rate=0.01"]
+    assert main(args) == 0, capsys.readouterr().err
+    run = tmp_path / "elsewhere" / "runs" / "mnist_quick"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["train_rows"] == 64 and metrics["rounds"] == 1
+    optimizer = KerasModel.load(str(run / "model")).getOptimizer()
+    assert optimizer["class_name"].lower() == "adam" and optimizer["config"]["learning_rate"] == pytest.approx(0.01)

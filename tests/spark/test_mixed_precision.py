@@ -162,7 +162,7 @@ def test_bfloat16_mnist_cnn_reaches_97_percent(spark):
     """conf/mnist_cnn.yaml's model and settings with mixedPrecision='mixed_bfloat16', on CPU."""
     import yaml
 
-    from examples.models import mnist_cnn
+    from sparkdl.keras.zoo import mnist_cnn
 
     with open(os.path.join(ROOT, "conf", "mnist_cnn.yaml")) as f:
         config = yaml.safe_load(f)

@@ -43,7 +43,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 BASE = {
     "data": {"train": "data/mnist10k/train.parquet", "test": "data/mnist10k/test.parquet", "features_col": "pixels"},
-    "model": {"factory": "examples.models:mnist_mlp", "kwargs": {"seed": 1}},
+    "model": {"factory": "sparkdl.keras.zoo:mnist_mlp", "kwargs": {"seed": 1}},
     "fit": {"loss": "sparse_categorical_crossentropy", "epochs": 3, "num_workers": 2},
 }
 
@@ -71,7 +71,7 @@ def test_unknown_fit_key_is_named_with_its_section_the_closest_key_and_all_valid
     assert "fit.epocs" in msg and "section 'fit'" in msg
     assert "Did you mean 'epochs'?" in msg
     listed = msg.split("Valid keys of section 'fit': ")[1].split(". Received")[0].split(", ")
-    assert listed == list(FIT_KEYS)  # every valid key, in schema order
+    assert listed == list(SCHEMA["fit"].keys)  # every valid key (the Params and learning_rate), in schema order
     assert path in msg
 
 
@@ -417,7 +417,7 @@ def test_predict_checks_paths_before_spark(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"no folder at .*nope"):
         check_paths(str(tmp_path / "nope"), test_parquet, str(tmp_path / "out"), "errorifexists")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match=r"holds no saved KerasModel \(no metadata/ folder"):
+    with pytest.raises(ConfigError, match=r"holds no saved Spark ML model \(no metadata/ folder"):
         check_paths(str(tmp_path / "empty"), test_parquet, str(tmp_path / "out"), "errorifexists")
     (tmp_path / "model" / "metadata").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"--input: no file or folder at .*missing\.parquet"):
@@ -433,7 +433,7 @@ def test_predict_checks_paths_before_spark(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"must not be the input"):
         check_paths(str(tmp_path / "model"), "s3a://b/in/", "s3a://b/in", "overwrite")
     assert main(["--model", str(tmp_path / "nope"), "--input", test_parquet, "--output", str(tmp_path / "o")]) == 2
-    assert "sparkdl-predict: error: --model must be the folder of a saved KerasModel" in capsys.readouterr().err
+    assert "sparkdl-predict: error: --model must be the folder of a saved Spark ML model" in capsys.readouterr().err
 
 
 def test_schema_module_prints_the_tables():
@@ -512,3 +512,73 @@ def test_a_loss_and_metrics_per_output_are_read_from_yaml_and_checked_against_th
     wrong = load_config(write_config(tmp_path, config))
     with pytest.raises(ConfigError, match=r"loss as a dict must name every model output.*outputs are \['a', 'b'\]"):
         check_job(wrong, build_estimator(wrong))
+# --- paths and the learning rate (issue 23) ------------------------------------------------------
+
+
+def test_a_config_files_relative_paths_are_its_folders_and_the_overrides_the_working_directorys(tmp_path, monkeypatch):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    config = json.loads(json.dumps(BASE))
+    config["data"].update(train="data/train.parquet", test="hdfs://nn/mnist/test.parquet", validation="/abs/val.parquet")
+    config["model"] = {"json": "model.json"}
+    config["fit"].update(checkpoint_dir="../ckpt", log_dir="~/tb")
+    config["output"] = {"dir": "out"}
+    config["callbacks"] = [{"class": "keras.callbacks.CSVLogger", "kwargs": {"filename": "epochs.csv", "separator": ";"}}]
+    path = write_config(folder, config)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    loaded = load_config(path)
+    assert loaded["data"]["train"] == str(folder / "data" / "train.parquet")
+    assert loaded["data"]["test"] == "hdfs://nn/mnist/test.parquet"  # a URI as it is
+    assert loaded["data"]["validation"] == "/abs/val.parquet"
+    assert loaded["model"]["json"] == str(folder / "model.json")
+    assert loaded["fit"]["checkpoint_dir"] == str(tmp_path / "ckpt")
+    assert loaded["fit"]["log_dir"] == os.path.join(os.path.expanduser("~"), "tb")
+    assert loaded["output"]["dir"] == str(folder / "out")
+    assert loaded["callbacks"][0]["kwargs"] == {"filename": str(folder / "epochs.csv"), "separator": ";"}
+
+    loaded = load_config(path, ["data.train=mine.parquet", "output.dir=run", "fit.epochs=2"])
+    assert loaded["data"]["train"] == str(elsewhere / "mine.parquet")  # a path typed on the command line: the cwd's
+    assert loaded["output"]["dir"] == str(elsewhere / "run")
+    assert loaded["fit"]["epochs"] == 2
+
+
+def test_shipped_configs_read_the_bundled_data_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = load_config(os.path.join(ROOT, "conf", "mnist_cnn.yaml"))
+    assert config["data"]["train"] == os.path.join(ROOT, "data", "mnist10k", "train.parquet")
+    assert os.path.isfile(config["data"]["train"]) and config["model"]["factory"] == "sparkdl.keras.zoo:mnist_cnn"
+    assert config["output"]["dir"] is None  # the default, runs/mnist_cnn, is the working directory's
+
+
+@pytest.mark.parametrize("optimizer, factory, expected", [
+    ({"class_name": "SGD", "config": {"learning_rate": 0.1, "momentum": 0.5}}, "softmax", ("SGD", {"momentum": 0.5})),
+    ("rmsprop", "softmax", ("RMSprop", {})),
+    (None, "compiled_softmax", ("SGD", {})),  # the compiled model's optimizer
+    (None, "softmax", ("Adam", {})),  # the estimator's default, adam
+])
+def test_fit_learning_rate_is_the_optimizers(tmp_path, optimizer, factory, expected):
+    from sparkdl.cli.train import build_estimator
+
+    config = {"data": {"train": "t.parquet", "test": "t.parquet", "features_col": "x"},
+              "model": {"factory": f"tests.cli_models:{factory}"},
+              "fit": {"loss": "sparse_categorical_crossentropy", "learning_rate": 0.05, "block_learning_rate": 0.7}}
+    if optimizer is not None:
+        config["fit"]["optimizer"] = optimizer
+    estimator = build_estimator(load_config(write_config(tmp_path, config)))
+    spec = estimator._compile_spec().optimizer
+    assert spec["class_name"] == expected[0] and spec["config"]["learning_rate"] == 0.05
+    assert expected[1].items() <= spec["config"].items()  # the optimizer's other settings kept
+    assert estimator.getBlockLearningRate() == 0.7  # BMUF's own rate, apart
+
+    import keras
+
+    rebuilt = keras.optimizers.deserialize(spec)
+    assert float(keras.ops.convert_to_numpy(rebuilt.learning_rate)) == pytest.approx(0.05)
+
+
+def test_fit_learning_rate_must_be_a_number(tmp_path):
+    with pytest.raises(ConfigError, match=r"fit\.learning_rate must be float or null"):
+        load_config(write_config(tmp_path, with_fit(learning_rate="fast")))

@@ -1,6 +1,7 @@
-"""Model factories used by the job configs in ``conf/`` (``model.factory: examples.models:<name>``).
+"""Model factories of the shipped job configs (``model.factory: sparkdl.keras.zoo:<name>`` in ``conf/``).
 
-Each returns a built, uncompiled ``keras.Model``; the config's ``fit`` section compiles it.
+Installed with the package, so a config copied anywhere imports them. Each returns a built,
+uncompiled ``keras.Model``; the config's ``fit`` section compiles it.
 """
 
 import keras
