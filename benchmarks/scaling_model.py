@@ -67,7 +67,7 @@ The fitted model is checked against the measured points it was fitted to
 
 Usage::
 
-    python benchmarks/scaling_model.py [--measured benchmarks/scaling_measured.jsonl] [--plot benchmarks/scaling_model.png]
+    python benchmarks/scaling_model.py [--measured benchmarks/scaling_measured.jsonl] [--plot docs/images/scaling_model.png]
         [--device gpu|cpu] [--server-mb-s 400] [--json]
 """
 
@@ -330,7 +330,7 @@ def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", default=os.path.join(HERE, "scaling_measured.jsonl"))
-    parser.add_argument("--plot", default=os.path.join(HERE, "scaling_model.png"))
+    parser.add_argument("--plot", default=os.path.join(HERE, os.pardir, "docs", "images", "scaling_model.png"))
     parser.add_argument("--device", choices=["gpu", "cpu"], default="cpu")
     parser.add_argument("--gpu-tflops", type=float, default=100.0)
     parser.add_argument("--cpu-cores", type=int, default=8)
