@@ -28,14 +28,10 @@ RUNS = {
 
 # Examples written for features that other changes of issue 23 bring (integer sequences into an
 # Embedding; a loss and metrics per output as dicts): run them once those are merged, then drop this.
-PENDING = {
-    "text_classification": "needs array<int> sequences into Input((None,), dtype='int32') (issue 23)",
-    "multi_output": "needs loss={...} and metrics={...} per output (issue 23)",
-}
 
 
 def _example_files():
-    return sorted(f[:-3] for f in os.listdir(EXAMPLES) if f.endswith(".py") and f not in ("__init__.py", "models.py", "png_decoder.py"))
+    return sorted(f[:-3] for f in os.listdir(EXAMPLES) if f.endswith(".py") and f != "png_decoder.py")
 
 
 def test_every_example_is_run_here():
@@ -57,7 +53,7 @@ def test_example_is_a_percent_format_notebook_that_says_how_to_run_it(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.skip(reason=PENDING[n])) if n in PENDING else n for n in sorted(RUNS)])
+@pytest.mark.parametrize("name", sorted(RUNS))
 def test_example_runs_and_prints_its_result(name):
     env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                TF_CPP_MIN_LOG_LEVEL="2")
