@@ -6,8 +6,18 @@ parameters, Adam), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on 
 one training step's compute (the same model and batch trained in this process on one thread, as
 each task has one CPU) is the round's fixed cost: scheduling, broadcast, reduction, transfers.
 
+Beside each size it measures, in the same session, the floor under any round: an empty Spark job
+(a ``mapInArrow`` that drains a one-byte column of ``workers`` cached partitions and returns
+nothing, collected with ``toArrow``; median of 15, before and after the fit), and prints the
+round's fixed cost over that floor (``overhead_per_empty_job``).
+
 Prints one JSON line per size, e.g. ``{"benchmark": "round_overhead", "params": 1000000,
-"round_s": 0.21, "step_s": 0.02, "round_overhead_s": 0.19}``, then a Markdown table.
+"round_s": 0.21, "step_s": 0.02, "round_overhead_s": 0.19, "empty_job_s": 0.12,
+"overhead_per_empty_job": 1.58}``, then a Markdown table.
+
+Memory: 100M float32 parameters with Adam are 1.2 GB of state per copy; a round holds several
+copies in each Python worker (broadcast, replica, update), in the JVM and on the driver: about
+20 GB in all on ``local[2]``.
 
 Usage: python benchmarks/round_overhead.py [--params 1e6 1e7 1e8] [--rounds 10] [--batch-size 32]
 """
@@ -121,6 +131,7 @@ def main() -> None:
 
     spark = (SparkSession.builder.master(f"local[{args.workers}]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "8g")
+             .config("spark.driver.maxResultSize", "4g")  # 100M parameters with Adam: 1.2 GB a worker's update
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     results = []
