@@ -292,33 +292,29 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
     return outcome["value"]
 
 
-def run_on_partitions(rdd, produce: Callable[[Iterator], Iterator[pa.RecordBatch]], partitions: list[int], schema: pa.Schema) -> pa.Table:
-    """Run ``produce`` as one task on each of ``partitions`` of ``rdd`` (and on no other partition),
-    where the partition's data lives (the cache locality of the DataFrame it came from is kept),
-    and return what the tasks yielded as one table of ``schema``. Call it through :func:`run_job`
-    (tags, timeout, errors).
+def run_on_partitions(df, produce: Callable[[Iterator], Iterator[pa.RecordBatch]], partitions: list[int], schema: pa.Schema) -> pa.Table:
+    """Run ``produce`` as one task on each of ``partitions`` of ``df`` (and on no other partition),
+    where the partition's data lives (its cache locality is kept), and return what the tasks
+    yielded as one table of ``schema``. Call it through :func:`run_job` (tags, timeout, errors).
 
-    ``rdd`` is an RDD of a DataFrame (``df.rdd``, made once and reused: each ``df.rdd`` plans the
-    query again). ``produce(rows)`` receives the partition's rows as an iterator (drain it: an
-    unread input stops Spark reusing the Python worker) and yields record batches of ``schema``;
-    each batch travels as an Arrow IPC stream of its own, as raw bytes (the RDD's serializer is
-    bypassed: nothing is pickled). No SQL plan is analysed or optimised per call, and the update's
-    bytes are not converted to Spark rows and back (``mapInArrow`` + ``toArrow`` would). Classic
-    sessions only (Spark Connect has no RDDs).
+    ``produce(rows)`` receives the partition's rows as an iterator (drain it) and yields record
+    batches of ``schema``; each task sends them back as one Arrow IPC stream, as raw bytes (the
+    RDD's serializer is bypassed: nothing is pickled). Classic sessions only (Spark Connect has no
+    RDDs).
     """
     from pyspark.rdd import _load_from_socket  # the reader runJob uses; here with the raw-bytes serializer
 
     def task(rows):
-        for batch in produce(rows):  # one stream per batch: no element nears the 2 GiB a JVM array holds
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, schema) as writer:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for batch in produce(rows):
                 writer.write_batch(batch)
-            yield memoryview(sink.getvalue())  # written to Spark's socket as it is, without a copy to bytes
+        yield sink.getvalue().to_pybytes()
 
-    sc = rdd.context
-    mapped = rdd.mapPartitions(task)
+    sc = df.sparkSession.sparkContext
+    mapped = df.rdd.mapPartitions(task)
     mapped._bypass_serializer = True  # each task's bytes travel as they are (NoOpSerializer), not pickled
     sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, list(partitions))
     with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
-        tables = [pa.ipc.open_stream(chunk).read_all() for chunk in stream]
+        tables = [pa.ipc.open_stream(bytes(chunk)).read_all() for chunk in stream]
     return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -263,8 +263,8 @@ def test_compile_arguments_that_cannot_work_fail_before_any_job(spark):
 
 
 def test_run_on_partitions_runs_the_chosen_partitions_only_and_returns_every_batch(spark):
-    """The RDD job the rounds after the first run as: one task on each chosen partition, each of its
-    batches back as Arrow (several per task, in order), no other partition run."""
+    """The RDD job a straggler-tolerant round runs per partition: one task on each chosen partition,
+    each of its batches back as Arrow (several per task, in order), no other partition run."""
     import pyarrow as pa
     from pyspark import TaskContext
 
@@ -278,8 +278,7 @@ def test_run_on_partitions_runs_the_chosen_partitions_only_and_returns_every_bat
         for i in range(3):
             yield pa.RecordBatch.from_pylist([{"partition": partition, "rows": n, "batch": i}], schema=schema)
 
-    rdd = spark.range(0, 40, numPartitions=4).rdd
-    table = run_on_partitions(rdd, produce, [1, 3], schema)
+    table = run_on_partitions(spark.range(0, 40, numPartitions=4), produce, [1, 3], schema)
     assert table.schema == schema
     assert list(zip(*(table.column(c).to_pylist() for c in schema.names))) == [
         (1, 10, 0), (1, 10, 1), (1, 10, 2), (3, 10, 0), (3, 10, 1), (3, 10, 2)]

@@ -17,14 +17,10 @@ Connect's message limit). Each task trains its partition's rows of the round
   combines the pieces as they come.
 - **Data read once**: the first round runs over the cached training data; each task converts its
   partition once and keeps it in its Python worker's cache and on its executor's disk. Later
-  rounds run over one literal byte of each cached partition (the cache's locality places each
-  task where its copies are): on a classic session as an RDD job on the partitions
-  (:func:`~sparkdl.spark.jobs.run_on_partitions`, planned once per fit: no SQL analysis per
-  round, each update back as its task's Arrow IPC bytes), on Spark Connect as ``mapInArrow``
-  over a one-byte column, as are rounds combined on the executors. A task whose partition is in
-  neither copy (a new Python worker on another executor, a lost executor) reports it missing and
-  the round runs again over the cached data, with the same result. The last round releases the
-  partitions.
+  rounds run over one literal byte column of the cached data (the cache's locality places each
+  task where its copies are); a task whose partition is in neither copy (a new Python worker on
+  another executor, a lost executor) reports it missing and the round runs again over the cached
+  data, with the same result. The last round releases the partitions.
 - **Straggler-tolerant rounds** (``minWorkersPerRound``): each worker's share of a round is a job
   of one task (:func:`~sparkdl.spark.jobs.run_on_partitions`), started as soon as its
   partition's job of an earlier round ended; the round closes when every worker returned, or once
@@ -156,10 +152,6 @@ class RoundsTransport:
         # the cached block, and the partition's copies in memory and on disk, are (cache locality),
         # and receives a byte per row instead of the rows.
         self.ids = job.data.df.select(F.lit(0).cast("byte").alias("_"))
-        # Classic sessions: an RDD of each cached partition's first row (monotonically_increasing_id() is
-        # (partition << 33) + row index), planned once: the jobs of rounds after the first run on it (_rdd_job).
-        self._first_rows = None if is_connect(job.spark) else (
-            self.ids.where(F.monotonically_increasing_id().bitwiseAND((1 << 33) - 1) == 0).rdd)
         self._busy: dict[int, str] = {}  # straggler-tolerant rounds: partition -> tag of its running job
         self._busy_lock = threading.Lock()
         self._late_errors: list[str] = []
@@ -368,8 +360,6 @@ class RoundsTransport:
         """Run one round's Spark job over ``df`` (the training data when ``from_data``, else the
         partition-id DataFrame), combining the updates on the executors when ``reduced``; with
         ``partitions``, the job of a straggler-tolerant round that trains only those."""
-        if not from_data and not reduced and not is_connect(self.job.spark):
-            return self._rdd_job(round_task, description, partitions)
         task = self.task
         out = df.mapInArrow(lambda batches: train_partition(task, round_task, batches, from_data), RESULT_DDL)
         if reduced:
@@ -378,25 +368,19 @@ class RoundsTransport:
         table = run_job(self.job.spark, out.toArrow, description, tag, self.job.config.round_timeout_s)
         return read_round(table, self.job.plan, description, reduced, partitions, separate=self.separate)
 
-    def _rdd_job(self, round_task: RoundTask, description: str, partitions: list[int] | None) -> RoundOutcome:
-        """A round's job after the first on a classic session, without SQL: one task on each of
-        ``partitions`` (default all) of an RDD of each cached partition's first row, made once per
-        fit (:func:`~sparkdl.spark.jobs.run_on_partitions`). Each task is scheduled where its cached
-        block is, as over ``ids``; no plan is analysed or optimised per round, and each update's
-        bytes reach the driver as the task's Arrow IPC stream (no conversion to Spark rows and back)."""
+    def _partition_job(self, round_task: RoundTask, description: str, partition: int) -> RoundOutcome:
+        """A straggler-tolerant round's job for one partition after the first round: one task, on
+        the partition-id DataFrame (its cache locality kept); on Spark Connect, a task per
+        partition, all but one returning at once."""
         spark, task = self.job.spark, self.task
-        chosen = list(range(len(self.job.plan.partition_rows))) if partitions is None else list(partitions)
+        if is_connect(spark):
+            return self._job(self.ids, False, round_task, False, description, [partition])
 
         def produce(rows):
-            for _ in rows:  # the placeholder row, unread
+            for _ in rows:  # the placeholder column, unread
                 pass
             return train_partition(task, round_task, iter(()), False)
 
-        table = run_job(spark, lambda: run_on_partitions(self._first_rows, produce, chosen, RESULT_SCHEMA), description,
-                        self._tag(round_task, round_task.only), self.job.config.round_timeout_s)
-        return read_round(table, self.job.plan, description, False, partitions, separate=self.separate)
-
-    def _partition_job(self, round_task: RoundTask, description: str, partition: int) -> RoundOutcome:
-        """A straggler-tolerant round's job for one partition after the first round: one task (its
-        cache locality kept); on Spark Connect, a task per partition, all but one returning at once."""
-        return self._job(self.ids, False, round_task, False, description, [partition])
+        table = run_job(spark, lambda: run_on_partitions(self.ids, produce, [partition], RESULT_SCHEMA), description,
+                        self._tag(round_task, partition), self.job.config.round_timeout_s)
+        return read_round(table, self.job.plan, description, False, [partition], separate=self.separate)
