@@ -6,8 +6,18 @@ parameters, Adam), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on 
 one training step's compute (the same model and batch trained in this process on one thread, as
 each task has one CPU) is the round's fixed cost: scheduling, broadcast, reduction, transfers.
 
+Beside each size it measures, in the same session, the floor under any round: an empty Spark job
+(a ``mapInArrow`` that drains a one-byte column of ``workers`` cached partitions and returns
+nothing, collected with ``toArrow``; median of 15, before and after the fit), and prints the
+round's fixed cost over that floor (``overhead_per_empty_job``).
+
 Prints one JSON line per size, e.g. ``{"benchmark": "round_overhead", "params": 1000000,
-"round_s": 0.21, "step_s": 0.02, "round_overhead_s": 0.19}``, then a Markdown table.
+"round_s": 0.21, "step_s": 0.02, "round_overhead_s": 0.19, "empty_job_s": 0.12,
+"overhead_per_empty_job": 1.58}``, then a Markdown table.
+
+Memory: 100M float32 parameters with Adam are 1.2 GB of state per copy; a round holds several
+copies in each Python worker (broadcast, replica, update), in the JVM and on the driver: about
+20 GB in all on ``local[2]``.
 
 Usage: python benchmarks/round_overhead.py [--params 1e6 1e7 1e8] [--rounds 10] [--batch-size 32]
 """
@@ -81,6 +91,30 @@ def round_seconds(spark, params: int, rounds: int, batch_size: int, workers: int
             "combined_on": "executors" if info.get("reduced_on_executors") else "driver"}
 
 
+def _drain(batches):
+    for _ in batches:
+        pass
+    return iter(())
+
+
+def empty_job_seconds(spark, workers: int, repeats: int = 15) -> float:
+    """Median seconds of an empty Spark job over ``workers`` cached partitions in this session: a
+    ``mapInArrow`` whose tasks drain a one-byte column and return nothing, collected with ``toArrow``
+    (the floor under any round: scheduling, a Python worker hand-off per task, the driver's plan)."""
+    from pyspark.sql import functions as F
+
+    ids = spark.range(workers * 4).repartition(workers).select(F.lit(0).cast("byte").alias("_")).persist()
+    ids.count()
+    times = []
+    for i in range(repeats + 2):
+        started = time.perf_counter()
+        ids.mapInArrow(_drain, "x int").toArrow()
+        if i >= 2:
+            times.append(time.perf_counter() - started)
+    ids.unpersist()
+    return float(np.median(times))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, nargs="+", default=[1e6, 1e7, 1e8])
@@ -97,27 +131,33 @@ def main() -> None:
 
     spark = (SparkSession.builder.master(f"local[{args.workers}]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "8g")
+             .config("spark.driver.maxResultSize", "4g")  # 100M parameters with Adam: 1.2 GB a worker's update
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     results = []
     for params in (int(p) for p in args.params):
+        floor_before = empty_job_seconds(spark, args.workers)
         measured = round_seconds(spark, params, args.rounds, args.batch_size, args.workers)
+        floor = (floor_before + empty_job_seconds(spark, args.workers)) / 2
         step = step_seconds(params, args.batch_size)
         h = hidden_units(params)
         result = {
             "benchmark": "round_overhead", "params": params, "exact_params": (INPUTS + 1) * h + (h + 1) * CLASSES,
             "workers": args.workers, "batch_size": args.batch_size, "rounds": args.rounds,
             "round_s": round(measured["round_s"], 4), "step_s": round(step, 4),
-            "round_overhead_s": round(measured["round_s"] - step, 4),
+            "round_overhead_s": round(measured["round_s"] - step, 4), "empty_job_s": round(floor, 4),
+            "overhead_per_empty_job": round((measured["round_s"] - step) / floor, 2),
             "first_epoch_s": round(measured["first_epoch_s"], 2), "fit_s": round(measured["fit_s"], 2),
             "combined_on": measured["combined_on"],
         }
         results.append(result)
         print(json.dumps(result), flush=True)
     spark.stop()
-    print("\n| parameters | round s | step s | round overhead s | first epoch s | combined on |\n|---|---|---|---|---|---|")
+    print("\n| parameters | round s | step s | round overhead s | empty job s | overhead / empty job | first epoch s | combined on |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['params']:,} | {r['round_s']} | {r['step_s']} | {r['round_overhead_s']} | {r['first_epoch_s']} | {r['combined_on']} |")
+        print(f"| {r['params']:,} | {r['round_s']} | {r['step_s']} | {r['round_overhead_s']} | {r['empty_job_s']} | "
+              f"{r['overhead_per_empty_job']} | {r['first_epoch_s']} | {r['combined_on']} |")
 
 
 if __name__ == "__main__":

@@ -260,3 +260,25 @@ def test_compile_arguments_that_cannot_work_fail_before_any_job(spark):
         assert list(sc.statusTracker().getJobIdsForGroup("compile-check")) == []
     finally:
         sc.setJobGroup("", "")
+
+
+def test_run_on_partitions_runs_the_chosen_partitions_only_and_returns_every_batch(spark):
+    """The RDD job a straggler-tolerant round runs per partition: one task on each chosen partition,
+    each of its batches back as Arrow (several per task, in order), no other partition run."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    from sparkdl.spark.jobs import run_on_partitions
+
+    schema = pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("batch", pa.int32())])
+
+    def produce(rows):
+        n = sum(1 for _ in rows)
+        partition = TaskContext.get().partitionId()
+        for i in range(3):
+            yield pa.RecordBatch.from_pylist([{"partition": partition, "rows": n, "batch": i}], schema=schema)
+
+    table = run_on_partitions(spark.range(0, 40, numPartitions=4), produce, [1, 3], schema)
+    assert table.schema == schema
+    assert list(zip(*(table.column(c).to_pylist() for c in schema.names))) == [
+        (1, 10, 0), (1, 10, 1), (1, 10, 2), (3, 10, 0), (3, 10, 1), (3, 10, 2)]
