@@ -156,15 +156,27 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         wrapped._spec = ModelSpec.from_model(keras_model)
         wrapped._optimizer_state = None
         wrapped._set(**params)
+        adopted = []
         for keras_name, value in compile_args_of(keras_model).items():
             name = COMPILE_PARAMS[keras_name]
             if name in params:  # given explicitly: the caller's value wins
                 continue
             try:
                 wrapped._set(**{name: value})
+                if keras_name != "optimizer":
+                    adopted.append((keras_name, name))
             except (ConfigError, ValueError, TypeError) as exc:  # e.g. an unregistered custom loss: scoring needs none of them
                 warnings.warn(f"fromKeras leaves the model's compile argument {keras_name!r} out ({exc}); pass {name}= "
                               "to set one, e.g. for evaluate or classifier columns", stacklevel=2)
+        if adopted and wrapped.isDefined(wrapped.loss):
+            try:  # per-output forms keyed as sparkdl names the outputs (a dict of outputs is keyed by its own keys in Keras)
+                wrapped._compile_spec().check_outputs([name for name, _ in wrapped._spec.output_specs])
+            except ConfigError as exc:
+                for _, name in adopted:
+                    wrapped.clear(wrapped.getParam(name))
+                warnings.warn(f"fromKeras leaves the model's compile arguments {[k for k, _ in adopted]} out ({exc}); pass "
+                              "loss= (and metrics=) by output name to set them, e.g. for evaluate or classifier columns",
+                              stacklevel=2)
         return wrapped
 
     def getKerasModel(self):

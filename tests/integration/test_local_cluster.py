@@ -22,13 +22,13 @@ SCRIPT = textwrap.dedent(
     rows = [(float(v), 2.0 * v) for v in (1, 2, 3, 4)]
     df = spark.createDataFrame(rows * 2, "x double, y double").repartition(2)
     est = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.03), loss="mse", featuresCol="x", labelCol="y",
-                         numWorkers=2, epochs=12, batchSize=4, verbose=0)
+                         numWorkers=2, epochs=12, batchSize=4, verbose=0, backend="rounds")
     fitted = est.fit(df)
     w = float(fitted.getKerasModel().get_weights()[0][0, 0])
     # easgd with 1bit updates: each worker's model on the driver, its residual and optimizer state on its executor
     model.set_weights([np.zeros((1, 1), np.float32)])
     quantized = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.03), loss="mse", featuresCol="x", labelCol="y",
-                               numWorkers=2, epochs=12, batchSize=4, verbose=0, mode="easgd", compression="1bit").fit(df)
+                               numWorkers=2, epochs=12, batchSize=4, verbose=0, mode="easgd", compression="1bit", backend="rounds").fit(df)
     w_easgd = float(quantized.getKerasModel().get_weights()[0][0, 0])
     resets = quantized.fitInfo["local_state_resets"]
     scored = spark.range(500).withColumn("x", F.col("id").cast("double")).repartition(5).filter(F.rand(3) >= 0)

@@ -45,6 +45,7 @@ def worker_start(level: str) -> str:
     return result.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter imports TensorFlow (20 s); the filter itself is tested above
 def test_a_worker_imports_tensorflow_without_its_startup_lines():
     err = worker_start("2")
     assert "oneDNN custom operations" not in err and "cpu_feature_guard" not in err and "absl::InitializeLog" not in err

@@ -17,7 +17,8 @@ def _fit(spark, **params):
     x = rng.normal(size=(96, 4)).astype(np.float32)
     df = spark.createDataFrame([(x[i].tolist(), int(np.argmax(x[i, :3]))) for i in range(96)], "x array<float>, y int")
     settings = dict(model=model, optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                    featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0)
+                    featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0,
+                    backend="rounds")
     settings.update(params)
     return KerasEstimator(**settings).fit(df)
 

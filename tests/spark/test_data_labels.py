@@ -87,7 +87,8 @@ def test_the_job_check_sees_training_jobs(spark):
     df = spark.createDataFrame([([0.0], 0.0)] * 4, "x array<float>, y double")
     sc.setJobGroup("labels-control", "control")
     try:
-        KerasEstimator(model=_dense(1), optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", verbose=0).fit(df, validationData=df)
+        KerasEstimator(model=_dense(1), optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", verbose=0,
+                       backend="rounds").fit(df, validationData=df)
         descriptions = _job_descriptions(sc, "labels-control")
     finally:
         sc.setJobGroup("", "")

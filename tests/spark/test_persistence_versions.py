@@ -127,8 +127,9 @@ def test_from_keras_takes_dict_outputs_per_output_losses_and_file_uris(spark, tm
     x = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
     want = model.predict(x, verbose=0)
     df = spark.createDataFrame([(row.tolist(), i) for i, row in enumerate(x)], "features array<float>, id int")
-    with pytest.warns(UserWarning, match="compile argument 'loss'"):
-        wrapped = KerasModel.fromKeras(model)
+    with pytest.warns(UserWarning, match=r"compile arguments \['loss'\] out .*outputs are \['cls', 'reg'\]"):
+        wrapped = KerasModel.fromKeras(model)  # Keras keys the losses by the dict's keys, sparkdl names outputs by layer
+    assert not wrapped.isSet(wrapped.loss) and wrapped.isSet(wrapped.optimizer)
     rows = sorted(wrapped.transform(df).collect(), key=lambda r: r["id"])
     np.testing.assert_allclose([r["cls"] for r in rows], want["a"], atol=1e-6)
     np.testing.assert_allclose([r["reg"] for r in rows], want["b"][:, 0], atol=1e-6)

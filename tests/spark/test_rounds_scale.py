@@ -128,7 +128,7 @@ def fit(units, workers):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(units), keras.layers.Dense(1)])
     est = KerasEstimator(model=model, optimizer="adam", loss="mse", featuresCol="x", labelCol="y", numWorkers=workers,
-                         epochs=1, batchSize=4, verbose=0)
+                         epochs=1, batchSize=4, verbose=0, backend="rounds")  # rounds' updates come back as task results
     return est.fit(df)
 jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
 try:

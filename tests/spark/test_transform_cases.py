@@ -41,7 +41,7 @@ def test_c31_sparse_and_dense_vectors_score_alike(spark):
         fitted.transform(df.withColumnRenamed("features", "f")).collect()
 
 
-def test_c41_output_cols_of_the_wrong_length_and_per_output_metrics_fail_fit_before_any_job(spark, tmp_path):
+def test_c41_output_cols_of_the_wrong_length_and_metrics_for_no_output_fail_fit_before_any_job(spark, tmp_path):
     from sparkdl import KerasModel
     from sparkdl.errors import ConfigError, IncompleteSaveError, SchemaError
 
@@ -51,8 +51,11 @@ def test_c41_output_cols_of_the_wrong_length_and_per_output_metrics_fail_fit_bef
     df = spark.createDataFrame([([0.1, 0.2, 0.3], 1, 0.5)], "features array<float>, y1 int, y2 float")
     est = KerasEstimator(model=model, loss="mse", labelCols=["y1", "y2"], outputCols=["only"], verbose=0)
     assert jobs_started(spark, lambda: pytest.raises(SchemaError, est.fit, df)) == 0
-    with pytest.raises(ConfigError, match="per-output metrics .* are not supported yet"):
-        KerasEstimator(model=model, loss="mse", metrics={"cls": ["accuracy"]})
+    # per-output metrics are taken as Keras takes them; a name that is not an output fails before any job
+    wrong = KerasEstimator(model=model, loss="mse", metrics={"cls": ["accuracy"], "nope": ["mae"]}, labelCols=["y1", "y2"], verbose=0)
+    raised = []
+    assert jobs_started(spark, lambda: raised.append(pytest.raises(ConfigError, wrong.fit, df))) == 0
+    assert "nope" in str(raised[0].value) and "'cls'" in str(raised[0].value) and "'reg'" in str(raised[0].value)
     fitted = KerasModel.fromKeras(model, loss="mse")
     fitted.save(str(tmp_path / "m"))
     with pytest.raises(IncompleteSaveError, match="names a file of a save: load its folder"):

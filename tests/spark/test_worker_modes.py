@@ -25,7 +25,8 @@ def _fit(spark, df=None, hidden=None, **params):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(hidden or 8, activation="relu"), keras.layers.BatchNormalization(),
                               *extra, keras.layers.Dense(3, activation="softmax")])
     settings = dict(model=model, optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                    featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0)
+                    featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0,
+                    backend="rounds")
     settings.update(params)
     return KerasEstimator(**settings).fit(df if df is not None else _data(spark))
 
