@@ -42,6 +42,23 @@ def partitioned_df(spark, partitions, schema):
     return spark.createDataFrame(rdd, schema)
 
 
+def spark_submit_main(script, tmp_path, timeout_s=600):
+    """``spark-submit --master local[2]`` of ``script`` written to ``tmp_path/job.py`` (run with ``tmp_path``
+    as its working directory and first argument: code of ``__main__``, as a user's job), and the JSON it
+    wrote to ``tmp_path/out.json``."""
+    import json
+    import subprocess
+
+    (tmp_path / "job.py").write_text(script)
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    result = subprocess.run([spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                             "--conf", "spark.ui.showConsoleProgress=false", str(tmp_path / "job.py"), str(tmp_path)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout_s)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((tmp_path / "out.json").read_text())
+
+
 def run_spark_script(script, tmp_path, timeout_s=900):
     """Run ``script`` (Python source that writes JSON to ``sys.argv[1]``) in a fresh process with its own
     SparkContext (one process holds one), and return the JSON it wrote."""

@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, spark_submit_main
 
 OBJECTS = textwrap.dedent('''
     import keras
@@ -76,16 +76,10 @@ LOAD = textwrap.dedent('''
 
 @pytest.mark.slow  # its kind (C13) runs by default in tests/spark/test_custom_objects.py
 def test_custom_objects_defined_in_main_of_a_spark_submit_script(tmp_path):
-    (tmp_path / "job.py").write_text(SCRIPT)
     (tmp_path / "c13_objects.py").write_text(OBJECTS)
     (tmp_path / "load.py").write_text(LOAD)
+    trained = spark_submit_main(SCRIPT, tmp_path)
     env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    result = subprocess.run([spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                             "--conf", "spark.ui.showConsoleProgress=false", str(tmp_path / "job.py"), str(tmp_path)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    trained = json.loads((tmp_path / "out.json").read_text())
     assert len(trained["prediction"]) == 8 and len(trained["loss"]) == 2 and np.isfinite(trained["loss"]).all()
     fresh = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path)], cwd=tmp_path,
                            env=dict(env, PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"), capture_output=True, text=True, timeout=600)

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, spark_submit_main
 
 SCRIPT = textwrap.dedent('''
     import json, sys
@@ -71,14 +71,8 @@ LOAD = textwrap.dedent('''
 @pytest.mark.slow  # two Python processes with Spark and Keras (about a minute; 15 min on a machine loaded 20 times over)
 @pytest.mark.timeout(1800)
 def test_a_decoder_defined_in_main_of_a_spark_submit_script_fits_scores_and_is_asked_for_at_load(tmp_path):
-    (tmp_path / "job.py").write_text(SCRIPT)
+    trained = spark_submit_main(SCRIPT, tmp_path)
     env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    result = subprocess.run([spark_submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                             "--conf", "spark.ui.showConsoleProgress=false", str(tmp_path / "job.py"), str(tmp_path)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    trained = json.loads((tmp_path / "out.json").read_text())
     assert len(trained["loss"]) == 2 and np.isfinite(trained["loss"]).all()
     np.testing.assert_allclose(trained["probability"], trained["expected"], atol=1e-6)
     (tmp_path / "load.py").write_text(LOAD)
