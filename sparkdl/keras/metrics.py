@@ -56,6 +56,8 @@ class MetricReader:
         y_shape = tuple(ys[0].shape[1:]) if len(ys) == 1 else [tuple(a.shape[1:]) for a in ys]
         y_dtype = str(ys[0].dtype) if len(ys) == 1 else [str(a.dtype) for a in ys]
         sample_weight = np.ones(1, np.float32) if weighted else None
+        # The per-row shapes and dtypes of this one-row batch, one per input and output (a replica's warm-up step)
+        self.row_specs = ([(a.shape[1:], str(a.dtype)) for a in xs], [(a.shape[1:], str(a.dtype)) for a in ys], bool(weighted))
         y_pred = self.model(x, training=False)
         pred_shape = tuple(y_pred.shape[1:]) if not isinstance(y_pred, (list, tuple, dict)) else [tuple(p.shape[1:]) for p in (y_pred.values() if isinstance(y_pred, dict) else y_pred)]
         try:  # the loss and metrics on one row, as a replica's first step computes them

@@ -46,6 +46,11 @@ from sparkdl.core.gpu import ADDRESS_MODE_ENV, GPU_RESOURCE, REUSE_CONF, VISIBLE
 from sparkdl.errors import ConfigError
 
 _configured_threads: int | None = None
+# Held by a warm-up thread (:func:`warm_up`) from before its import to after its ``then``: every other
+# thread's :func:`configure` waits for it, so an import or replica build never runs beside another.
+_WARMING = threading.RLock()
+# How long a task waits for this process's warm-up thread (seconds).
+WARM_UP_WAIT_S = 300.0
 _pinned: GpuPlan | None = None  # what this process set CUDA_VISIBLE_DEVICES to, for a task's GPUs
 _UNSET = object()
 _inherited = _UNSET  # the executor's CUDA_VISIBLE_DEVICES before the first pin (None: unset)
@@ -245,6 +250,7 @@ def configure(num_threads: int | None = None, resources: Mapping | None = None, 
             worker whose Keras runs on another backend than ``backend`` (:func:`check_backend_reuse`).
     """
     global _configured_threads
+    wait_for_warm_up(WARM_UP_WAIT_S)
     if resources is not None:
         pin_gpus(resources)
     if backend is None:
@@ -283,6 +289,16 @@ def configure(num_threads: int | None = None, resources: Mapping | None = None, 
     _configured_threads = int(num_threads)
 
 
+def wait_for_warm_up(timeout_s: float) -> bool:
+    """Wait at most ``timeout_s`` seconds for this process's warm-up thread (:func:`warm_up`),
+    if one runs, to finish. Returns False when it still runs. The warm-up thread itself never
+    waits (the lock is reentrant)."""
+    if not _WARMING.acquire(timeout=timeout_s):
+        return False
+    _WARMING.release()
+    return True
+
+
 def warm_up(num_threads: int | None, resources: Mapping | None, backend: str | None,
             then: Callable[[], None] | None = None) -> threading.Thread | None:
     """Start importing Keras and its backend in this Python worker, on a thread of its own, so
@@ -294,8 +310,12 @@ def warm_up(num_threads: int | None, resources: Mapping | None, backend: str | N
     ``then`` runs on the thread after the import (the fit's replica built into this worker's cache:
     :func:`sparkdl.spark.training.tasks.warm_replica`), and also when Keras was imported before.
 
-    Returns the thread (join it before the task ends), or None when there is nothing to do. A
-    failure on it is left to the training task, which meets it again and reports it (a warm-up only).
+    The thread may outlive the task that started it (:mod:`sparkdl.spark.warm`): until it ends,
+    :func:`configure` on any other thread of this process waits for it, and so does a second
+    warm-up's thread (which then finds the replica built).
+
+    Returns the thread (join it to wait for it), or None when there is nothing to do. A failure on
+    it is left to the training task, which meets it again and reports it (a warm-up only).
 
     Raises:
         ConfigError: from :func:`configure`.
@@ -305,14 +325,15 @@ def warm_up(num_threads: int | None, resources: Mapping | None, backend: str | N
         return None
 
     def load() -> None:
-        try:
-            configure(num_threads, None, backend)
-            import keras  # noqa: F401 - imports the backend too
+        with _WARMING:
+            try:
+                configure(num_threads, None, backend)
+                import keras  # noqa: F401 - imports the backend too
 
-            if then is not None:
-                then()
-        except Exception:  # noqa: BLE001 - the training task meets it again and reports the failure
-            pass
+                if then is not None:
+                    then()
+            except Exception:  # noqa: BLE001 - the training task meets it again and reports the failure
+                pass
 
     thread = threading.Thread(target=load, name="sparkdl-keras-import", daemon=True)
     thread.start()

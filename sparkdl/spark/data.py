@@ -23,9 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.ml.functions import vector_to_array
-from pyspark.ml.linalg import VectorUDT
-from pyspark.mllib.linalg import VectorUDT as MLlibVectorUDT
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -77,6 +74,9 @@ def col(name: str) -> Column:
 
 
 def _is_vector(data_type) -> bool:
+    from pyspark.ml.linalg import VectorUDT  # on the driver only: pyspark.ml would cost each Python worker's start
+    from pyspark.mllib.linalg import VectorUDT as MLlibVectorUDT
+
     return isinstance(data_type, (VectorUDT, MLlibVectorUDT))
 
 
@@ -125,6 +125,8 @@ def as_array(df: DataFrame, name: str, dtype: str) -> Column:
     data_type = df.schema[name].dataType
     element = SPARK_TYPES.get(dtype, T.FloatType())
     if _is_vector(data_type):
+        from pyspark.ml.functions import vector_to_array
+
         return vector_to_array(col(name), "float64" if dtype == "float64" else "float32").cast(T.ArrayType(element))
     if isinstance(data_type, T.ArrayType):
         return col(name).cast(T.ArrayType(element))
@@ -518,10 +520,6 @@ class _ColumnStats:
         return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
-# How long a check task waits, after its rows, for the Keras import it started (seconds).
-WARM_UP_WAIT_S = 300.0
-
-
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
                      backend: str | None = None, warm: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
@@ -534,7 +532,7 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
 
     from pyspark import TaskContext
 
-    from sparkdl.keras.runtime import configure, warm_up
+    from sparkdl.keras.runtime import WARM_UP_WAIT_S, configure, warm_up
 
     context = TaskContext.get()
     importing = None

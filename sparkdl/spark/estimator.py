@@ -550,7 +550,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
         from sparkdl.keras.custom_objects import registered
+        from sparkdl.keras.runtime import keras_backend
         from sparkdl.spark.training.tasks import warm_replica
+        from sparkdl.spark.warm import WorkerWarmUp
 
         config, spark = request.config, request.spark
 
@@ -560,9 +562,15 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         warm = None
         if not registered():  # the check tasks build the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
-                                     config.mixed_precision)
-        data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
-                                     keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
+                                     config.mixed_precision, request.reader.row_specs, config.batch_size)
+        # Keras imported (and the replica built) in the Python workers while the check job shuffles the input
+        warming = WorkerWarmUp(spark, config.num_workers, keras_backend(), warm, f"sparkdl-{request.fit_id}-warm",
+                               f"sparkdl: warm up {config.num_workers} Python workers")
+        try:
+            data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
+                                         keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
+        finally:
+            warming.stop()
         validation = None
         try:
             if data.skipped:

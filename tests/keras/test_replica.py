@@ -214,3 +214,53 @@ def test_sequence_input_trained_per_batch_equals_plain_keras_on_batches_padded_a
         plain.train_on_batch(s[None], target[None])
     for a, b in zip(replica.get_state().weights, plain.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_warm_step_traces_without_changing_what_a_replica_trains(binary):
+    """A replica whose train step was traced on zeros (the workers' warm-up) trains the next round
+    bit-equal to a fresh one: weights, optimizer state and metric sums; its optimizer state is back
+    at build time."""
+    x, y, spec, compile_spec, reader = binary
+    fresh = Replica(spec, compile_spec, seed=0)
+    warmed = Replica(spec, compile_spec, seed=0)
+    assert reader.row_specs == ([((4,), "float32")], [((), "float32")], False)
+    warmed.warm_step(reader.row_specs, BATCH)
+    assert all(np.array_equal(a, b) for a, b in zip(warmed.get_state().optimizer, fresh.initial_optimizer, strict=True))
+    start = ModelState(spec.weight_arrays(), None)
+    results = []
+    for replica in (fresh, warmed):
+        replica.set_state(start)
+        replica.seed_round(0, 0, 0, 0)
+        results.append((replica.train(x, y, BATCH), replica.get_state()))
+    (metrics_a, state_a), (metrics_b, state_b) = results
+    assert all(np.array_equal(a, b) for a, b in zip(metrics_a, metrics_b, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(state_a.weights, state_b.weights, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(state_a.optimizer, state_b.optimizer, strict=True))
+    assert not np.array_equal(state_b.weights[0], start.weights[0])  # it trained
+
+
+def test_configure_waits_for_the_workers_warm_up_thread():
+    """A task's configure in a Python worker whose warm-up thread still runs waits for it, so a
+    second import or replica build never runs beside it."""
+    import threading
+    import time
+
+    from sparkdl.keras import runtime
+
+    events = []
+    release = threading.Event()
+
+    def then():
+        events.append("warm-up started")
+        release.wait(10)
+        events.append("warm-up ended")
+
+    thread = runtime.warm_up(None, None, None, then)
+    while not events:
+        time.sleep(0.01)
+    assert runtime.wait_for_warm_up(0.2) is False  # still warming: a bounded wait says so
+    threading.Timer(0.3, release.set).start()
+    runtime.configure(None, None, None)
+    events.append("configured")
+    thread.join(10)
+    assert events == ["warm-up started", "warm-up ended", "configured"]

@@ -131,16 +131,21 @@ def replica_for(task: TaskSpec):
     return replica
 
 
-def warm_replica(spec: ModelSpec, compile_spec: CompileSpec, seed: int, mixed_precision: str | None) -> None:
+def warm_replica(spec: ModelSpec, compile_spec: CompileSpec, seed: int, mixed_precision: str | None,
+                 row_specs: tuple | None = None, batch_size: int = 32) -> None:
     """Build the replica a fit's first task here would build (``spec``: the architecture only), into
-    this Python worker's replica cache, where :func:`replica_for` finds it. Run by the data check
-    tasks, so that the build overlaps the check (not for fits with registered custom objects, whose
-    replicas are never reused)."""
+    this Python worker's replica cache, where :func:`replica_for` finds it, and trace its train step
+    on a batch of zeros (:meth:`~sparkdl.keras.replica.Replica.warm_step`; ``row_specs``: the rows'
+    shapes and dtypes, None: not traced). Run by the warm-up and data check tasks, so that the build
+    overlaps the check (not for fits with registered custom objects, whose replicas are never reused)."""
     from sparkdl.keras.replica import Replica
 
     key = (spec.reuse_key, mixed_precision, compile_spec.reuse_key())
     if key not in _REPLICAS:
-        _REPLICAS[key] = Replica(spec, compile_spec, seed, mixed_precision)
+        replica = Replica(spec, compile_spec, seed, mixed_precision)
+        if row_specs is not None:
+            replica.warm_step(row_specs, batch_size)
+        _REPLICAS[key] = replica
     _REPLICAS.move_to_end(key)
     while len(_REPLICAS) > _MAX_REPLICAS:
         _REPLICAS.popitem(last=False)
