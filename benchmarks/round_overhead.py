@@ -6,10 +6,19 @@ parameters, Adam), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on 
 one training step's compute (the same model and batch trained in this process on one thread, as
 each task has one CPU) is the round's fixed cost: scheduling, broadcast, reduction, transfers.
 
-Beside each size it measures, in the same session, the floor under any round: an empty Spark job
-(a ``mapInArrow`` that drains a one-byte column of ``workers`` cached partitions and returns
-nothing, collected with ``toArrow``; median of 15, before and after the fit), and prints the
-round's fixed cost over that floor (``overhead_per_empty_job``).
+Beside each size it measures, in the same session, the floor under any round: an empty Spark job of
+the same plan as a round's after the first (the fit's rows repartitioned into ``workers`` partitions and
+cached, a literal byte column of them, a ``mapInArrow`` that drains it and returns nothing, collected
+with ``toArrow``; median of 15, before and after the fit), and prints the round's fixed cost over that
+floor (``overhead_per_empty_job``). The plan matters: the same empty job over ``spark.range`` after a
+``repartition`` took 0.28 s where this one took 0.18 s (adaptive query execution re-plans the shuffle).
+
+Beside both it measures the round's data path without Keras (``data_job_s``): a broadcast of the
+round's start state (weights and Adam's two moments, float32) and the same empty job whose tasks read
+it and each return as many bytes in 16 MiB binary rows, collected with ``toArrow`` (median of 7): what
+Spark's broadcast and result path alone cost for the round's bytes; ``overhead_per_data_job`` is the
+round's fixed cost over it (the share the library adds: decoding, setting and reading the replica's
+state, combining the updates on the driver).
 
 Prints one JSON line per size, e.g. ``{"benchmark": "round_overhead", "params": 1000000,
 "round_s": 0.21, "step_s": 0.02, "round_overhead_s": 0.19, "empty_job_s": 0.12,
@@ -67,20 +76,24 @@ def step_seconds(params: int, batch_size: int, repeats: int = 20) -> float:
     return float(np.median(times))
 
 
-def round_seconds(spark, params: int, rounds: int, batch_size: int, workers: int) -> dict:
-    import keras
-
-    from sparkdl import KerasEstimator
-
+def training_rows(spark, rounds: int, batch_size: int, workers: int):
+    """``rounds × batch_size × workers`` random rows: ``features array<float>`` (784), ``label double``."""
     rows = rounds * batch_size * workers
     rng = np.random.default_rng(1)
     x = rng.random((rows, INPUTS), dtype=np.float32)
     y = rng.integers(0, CLASSES, rows)
-    df = spark.createDataFrame([(row.tolist(), float(label)) for row, label in zip(x, y)], "features array<float>, label double")
+    return spark.createDataFrame([(row.tolist(), float(label)) for row, label in zip(x, y)], "features array<float>, label double")
+
+
+def round_seconds(df, params: int, rounds: int, batch_size: int, workers: int) -> dict:
+    import keras
+
+    from sparkdl import KerasEstimator
+
     estimator = KerasEstimator(
         model=build_model(params), optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=workers, epochs=2,
-        batchSize=batch_size, localSteps=1, verbose=0, roundTimeout=1800.0,
+        batchSize=batch_size, localSteps=1, verbose=0, roundTimeout=1800.0, backend="rounds",
     )
     started = time.perf_counter()
     model = estimator.fit(df)
@@ -97,21 +110,66 @@ def _drain(batches):
     return iter(())
 
 
-def empty_job_seconds(spark, workers: int, repeats: int = 15) -> float:
-    """Median seconds of an empty Spark job over ``workers`` cached partitions in this session: a
-    ``mapInArrow`` whose tasks drain a one-byte column and return nothing, collected with ``toArrow``
-    (the floor under any round: scheduling, a Python worker hand-off per task, the driver's plan)."""
+def empty_job_seconds(df, workers: int, repeats: int = 15) -> float:
+    """Median seconds of an empty Spark job of a round's plan in this session: ``df`` repartitioned
+    into ``workers`` partitions and cached, as a fit caches its rows; a ``mapInArrow`` whose tasks
+    drain a literal byte column of it and return nothing, collected with ``toArrow`` (the floor under
+    any round: scheduling, a Python worker hand-off per task, the driver's plan)."""
     from pyspark.sql import functions as F
 
-    ids = spark.range(workers * 4).repartition(workers).select(F.lit(0).cast("byte").alias("_")).persist()
-    ids.count()
+    cached = df.repartition(workers).persist()
+    cached.count()
+    ids = cached.select(F.lit(0).cast("byte").alias("_"))
     times = []
     for i in range(repeats + 2):
         started = time.perf_counter()
         ids.mapInArrow(_drain, "x int").toArrow()
         if i >= 2:
             times.append(time.perf_counter() - started)
-    ids.unpersist()
+    cached.unpersist()
+    return float(np.median(times))
+
+
+def _echo(batches, broadcast, nbytes: int, piece_bytes: int):
+    """A data-floor task: drains its partition, reads the broadcast, returns ``nbytes`` as binary
+    rows of at most ``piece_bytes`` (a round's update, without Keras)."""
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    value = broadcast.value
+    assert len(value) == nbytes
+    payload = np.frombuffer(value, np.uint8)
+    for offset in range(0, nbytes, piece_bytes):
+        yield pa.RecordBatch.from_pydict({"payload": [payload[offset : offset + piece_bytes].tobytes()]},
+                                         schema=pa.schema([("payload", pa.binary())]))
+
+
+def data_job_seconds(df, workers: int, nbytes: int, repeats: int = 7) -> float:
+    """Median seconds of a round's data path without Keras, in this session: a broadcast of
+    ``nbytes`` created, an empty job's plan (:func:`empty_job_seconds`) whose tasks each read it
+    and return ``nbytes`` as binary rows of at most 16 MiB (a round's update pieces), collected
+    with ``toArrow``, the broadcast destroyed. What Spark's broadcast and result path alone cost
+    for a state of this size."""
+    from pyspark.sql import functions as F
+
+    from sparkdl.core.pieces import DEFAULT_PIECE_BYTES
+
+    spark = df.sparkSession
+    cached = df.repartition(workers).persist()
+    cached.count()
+    ids = cached.select(F.lit(0).cast("byte").alias("_"))
+    value = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    times = []
+    for i in range(repeats + 1):
+        started = time.perf_counter()
+        broadcast = spark.sparkContext.broadcast(value)
+        table = ids.mapInArrow(lambda batches: _echo(batches, broadcast, nbytes, DEFAULT_PIECE_BYTES), "payload binary").toArrow()
+        broadcast.destroy()
+        if i >= 1:
+            times.append(time.perf_counter() - started)
+        assert sum(len(v) for v in table.column("payload").to_pylist()) == workers * nbytes
+    cached.unpersist()
     return float(np.median(times))
 
 
@@ -136,28 +194,33 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     results = []
     for params in (int(p) for p in args.params):
-        floor_before = empty_job_seconds(spark, args.workers)
-        measured = round_seconds(spark, params, args.rounds, args.batch_size, args.workers)
-        floor = (floor_before + empty_job_seconds(spark, args.workers)) / 2
+        df = training_rows(spark, args.rounds, args.batch_size, args.workers)
+        floor_before = empty_job_seconds(df, args.workers)
+        measured = round_seconds(df, params, args.rounds, args.batch_size, args.workers)
+        floor = (floor_before + empty_job_seconds(df, args.workers)) / 2
         step = step_seconds(params, args.batch_size)
         h = hidden_units(params)
+        state_bytes = 3 * 4 * ((INPUTS + 1) * h + (h + 1) * CLASSES)  # float32 weights + Adam's two moments
+        data_floor = data_job_seconds(df, args.workers, state_bytes)
         result = {
             "benchmark": "round_overhead", "params": params, "exact_params": (INPUTS + 1) * h + (h + 1) * CLASSES,
             "workers": args.workers, "batch_size": args.batch_size, "rounds": args.rounds,
             "round_s": round(measured["round_s"], 4), "step_s": round(step, 4),
             "round_overhead_s": round(measured["round_s"] - step, 4), "empty_job_s": round(floor, 4),
             "overhead_per_empty_job": round((measured["round_s"] - step) / floor, 2),
+            "data_job_s": round(data_floor, 4), "overhead_per_data_job": round((measured["round_s"] - step) / data_floor, 2),
             "first_epoch_s": round(measured["first_epoch_s"], 2), "fit_s": round(measured["fit_s"], 2),
             "combined_on": measured["combined_on"],
         }
         results.append(result)
         print(json.dumps(result), flush=True)
     spark.stop()
-    print("\n| parameters | round s | step s | round overhead s | empty job s | overhead / empty job | first epoch s | combined on |\n"
-          "|---|---|---|---|---|---|---|---|")
+    print("\n| parameters | round s | step s | round overhead s | empty job s | overhead / empty job | data job s | "
+          "overhead / data job | first epoch s | combined on |\n|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['params']:,} | {r['round_s']} | {r['step_s']} | {r['round_overhead_s']} | {r['empty_job_s']} | "
-              f"{r['overhead_per_empty_job']} | {r['first_epoch_s']} | {r['combined_on']} |")
+              f"{r['overhead_per_empty_job']} | {r['data_job_s']} | {r['overhead_per_data_job']} | {r['first_epoch_s']} | "
+              f"{r['combined_on']} |")
 
 
 if __name__ == "__main__":
