@@ -1,34 +1,38 @@
-"""Fixed cost of one ``rounds`` round: a round of one local step minus that step's compute.
+"""Fixed cost of one round: a round of one local step minus that step's compute, on each backend.
 
 For each model size (an MLP ``784 → h → 10`` with ``h`` chosen for about 1M, 10M or 100M float32
-parameters, Adam), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on ``local[2]`` with
-2 workers, two epochs; the second epoch's seconds per round (replicas built, TensorFlow warm) minus
+parameters, Adam, or SGD with ``--optimizer sgd``) and each backend of ``--backends`` (``rounds``: a Spark job per round; ``ps``: the
+parameter server, no job per round), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on
+``local[2]`` with 2 workers, two epochs; the second epoch's seconds per round (replicas built, TensorFlow warm) minus
 one training step's compute (the same model and batch trained in this process on one thread, as
 each task has one CPU) is the round's fixed cost: scheduling, broadcast, reduction, transfers.
 
 Beside each size it measures, in the same session, the floor under any round: an empty Spark job of
-the same plan as a round's after the first (the fit's rows repartitioned into ``workers`` partitions and
+the same plan shape as a round's after the first (the fit's rows, not cast, repartitioned into ``workers`` partitions and
 cached, a literal byte column of them, a ``mapInArrow`` that drains it and returns nothing, collected
 with ``toArrow``; median of 15, before and after the fit), and prints the round's fixed cost over that
 floor (``overhead_per_empty_job``). The plan matters: the same empty job over ``spark.range`` after a
 ``repartition`` took 0.28 s where this one took 0.18 s (adaptive query execution re-plans the shuffle).
 
 Beside both it measures the round's data path without Keras (``data_job_s``): a broadcast of the
-round's start state (weights and Adam's two moments, float32) and the same empty job whose tasks read
+round's start state (float32 weights, and Adam's two moments) and the same empty job whose tasks read
 it and each return as many bytes in 16 MiB binary rows, collected with ``toArrow`` (median of 7): what
 Spark's broadcast and result path alone cost for the round's bytes; ``overhead_per_data_job`` is the
 round's fixed cost over it (the share the library adds: decoding, setting and reading the replica's
 state, combining the updates on the driver).
 
-Prints one JSON line per size, e.g. ``{"benchmark": "round_overhead", "params": 1000000,
-"round_s": 0.21, "step_s": 0.02, "round_overhead_s": 0.19, "empty_job_s": 0.12,
-"overhead_per_empty_job": 1.58}``, then a Markdown table.
+Prints one JSON line per size and backend, e.g. ``{"benchmark": "round_overhead", "backend": "rounds",
+"params": 1000000, "round_s": 0.72, "step_s": 0.008, "round_overhead_s": 0.71, "empty_job_s": 0.28,
+"overhead_per_empty_job": 2.56, "data_job_s": 0.47, "overhead_per_data_job": 1.5, ...}``, then a
+Markdown table.
 
 Memory: 100M float32 parameters with Adam are 1.2 GB of state per copy; a round holds several
-copies in each Python worker (broadcast, replica, update), in the JVM and on the driver: about
-20 GB in all on ``local[2]``.
+copies in each Python worker (broadcast, replica, update), in the JVM and on the driver (its Python
+process alone: the model, the master, the broadcast's bytes, both updates, their float64 sum): on a
+24 GB machine the kernel killed the driver (7.9 GB) in the first round, at 22.5 GB in use. With
+``--optimizer sgd`` (no moments) the state is 0.4 GB, a third.
 
-Usage: python benchmarks/round_overhead.py [--params 1e6 1e7 1e8] [--rounds 10] [--batch-size 32]
+Usage: python benchmarks/round_overhead.py [--params 1e6 1e7 1e8] [--rounds 10] [--batch-size 32] [--backends rounds,ps] [--optimizer adam|sgd]
 """
 
 from __future__ import annotations
@@ -57,12 +61,19 @@ def build_model(params: int):
     return keras.Sequential([keras.Input((INPUTS,)), keras.layers.Dense(h, activation="relu"), keras.layers.Dense(CLASSES)])
 
 
-def step_seconds(params: int, batch_size: int, repeats: int = 20) -> float:
+def optimizer(name: str):
+    """``adam``: Adam(1e-3), state 3 × the weights; ``sgd``: SGD(1e-3), state the weights."""
+    import keras
+
+    return keras.optimizers.Adam(1e-3) if name == "adam" else keras.optimizers.SGD(1e-3)
+
+
+def step_seconds(params: int, batch_size: int, optimizer_name: str = "adam", repeats: int = 20) -> float:
     """Median seconds of one ``train_on_batch`` (after two warm-up steps)."""
     import keras
 
     model = build_model(params)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(optimizer=optimizer(optimizer_name), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(0)
     x = rng.random((batch_size, INPUTS), dtype=np.float32)
     y = rng.integers(0, CLASSES, batch_size)
@@ -85,15 +96,16 @@ def training_rows(spark, rounds: int, batch_size: int, workers: int):
     return spark.createDataFrame([(row.tolist(), float(label)) for row, label in zip(x, y)], "features array<float>, label double")
 
 
-def round_seconds(df, params: int, rounds: int, batch_size: int, workers: int) -> dict:
+def round_seconds(df, params: int, rounds: int, batch_size: int, workers: int, backend: str = "rounds",
+                  optimizer_name: str = "adam") -> dict:
     import keras
 
     from sparkdl import KerasEstimator
 
     estimator = KerasEstimator(
-        model=build_model(params), optimizer=keras.optimizers.Adam(1e-3),
+        model=build_model(params), optimizer=optimizer(optimizer_name),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=workers, epochs=2,
-        batchSize=batch_size, localSteps=1, verbose=0, roundTimeout=1800.0, backend="rounds",
+        batchSize=batch_size, localSteps=1, verbose=0, roundTimeout=1800.0, backend=backend,
     )
     started = time.perf_counter()
     model = estimator.fit(df)
@@ -179,6 +191,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    parser.add_argument("--backends", default="rounds,ps", help="comma-separated: rounds, ps (the fit's rounds: a job each on rounds, none on ps)")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -196,29 +210,31 @@ def main() -> None:
     for params in (int(p) for p in args.params):
         df = training_rows(spark, args.rounds, args.batch_size, args.workers)
         floor_before = empty_job_seconds(df, args.workers)
-        measured = round_seconds(df, params, args.rounds, args.batch_size, args.workers)
+        measured = {b: round_seconds(df, params, args.rounds, args.batch_size, args.workers, b, args.optimizer)
+                    for b in args.backends.split(",")}
         floor = (floor_before + empty_job_seconds(df, args.workers)) / 2
-        step = step_seconds(params, args.batch_size)
+        step = step_seconds(params, args.batch_size, args.optimizer)
         h = hidden_units(params)
-        state_bytes = 3 * 4 * ((INPUTS + 1) * h + (h + 1) * CLASSES)  # float32 weights + Adam's two moments
+        state_bytes = (3 if args.optimizer == "adam" else 1) * 4 * ((INPUTS + 1) * h + (h + 1) * CLASSES)  # + Adam's two moments
         data_floor = data_job_seconds(df, args.workers, state_bytes)
-        result = {
-            "benchmark": "round_overhead", "params": params, "exact_params": (INPUTS + 1) * h + (h + 1) * CLASSES,
-            "workers": args.workers, "batch_size": args.batch_size, "rounds": args.rounds,
-            "round_s": round(measured["round_s"], 4), "step_s": round(step, 4),
-            "round_overhead_s": round(measured["round_s"] - step, 4), "empty_job_s": round(floor, 4),
-            "overhead_per_empty_job": round((measured["round_s"] - step) / floor, 2),
-            "data_job_s": round(data_floor, 4), "overhead_per_data_job": round((measured["round_s"] - step) / data_floor, 2),
-            "first_epoch_s": round(measured["first_epoch_s"], 2), "fit_s": round(measured["fit_s"], 2),
-            "combined_on": measured["combined_on"],
-        }
-        results.append(result)
-        print(json.dumps(result), flush=True)
+        for backend, m in measured.items():
+            result = {
+                "benchmark": "round_overhead", "backend": backend, "optimizer": args.optimizer, "params": params,
+                "exact_params": (INPUTS + 1) * h + (h + 1) * CLASSES, "workers": args.workers, "batch_size": args.batch_size,
+                "rounds": args.rounds, "round_s": round(m["round_s"], 4), "step_s": round(step, 4),
+                "round_overhead_s": round(m["round_s"] - step, 4), "empty_job_s": round(floor, 4),
+                "overhead_per_empty_job": round((m["round_s"] - step) / floor, 2),
+                "data_job_s": round(data_floor, 4), "overhead_per_data_job": round((m["round_s"] - step) / data_floor, 2),
+                "first_epoch_s": round(m["first_epoch_s"], 2), "fit_s": round(m["fit_s"], 2),
+                "combined_on": m["combined_on"] if backend == "rounds" else "server",
+            }
+            results.append(result)
+            print(json.dumps(result), flush=True)
     spark.stop()
-    print("\n| parameters | round s | step s | round overhead s | empty job s | overhead / empty job | data job s | "
-          "overhead / data job | first epoch s | combined on |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| parameters | backend | round s | step s | round overhead s | empty job s | overhead / empty job | data job s | "
+          "overhead / data job | first epoch s | combined on |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['params']:,} | {r['round_s']} | {r['step_s']} | {r['round_overhead_s']} | {r['empty_job_s']} | "
+        print(f"| {r['params']:,} | {r['backend']} | {r['round_s']} | {r['step_s']} | {r['round_overhead_s']} | {r['empty_job_s']} | "
               f"{r['overhead_per_empty_job']} | {r['data_job_s']} | {r['overhead_per_data_job']} | {r['first_epoch_s']} | "
               f"{r['combined_on']} |")
 

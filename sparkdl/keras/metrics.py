@@ -49,6 +49,10 @@ class MetricReader:
         self.model = compile_spec.compile(spec.architecture_only().build())
         # One shape and dtype per model input (output), or a single one for a one-input (one-output) model.
         many_x, many_y = isinstance(x_dtype, (list, tuple)), isinstance(y_dtype, (list, tuple))
+        # Per input and output its per-row shape (None: a length that varies) and dtype: a replica's warm-up step
+        self.row_specs = ([(tuple(sh), str(np.dtype(t))) for sh, t in (zip(x_shape, x_dtype, strict=True) if many_x else [(x_shape, x_dtype)])],
+                          [(tuple(sh), str(np.dtype(t))) for sh, t in (zip(y_shape, y_dtype, strict=True) if many_y else [(y_shape, y_dtype)])],
+                          bool(weighted))
         xs = [np.zeros((1, *[1 if d is None else d for d in s]), dtype=t) for s, t in (zip(x_shape, x_dtype, strict=True) if many_x else [(x_shape, x_dtype)])]
         ys = [np.zeros((1, *s), dtype=t) for s, t in (zip(y_shape, y_dtype, strict=True) if many_y else [(y_shape, y_dtype)])]
         x = xs[0] if len(xs) == 1 else xs
@@ -56,8 +60,6 @@ class MetricReader:
         y_shape = tuple(ys[0].shape[1:]) if len(ys) == 1 else [tuple(a.shape[1:]) for a in ys]
         y_dtype = str(ys[0].dtype) if len(ys) == 1 else [str(a.dtype) for a in ys]
         sample_weight = np.ones(1, np.float32) if weighted else None
-        # The per-row shapes and dtypes of this one-row batch, one per input and output (a replica's warm-up step)
-        self.row_specs = ([(a.shape[1:], str(a.dtype)) for a in xs], [(a.shape[1:], str(a.dtype)) for a in ys], bool(weighted))
         y_pred = self.model(x, training=False)
         pred_shape = tuple(y_pred.shape[1:]) if not isinstance(y_pred, (list, tuple, dict)) else [tuple(p.shape[1:]) for p in (y_pred.values() if isinstance(y_pred, dict) else y_pred)]
         try:  # the loss and metrics on one row, as a replica's first step computes them

@@ -93,8 +93,8 @@ class Replica:
         """One training step on ``batch_size`` rows of zeros, then :meth:`reset`: the train step is traced
         (compiled) before a fit's first step needs it (about 1 s for a small CNN on one core). The weights
         it changed are overwritten by every round's :meth:`set_state`, the optimizer's and every other
-        variable are put back by :meth:`reset`, and the metrics are reset before every step. Nothing for
-        sequence inputs (each batch has its own length).
+        variable are put back by :meth:`reset`, and the metrics are reset before every step. Nothing
+        when a shape has a length that varies (``None``: sequence inputs, whose batches each have their own).
 
         Args:
             row_specs: ``(inputs, outputs, weighted)``: per model input and per output its per-row
@@ -102,9 +102,9 @@ class Replica:
                 (:attr:`sparkdl.keras.metrics.MetricReader.row_specs`), and whether a sample weight is fed.
             batch_size: rows of the batch (the fit's ``batchSize``).
         """
-        if self.sequence_inputs:
-            return
         inputs, outputs, weighted = row_specs
+        if self.sequence_inputs or any(d is None for shape, _ in [*inputs, *outputs] for d in shape):
+            return
         x = [np.zeros((batch_size, *shape), dtype=dtype) for shape, dtype in inputs]
         y = [np.zeros((batch_size, *shape), dtype=dtype) for shape, dtype in outputs]
         try:

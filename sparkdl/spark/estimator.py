@@ -31,7 +31,7 @@ from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
 from sparkdl.spark.partitions import row_bytes, task_budget
 from sparkdl.spark.persistence import KerasStageIO
-from sparkdl.spark.session import check_inline
+from sparkdl.spark.session import check_inline, conf_get
 from sparkdl.spark.training.checkpoint import fit_identity
 from sparkdl.spark.training.job import TrainJob
 
@@ -559,17 +559,24 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         def check_job(action, description):
             return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
 
+        gpus = conf_get(spark, "spark.task.resource.gpu.amount", "0") not in ("0", "0.0")
         warm = None
         if not registered():  # the check tasks build the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
-                                     config.mixed_precision, request.reader.row_specs, config.batch_size)
-        # Keras imported (and the replica built) in the Python workers while the check job shuffles the input
-        warming = WorkerWarmUp(spark, config.num_workers, keras_backend(), warm, f"sparkdl-{request.fit_id}-warm",
-                               f"sparkdl: warm up {config.num_workers} Python workers")
+                                     config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
+        warming = None
+        if not gpus and conf_get(spark, "spark.python.worker.reuse", "true").lower() == "true":
+            # Keras imported (and the replica built) in the Python workers while the check job shuffles the input
+            warming = WorkerWarmUp(spark, config.num_workers, keras_backend(), warm, f"sparkdl-{request.fit_id}-warm",
+                                   f"sparkdl: warm up {config.num_workers} Python workers")
         try:
             data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
                                          keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
-        finally:
+        except BaseException:
+            if warming is not None:
+                warming.stop(cancel=True)
+            raise
+        if warming is not None:
             warming.stop()
         validation = None
         try:

@@ -8,8 +8,9 @@ Python worker (:func:`sparkdl.keras.runtime.warm_up`) and returns at once, freei
 shuffle: the import overlaps the shuffle and the planning, and the check tasks, reusing those Python
 workers (``spark.python.worker.reuse``), find it done or wait for it. Every task that configures Keras
 in such a worker waits for the thread first (:func:`sparkdl.keras.runtime.configure`), so an import or
-replica build never runs twice at once. Best effort: a failure is logged and left to the check job,
-which meets it again and reports it.
+replica build never runs twice at once. Best effort: a failure is logged (debug) and left to the
+training tasks, which meet it again and report it. Not with ``spark.python.worker.reuse=false`` (a
+worker ends with its task) nor with GPUs per task (a worker that never trains would hold GPU memory).
 """
 
 from __future__ import annotations
@@ -53,8 +54,12 @@ class WorkerWarmUp:
 
     def __init__(self, spark, workers: int, backend: str | None, warm: Callable[[], None] | None, tag: str,
                  description: str) -> None:
-        self._spark, self._tag = spark, tag
-        df = spark.range(0, workers, 1, workers).mapInArrow(lambda batches: _start_warm_up(batches, backend, warm), "_ int")
+        self._spark, self._tag, self._thread = spark, tag, None
+        try:
+            df = spark.range(0, workers, 1, workers).mapInArrow(lambda batches: _start_warm_up(batches, backend, warm), "_ int")
+        except Exception as exc:  # noqa: BLE001 - a warm-up only
+            log.debug("sparkdl: the workers' warm-up job could not be planned: %s", exc)
+            return
 
         def run() -> None:
             try:
@@ -66,9 +71,15 @@ class WorkerWarmUp:
         self._thread = InheritableThread(run, session=spark, name=tag, daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Wait at most ``timeout_s`` seconds for the job (its tasks return at once), cancelling it if it still runs then."""
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            cancel_tag(self._spark, self._tag)
-            self._thread.join(timeout_s)
+    def stop(self, cancel: bool = False, timeout_s: float = 30.0) -> None:
+        """End the job: wait at most ``timeout_s`` seconds for it (its tasks return at once), then
+        cancel it if it still runs; with ``cancel`` (the fit failed), cancel it at once."""
+        if self._thread is None:
+            return
+        try:
+            if not cancel:
+                self._thread.join(timeout_s)
+        finally:
+            if self._thread.is_alive():
+                cancel_tag(self._spark, self._tag)
+                self._thread.join(timeout_s)

@@ -225,6 +225,7 @@ def test_warm_step_traces_without_changing_what_a_replica_trains(binary):
     warmed = Replica(spec, compile_spec, seed=0)
     assert reader.row_specs == ([((4,), "float32")], [((), "float32")], False)
     warmed.warm_step(reader.row_specs, BATCH)
+    assert warmed.model.train_function is not None and fresh.model.train_function is None  # traced by the warm-up
     assert all(np.array_equal(a, b) for a, b in zip(warmed.get_state().optimizer, fresh.initial_optimizer, strict=True))
     start = ModelState(spec.weight_arrays(), None)
     results = []
@@ -256,8 +257,10 @@ def test_configure_waits_for_the_workers_warm_up_thread():
         events.append("warm-up ended")
 
     thread = runtime.warm_up(None, None, None, then)
-    while not events:
+    deadline = time.monotonic() + 60
+    while not events and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert events == ["warm-up started"]
     assert runtime.wait_for_warm_up(0.2) is False  # still warming: a bounded wait says so
     threading.Timer(0.3, release.set).start()
     runtime.configure(None, None, None)

@@ -24,7 +24,7 @@ def test_a_task_after_the_warm_up_job_finds_its_thread_done(spark, tmp_path):
         os.environ["SPARKDL_TEST_WARMED"] = str(os.getpid())
 
     warming = WorkerWarmUp(spark, 2, keras_backend(), warm, "sparkdl-test-warm", "sparkdl: warm up 2 Python workers (test)")
-    warming.stop(120)  # the job ended: its tasks returned, their threads still import Keras
+    warming.stop(timeout_s=120)  # the job ended: its tasks returned, their threads still import Keras
     assert not warming._thread.is_alive()
 
     def report(batches):
@@ -38,10 +38,10 @@ def test_a_task_after_the_warm_up_job_finds_its_thread_done(spark, tmp_path):
         yield pa.RecordBatch.from_pylist([{"pid": os.getpid(), "warmed": os.environ.get("SPARKDL_TEST_WARMED"),
                                            "keras": "keras" in sys.modules}], schema=SCHEMA)
 
-    # Eight tasks on two slots: idle Python workers are handed out oldest first, so these pass through
+    # Twenty tasks on two slots: idle Python workers are handed out oldest first, so these pass through
     # the ones earlier tests left idle and reach the two the warm-up job used.
-    rows = spark.range(0, 8, 1, 8).mapInArrow(report, "pid long, warmed string, keras boolean").collect()
-    assert len(rows) == 8
+    rows = spark.range(0, 20, 1, 20).mapInArrow(report, "pid long, warmed string, keras boolean").collect()
+    assert len(rows) == 20
     warmed = {int(name.split(".")[0]) for name in os.listdir(marks)}
     assert warmed  # the threads went on after their tasks returned
     assert any(row.pid in warmed for row in rows)

@@ -11,6 +11,7 @@ partition), runs its τ local steps and returns its update as rows of
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from sparkdl.spark.partitions import WORKER_CACHE, Partition, load_partition, re
 from sparkdl.spark.training import worker_state
 from sparkdl.spark.training.faults import Point, TaskHooks
 from sparkdl.spark.training.results import LOCAL, LOCAL_OPTIMIZER, RESIDUAL, chunk_batch, meta_row, piece_batch
+
+log = logging.getLogger("sparkdl")
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,10 @@ def warm_replica(spec: ModelSpec, compile_spec: CompileSpec, seed: int, mixed_pr
     if key not in _REPLICAS:
         replica = Replica(spec, compile_spec, seed, mixed_precision)
         if row_specs is not None:
-            replica.warm_step(row_specs, batch_size)
+            try:
+                replica.warm_step(row_specs, batch_size)
+            except Exception as exc:  # noqa: BLE001 - e.g. a loss that refuses zeros: the first step traces it instead
+                log.debug("sparkdl: the replica's warm-up step failed: %s", exc)
         _REPLICAS[key] = replica
     _REPLICAS.move_to_end(key)
     while len(_REPLICAS) > _MAX_REPLICAS:
