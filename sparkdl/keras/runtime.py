@@ -35,7 +35,6 @@ addresses than it pinned fails (:func:`sparkdl.core.gpu.check_reuse`).
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sys
@@ -47,15 +46,6 @@ from sparkdl.core.gpu import ADDRESS_MODE_ENV, GPU_RESOURCE, REUSE_CONF, VISIBLE
 from sparkdl.errors import ConfigError
 
 _configured_threads: int | None = None
-# Warm-up threads (:func:`warm_up`) started and not ended, counted before each starts: every other
-# thread's :func:`configure` waits until none is left, so an import or replica build never runs
-# beside another. The warm-up threads run one after another (``_WARM_ONE_AT_A_TIME``).
-_WARMING = threading.Condition()
-_warming = 0
-_WARM_ONE_AT_A_TIME = threading.Lock()
-_on_warm_up_thread = threading.local()
-# How long a task waits for this process's warm-up threads (seconds).
-WARM_UP_WAIT_S = 300.0
 _pinned: GpuPlan | None = None  # what this process set CUDA_VISIBLE_DEVICES to, for a task's GPUs
 _UNSET = object()
 _inherited = _UNSET  # the executor's CUDA_VISIBLE_DEVICES before the first pin (None: unset)
@@ -253,14 +243,8 @@ def configure(num_threads: int | None = None, resources: Mapping | None = None, 
     Raises:
         ConfigError: from :func:`pin_gpus`, before the backend is imported; an unknown backend; a
             worker whose Keras runs on another backend than ``backend`` (:func:`check_backend_reuse`).
-
-    Waits first (at most :data:`WARM_UP_WAIT_S` seconds, then warns and goes on) for this
-    process's warm-up threads (:func:`warm_up`), unless called on one.
     """
     global _configured_threads
-    if not wait_for_warm_up(WARM_UP_WAIT_S):
-        logging.getLogger("sparkdl").warning("a warm-up thread of this Python worker still runs after %s s: configuring Keras beside it",
-                                             WARM_UP_WAIT_S)
     if resources is not None:
         pin_gpus(resources)
     if backend is None:
@@ -299,68 +283,39 @@ def configure(num_threads: int | None = None, resources: Mapping | None = None, 
     _configured_threads = int(num_threads)
 
 
-def wait_for_warm_up(timeout_s: float) -> bool:
-    """Wait at most ``timeout_s`` seconds for this process's warm-up threads (:func:`warm_up`),
-    started or running, to end. Returns False when one still runs then. A warm-up thread itself
-    never waits."""
-    if getattr(_on_warm_up_thread, "active", False):
-        return True
-    with _WARMING:
-        return _WARMING.wait_for(lambda: _warming == 0, timeout_s)
-
-
 def warm_up(num_threads: int | None, resources: Mapping | None, backend: str | None,
             then: Callable[[], None] | None = None) -> threading.Thread | None:
     """Start importing Keras and its backend in this Python worker, on a thread of its own, so
     that the training task this reused worker runs next finds them imported (a cold TensorFlow
-    import takes seconds). The thread pins the task's GPUs and selects the backend
-    (:func:`configure` with ``resources`` and ``backend``), sizes the backend's pools to
-    ``num_threads`` (as a training task sizes them) and imports Keras; the calling thread goes on at
-    once (a check task reads its rows meanwhile).
+    import takes seconds). :func:`configure` pins the task's GPUs and selects the backend on the
+    calling thread; the thread sizes the backend's pools to ``num_threads`` (as a training task
+    sizes them) and imports Keras.
 
     ``then`` runs on the thread after the import (the fit's replica built into this worker's cache:
     :func:`sparkdl.spark.training.tasks.warm_replica`), and also when Keras was imported before.
 
-    The thread may outlive the task that started it (:mod:`sparkdl.spark.warm`): until it ends,
-    :func:`configure` on any other thread of this process waits for it, and so does a second
-    warm-up's thread (which then finds the replica built).
+    Returns the thread (join it before the task ends), or None when there is nothing to do. A
+    failure on it is left to the training task, which meets it again and reports it (a warm-up only).
 
-    Returns the thread (join it to wait for it), or None when there is nothing to do (Keras
-    imported and no ``then``). A failure on it, a :class:`ConfigError` of :func:`configure`
-    included, is left to the training task, which meets it again and reports it (a warm-up only).
+    Raises:
+        ConfigError: from :func:`configure`.
     """
-    global _warming
+    configure(None, resources, backend)
     if "keras" in sys.modules and then is None:
         return None
 
     def load() -> None:
-        global _warming
-        _on_warm_up_thread.active = True
         try:
-            with _WARM_ONE_AT_A_TIME:
-                configure(None, resources, backend)
-                configure(num_threads, None, backend)
-                import keras  # noqa: F401 - imports the backend too
+            configure(num_threads, None, backend)
+            import keras  # noqa: F401 - imports the backend too
 
-                if then is not None:
-                    then()
-        except Exception as exc:  # noqa: BLE001 - the training task meets it again and reports the failure
-            logging.getLogger("sparkdl").debug("sparkdl: a warm-up of this Python worker failed: %s", exc)
-        finally:
-            with _WARMING:
-                _warming -= 1
-                _WARMING.notify_all()
+            if then is not None:
+                then()
+        except Exception:  # noqa: BLE001 - the training task meets it again and reports the failure
+            pass
 
-    with _WARMING:  # counted before the thread starts: a task that follows at once waits for it too
-        _warming += 1
     thread = threading.Thread(target=load, name="sparkdl-keras-import", daemon=True)
-    try:
-        thread.start()
-    except BaseException:
-        with _WARMING:
-            _warming -= 1
-            _WARMING.notify_all()
-        raise
+    thread.start()
     return thread
 
 

@@ -520,6 +520,10 @@ class _ColumnStats:
         return {k: v for k, v in vars(self).items() if k != "exclude"}
 
 
+# How long a check task waits, after its rows, for the Keras import it started (seconds).
+WARM_UP_WAIT_S = 300.0
+
+
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
                      backend: str | None = None, warm: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition (one row even when it is empty): rows kept,
@@ -532,7 +536,7 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
 
     from pyspark import TaskContext
 
-    from sparkdl.keras.runtime import WARM_UP_WAIT_S, configure, warm_up
+    from sparkdl.keras.runtime import configure, warm_up
 
     context = TaskContext.get()
     importing = None

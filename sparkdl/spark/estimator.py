@@ -550,9 +550,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
         from sparkdl.keras.custom_objects import registered
-        from sparkdl.keras.runtime import keras_backend
         from sparkdl.spark.training.tasks import warm_replica
-        from sparkdl.spark.warm import WorkerWarmUp
 
         config, spark = request.config, request.spark
 
@@ -561,23 +559,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
         gpus = conf_get(spark, "spark.task.resource.gpu.amount", "0") not in ("0", "0.0")
         warm = None
-        if not registered():  # the check tasks build the replica the training tasks of their Python worker reuse
+        if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
                                      config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
-        warming = None
-        if not gpus and conf_get(spark, "spark.python.worker.reuse", "true").lower() == "true":
-            # Keras imported (and the replica built) in the Python workers while the check job shuffles the input
-            warming = WorkerWarmUp(spark, config.num_workers, keras_backend(), warm, f"sparkdl-{request.fit_id}-warm",
-                                   f"sparkdl: warm up {config.num_workers} Python workers")
-        try:
-            data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
-                                         keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
-        except BaseException:
-            if warming is not None:
-                warming.stop(cancel=True)
-            raise
-        if warming is not None:
-            warming.stop()
+        data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
+                                     keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
         validation = None
         try:
             if data.skipped:

@@ -239,31 +239,3 @@ def test_warm_step_traces_without_changing_what_a_replica_trains(binary):
     assert all(np.array_equal(a, b) for a, b in zip(state_a.optimizer, state_b.optimizer, strict=True))
     assert not np.array_equal(state_b.weights[0], start.weights[0])  # it trained
 
-
-def test_configure_waits_for_the_workers_warm_up_thread():
-    """A task's configure in a Python worker whose warm-up thread still runs waits for it, so a
-    second import or replica build never runs beside it."""
-    import threading
-    import time
-
-    from sparkdl.keras import runtime
-
-    events = []
-    release = threading.Event()
-
-    def then():
-        events.append("warm-up started")
-        release.wait(10)
-        events.append("warm-up ended")
-
-    thread = runtime.warm_up(None, None, None, then)
-    deadline = time.monotonic() + 60
-    while not events and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert events == ["warm-up started"]
-    assert runtime.wait_for_warm_up(0.2) is False  # still warming: a bounded wait says so
-    threading.Timer(0.3, release.set).start()
-    runtime.configure(None, None, None)
-    events.append("configured")
-    thread.join(10)
-    assert events == ["warm-up started", "warm-up ended", "configured"]

@@ -139,7 +139,7 @@ def warm_replica(spec: ModelSpec, compile_spec: CompileSpec, seed: int, mixed_pr
     """Build the replica a fit's first task here would build (``spec``: the architecture only), into
     this Python worker's replica cache, where :func:`replica_for` finds it, and trace its train step
     on a batch of zeros (:meth:`~sparkdl.keras.replica.Replica.warm_step`; ``row_specs``: the rows'
-    shapes and dtypes, None: not traced). Run by the warm-up and data check tasks, so that the build
+    shapes and dtypes, None: not traced). Run by the data check tasks, so that the build
     overlaps the check (not for fits with registered custom objects, whose replicas are never reused)."""
     from sparkdl.keras.replica import Replica
 
