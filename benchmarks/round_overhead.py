@@ -215,12 +215,13 @@ def main() -> None:
         floor = (floor_before + empty_job_seconds(df, args.workers)) / 2
         step = step_seconds(params, args.batch_size, args.optimizer)
         h = hidden_units(params)
-        state_bytes = (3 if args.optimizer == "adam" else 1) * 4 * ((INPUTS + 1) * h + (h + 1) * CLASSES)  # + Adam's two moments
+        exact = (INPUTS + 1) * h + (h + 1) * CLASSES
+        state_bytes = (3 if args.optimizer == "adam" else 1) * 4 * exact  # float32 weights (+ Adam's two moments)
         data_floor = data_job_seconds(df, args.workers, state_bytes)
         for backend, m in measured.items():
             result = {
                 "benchmark": "round_overhead", "backend": backend, "optimizer": args.optimizer, "params": params,
-                "exact_params": (INPUTS + 1) * h + (h + 1) * CLASSES, "workers": args.workers, "batch_size": args.batch_size,
+                "exact_params": exact, "workers": args.workers, "batch_size": args.batch_size,
                 "rounds": args.rounds, "round_s": round(m["round_s"], 4), "step_s": round(step, 4),
                 "round_overhead_s": round(m["round_s"] - step, 4), "empty_job_s": round(floor, 4),
                 "overhead_per_empty_job": round((m["round_s"] - step) / floor, 2),

@@ -48,13 +48,13 @@ class MetricReader:
         keras_module()
         self.model = compile_spec.compile(spec.architecture_only().build())
         # One shape and dtype per model input (output), or a single one for a one-input (one-output) model.
-        many_x, many_y = isinstance(x_dtype, (list, tuple)), isinstance(y_dtype, (list, tuple))
+        x_specs = list(zip(x_shape, x_dtype, strict=True)) if isinstance(x_dtype, (list, tuple)) else [(x_shape, x_dtype)]
+        y_specs = list(zip(y_shape, y_dtype, strict=True)) if isinstance(y_dtype, (list, tuple)) else [(y_shape, y_dtype)]
         # Per input and output its per-row shape (None: a length that varies) and dtype: a replica's warm-up step
-        self.row_specs = ([(tuple(sh), str(np.dtype(t))) for sh, t in (zip(x_shape, x_dtype, strict=True) if many_x else [(x_shape, x_dtype)])],
-                          [(tuple(sh), str(np.dtype(t))) for sh, t in (zip(y_shape, y_dtype, strict=True) if many_y else [(y_shape, y_dtype)])],
+        self.row_specs = ([(tuple(s), str(np.dtype(t))) for s, t in x_specs], [(tuple(s), str(np.dtype(t))) for s, t in y_specs],
                           bool(weighted))
-        xs = [np.zeros((1, *[1 if d is None else d for d in s]), dtype=t) for s, t in (zip(x_shape, x_dtype, strict=True) if many_x else [(x_shape, x_dtype)])]
-        ys = [np.zeros((1, *s), dtype=t) for s, t in (zip(y_shape, y_dtype, strict=True) if many_y else [(y_shape, y_dtype)])]
+        xs = [np.zeros((1, *[1 if d is None else d for d in s]), dtype=t) for s, t in x_specs]
+        ys = [np.zeros((1, *s), dtype=t) for s, t in y_specs]
         x = xs[0] if len(xs) == 1 else xs
         y = ys[0] if len(ys) == 1 else ys
         y_shape = tuple(ys[0].shape[1:]) if len(ys) == 1 else [tuple(a.shape[1:]) for a in ys]

@@ -549,6 +549,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         Raises:
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
+        from sparkdl.core.gpu import TASK_AMOUNT_CONF
         from sparkdl.keras.custom_objects import registered
         from sparkdl.spark.training.tasks import warm_replica
 
@@ -557,7 +558,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         def check_job(action, description):
             return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
 
-        gpus = conf_get(spark, "spark.task.resource.gpu.amount", "0") not in ("0", "0.0")
+        gpus = float(conf_get(spark, TASK_AMOUNT_CONF, "0")) > 0  # no warm-up step on a GPU a worker may never train on
         warm = None
         if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
