@@ -6,13 +6,17 @@ Each repeat runs two fresh processes, one after the other, each with its own ``l
 
 - ``import``: a one-task Spark job whose task runs ``import tensorflow, keras`` and builds the
   model (``sparkdl.keras.zoo:mnist_cnn``); timed on the driver from the job's submission to its
-  result (a Python worker started, TensorFlow imported, the model built);
+  result (a Python worker started, TensorFlow imported, the model built): an RDD job
+  (``parallelize().mapPartitions``), and the same task as a DataFrame job (``mapInArrow`` over
+  ``spark.range``: the kind of task a fit's data runs in, whose first job in a fresh session
+  costs Spark seconds more before any Python line runs: the SQL planning and the Arrow Python
+  runner's start);
 - ``fit``: the main job's fit (``conf/mnist_cnn.yaml``: 2 workers, batch 64, τ=16, ``backend``
   as given, 1 epoch), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
   first step; ``checks``, ``prepare_data``, ``first_round``) and the fit's own wall time.
 
-Prints one JSON line per process, then the medians and ``ratio`` = median first_step / median
-import (goal: at most 1.5).
+Prints one JSON line per process, then the medians, ``ratio`` = median first_step / median
+import as an RDD job (goal: at most 1.5) and ``ratio_dataframe`` = the same against the DataFrame job.
 
 Usage: python benchmarks/cold_start.py [--repeats 3] [--backend auto|rounds|ps] [--workers 2]
 """
@@ -49,8 +53,15 @@ def task(_):
     mnist_cnn(seed=1)
     return [time.perf_counter() - started]
 started = time.perf_counter()
-in_task = spark.sparkContext.parallelize([0], 1).mapPartitions(task).collect()[0]
-json.dump({{"run": "import", "job_s": round(time.perf_counter() - started, 2), "in_task_s": round(in_task, 2)}}, open(sys.argv[1], "w"))
+if {dataframe}:
+    import pyarrow as pa
+    job = spark.range(0, 1, numPartitions=1).mapInArrow(
+        lambda batches: iter([pa.RecordBatch.from_pylist([{{"s": task(None)[0]}}])]), "s double")
+    in_task = job.collect()[0]["s"]
+else:
+    in_task = spark.sparkContext.parallelize([0], 1).mapPartitions(task).collect()[0]
+json.dump({{"run": "import_dataframe" if {dataframe} else "import", "job_s": round(time.perf_counter() - started, 2),
+           "in_task_s": round(in_task, 2)}}, open(sys.argv[1], "w"))
 spark.stop()
 """
 
@@ -94,24 +105,29 @@ def main():
     args = parser.parse_args()
     bench = os.path.join(ROOT, "benchmarks")
     values = {"root": bench, "workers": args.workers}
-    imports, fits = [], []
+    imports, frames, fits = [], [], []
     for _ in range(args.repeats):
-        imports.append(run(IMPORT.format(**values)))
+        imports.append(run(IMPORT.format(**values, dataframe=False)))
         print(json.dumps(imports[-1]), flush=True)
+        frames.append(run(IMPORT.format(**values, dataframe=True)))
+        print(json.dumps(frames[-1]), flush=True)
         fits.append(run(FIT.format(**values, train=os.path.join(ROOT, "data", "mnist10k", "train.parquet"), backend=args.backend)))
         print(json.dumps(fits[-1]), flush=True)
     median = statistics.median
     phases = {key: round(median(f["seconds"][key] for f in fits), 2) for key in fits[0]["seconds"]}
-    import_s = median(r["job_s"] for r in imports)
+    import_s, frame_s = median(r["job_s"] for r in imports), median(r["job_s"] for r in frames)
     summary = {"import_and_build_s": import_s, "import_in_task_s": median(r["in_task_s"] for r in imports),
-               "first_step_s": phases["first_step"], "ratio": round(phases["first_step"] / import_s, 2),
+               "import_and_build_dataframe_s": frame_s, "first_step_s": phases["first_step"],
+               "ratio": round(phases["first_step"] / import_s, 2), "ratio_dataframe": round(phases["first_step"] / frame_s, 2),
                "fit_phases_s": phases, "backend": fits[0]["backend"], "repeats": args.repeats, "cpus": os.cpu_count()}
     print(json.dumps(summary), flush=True)
     print("\n| measure (median of %d, fresh session each) | seconds |\n|---|---|" % args.repeats)
-    print(f"| one-task job: import TensorFlow + Keras, build the model | {import_s} |")
+    print(f"| one-task RDD job: import TensorFlow + Keras, build the model | {import_s} |")
+    print(f"| one-task DataFrame job (mapInArrow): the same | {frame_s} |")
     for key, value in phases.items():
         print(f"| fit ({summary['backend']}): {key} | {value} |")
-    print(f"\nratio (first_step / import and build): {summary['ratio']}")
+    print(f"\nratio (first_step / import and build): {summary['ratio']} against the RDD job, "
+          f"{summary['ratio_dataframe']} against the DataFrame job")
 
 
 if __name__ == "__main__":

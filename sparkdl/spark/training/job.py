@@ -74,14 +74,16 @@ class TrainJob:
         import logging
 
         from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+        from pyspark.sql.pandas.types import from_arrow_schema
 
         from sparkdl.spark.jobs import run_job
-        from sparkdl.spark.training.results import RESULT_DDL
+        from sparkdl.spark.training.results import RESULT_SCHEMA
         from sparkdl.spark.training.tasks import RoundTask, train_partition
 
         task, orders = self.task_spec(), RoundTask(0, 0, True, None, release_only=True)
-        ids = self.data.df.select(F.lit(0).cast("byte").alias("_"))
-        out = ids.mapInArrow(lambda batches: train_partition(task, orders, batches, False), RESULT_DDL)
+        ids = self.data.df.select(F.lit(0).cast(T.ByteType()).alias("_"))
+        out = ids.mapInArrow(lambda batches: train_partition(task, orders, batches, False), from_arrow_schema(RESULT_SCHEMA))
         try:
             run_job(self.spark, out.toArrow, f"sparkdl fit {self.fit_id[:8]}: release the executors' caches after an early stop",
                     f"sparkdl-{self.fit_id}-release", self.config.round_timeout_s)

@@ -43,7 +43,6 @@ from sparkdl.spark.partitions import load_partition, release
 from sparkdl.spark.training import worker_state
 from sparkdl.spark.training.tasks import TaskSpec, hook_point, prepare_worker, replica_for
 
-RESULT_DDL = "partition int, attempt bigint, rows bigint, steps bigint, pushes bigint, dropped bigint, skipped bigint, late bigint, local_resets bigint"
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
                            ("partition", "attempt", "rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets")])
 WAIT_CHUNK_S = 5.0  # a server-side wait lasts at most this long before the worker asks again

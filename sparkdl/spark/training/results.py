@@ -25,10 +25,6 @@ from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import InvariantError
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 
-RESULT_DDL = (
-    "partition int, piece int, rows bigint, partition_rows bigint, steps bigint, missing boolean, "
-    "grp int, arr int, offset bigint, shape string, dtype string, payload binary, nbytes bigint, local_reset boolean, version bigint"
-)
 RESULT_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),  # the worker's partition

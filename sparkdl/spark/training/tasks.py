@@ -317,7 +317,7 @@ def train_partition(task: TaskSpec, round_task: RoundTask, batches: Iterator[pa.
 
 # ---- evaluate a partition --------------------------------------------------------------------
 
-VALIDATION_DDL = "partition int, rows bigint, payload binary"
+VALIDATION_SCHEMA = pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("payload", pa.binary())])
 
 
 def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: bool,
@@ -355,4 +355,4 @@ def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: boo
     if last:
         release(task.fit_id, "val", partition)
     yield pa.RecordBatch.from_pylist([{"partition": partition, "rows": expected, "payload": payload}],
-                                     schema=pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("payload", pa.binary())]))
+                                     schema=VALIDATION_SCHEMA)
