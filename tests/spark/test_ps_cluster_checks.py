@@ -42,48 +42,50 @@ def estimator(**kw):
                           numWorkers=2, epochs=2, batchSize=8, verbose=0, **kw)
 """
 
-C35 = _SCRIPT_HEAD.format(env="", conf='builder = builder.config("spark.dynamicAllocation.enabled", "true")') + """
-on_ps = estimator(mode="sync", backend="ps", shuffle=False).fit(df)
-on_rounds = estimator(mode="sync", shuffle=False).fit(df)  # backend auto: rounds under dynamic allocation
-asynchronous = estimator(mode="async").fit(df)
-difference = max(float(np.abs(a - b).max()) for a, b in zip(on_ps.getKerasModel().get_weights(), on_rounds.getKerasModel().get_weights()))
-json.dump({"difference": difference, "backends": [on_ps.fitInfo["backend"], on_rounds.fitInfo["backend"], asynchronous.fitInfo["backend"]],
-           "epochs": [len(m.history["loss"]) for m in (on_ps, on_rounds, asynchronous)],
-           "auto_reason": on_rounds.fitInfo["backend_reason"]}, open(sys.argv[1], "w"))
-spark.stop()
-"""
-
 DEAD_PROXY = "http://127.0.0.1:9"
-C39 = _SCRIPT_HEAD.format(
+# C35 and C39 in one spark-submit (one driver and its Python workers started instead of two): dynamic allocation,
+# an HTTP proxy on a dead address in the driver's and the executors' environment, a driver bound to all interfaces.
+ENVIRONMENT = _SCRIPT_HEAD.format(
     env="\n".join([f"os.environ[{k!r}] = {DEAD_PROXY!r}" for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy", "all_proxy")]
                   + ["os.environ.pop('no_proxy', None)", "os.environ.pop('NO_PROXY', None)"]),
-    conf="\n".join([f'builder = builder.config("spark.executorEnv.{k}", {DEAD_PROXY!r})' for k in ("http_proxy", "https_proxy", "grpc_proxy")]
+    conf="\n".join(['builder = builder.config("spark.dynamicAllocation.enabled", "true")']
+                   + [f'builder = builder.config("spark.executorEnv.{k}", {DEAD_PROXY!r})' for k in ("http_proxy", "https_proxy", "grpc_proxy")]
                    + ['builder = builder.config("spark.driver.bindAddress", "0.0.0.0").config("spark.driver.host", "127.0.0.1")']),
 ) + """
 seen = spark.sparkContext.parallelize([0, 1], 2).map(lambda _: [os.environ.get(k) for k in ("http_proxy", "https_proxy", "grpc_proxy", "no_proxy")]).collect()
-fitted = estimator(mode="async", localSteps=2).fit(df)
-json.dump({"seen": seen, "backend": fitted.fitInfo["backend"], "updates": fitted.fitInfo["updates_applied"],
-           "loss": fitted.history["loss"], **{k: fitted.fitInfo[k] for k in ("server_bind", "server_location", "server_tls")}},
+on_ps = estimator(mode="sync", backend="ps", shuffle=False).fit(df)
+on_rounds = estimator(mode="sync", shuffle=False).fit(df)  # backend auto: rounds under dynamic allocation
+asynchronous = estimator(mode="async", localSteps=2).fit(df)
+difference = max(float(np.abs(a - b).max()) for a, b in zip(on_ps.getKerasModel().get_weights(), on_rounds.getKerasModel().get_weights()))
+json.dump({"difference": difference, "backends": [on_ps.fitInfo["backend"], on_rounds.fitInfo["backend"], asynchronous.fitInfo["backend"]],
+           "epochs": [len(m.history["loss"]) for m in (on_ps, on_rounds, asynchronous)],
+           "auto_reason": on_rounds.fitInfo["backend_reason"], "seen": seen, "updates": asynchronous.fitInfo["updates_applied"],
+           "loss": asynchronous.history["loss"], **{k: asynchronous.fitInfo[k] for k in ("server_bind", "server_location", "server_tls")}},
           open(sys.argv[1], "w"))
 spark.stop()
 """
 
 
-def test_c35_without_a_barrier_stage_ps_trains_under_dynamic_allocation_to_the_weights_of_rounds(tmp_path):
-    out = run_spark_script(C35, tmp_path)
+@pytest.fixture(scope="module")
+def environment(tmp_path_factory):
+    return run_spark_script(ENVIRONMENT, tmp_path_factory.mktemp("ps-environment"))
+
+
+def test_c35_without_a_barrier_stage_ps_trains_under_dynamic_allocation_to_the_weights_of_rounds(environment):
+    out = environment
     assert out["backends"] == ["ps", "rounds", "ps"] and out["epochs"] == [2, 2, 2]
     assert out["auto_reason"] == ("auto: spark.dynamicAllocation.enabled is true, and backend 'ps' holds a task slot per "
                                   "worker for the whole fit")
     assert out["difference"] < 1e-5
 
 
-def test_c39_a_dead_http_proxy_in_the_executors_environment_does_not_stop_a_ps_fit(tmp_path):
+def test_c39_a_dead_http_proxy_in_the_executors_environment_does_not_stop_a_ps_fit(environment):
     """Also a driver bound to all interfaces (spark.driver.bindAddress 0.0.0.0, as in a container):
     the server binds there, advertises spark.driver.host, and so turns TLS on."""
-    out = run_spark_script(C39, tmp_path)
+    out = environment
     assert out["server_bind"] == "0.0.0.0" and out["server_location"].startswith("grpc+tls://127.0.0.1:") and out["server_tls"] is True
     assert out["seen"] == [[DEAD_PROXY, DEAD_PROXY, DEAD_PROXY, None]] * 2  # the Python workers do see the dead proxy
-    assert out["backend"] == "ps"
+    assert out["backends"][2] == "ps"
     assert out["updates"] == 8  # 2 workers x (4 steps per epoch / τ=2) pushes x 2 epochs
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
 

@@ -64,7 +64,9 @@ def test_easgd_and_gossip_with_three_workers_learn(spark):
         assert fitted.history["loss"][-1] < 0.75 * fitted.history["loss"][0], (mode, fitted.history["loss"])
 
 
-@pytest.mark.parametrize("compression,ratio", [("1bit", 16), pytest.param("threshold", 8, marks=pytest.mark.slow)])
+# In make test-all: the bytes a quantized update saves are asserted by default in
+# test_asynchronous_pushes_quantized_with_fewer_bytes (1bit) and test_bmuf.py (fp16), 1bit rounds by test_c12 and test_resume.py.
+@pytest.mark.parametrize("compression,ratio", [pytest.param("1bit", 16, marks=pytest.mark.slow), pytest.param("threshold", 8, marks=pytest.mark.slow)])
 def test_quantized_updates_learn_with_far_fewer_bytes(spark, compression, ratio):
     """Bytes counted from what the tasks sent: Adam's weights and moments for the full update; the
     quantized payload only (the optimizer state stays on the workers). The residual and optimizer
