@@ -23,6 +23,7 @@ def _fit(spark, **params):
     return KerasEstimator(**settings).fit(df)
 
 
+@pytest.mark.slow  # the identity runs by default in tests/unit/test_bmuf.py, bmuf through Spark in test_resume.py and test_ps_round_modes.py
 def test_bmuf_without_momentum_equals_sync_and_with_momentum_differs(spark):
     sync = _fit(spark)
     plain = _fit(spark, mode="bmuf", blockMomentum=0.0, blockLearningRate=1.0)
