@@ -449,6 +449,7 @@ def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[C
 # One row per check task; the Spark schema is derived from the Arrow one (no DDL string: parsing one costs a fresh
 # session 0.4 s of the JVM parser's start, on the way to the first step).
 STATS_SCHEMA = pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("skipped", pa.int64()), ("stats", pa.string())])
+STATS_SPARK_SCHEMA = from_arrow_schema(STATS_SCHEMA)
 
 
 class _ColumnStats:
@@ -645,8 +646,7 @@ def prepare_training_data(
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm),
-                                       from_arrow_schema(STATS_SCHEMA))
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm), STATS_SPARK_SCHEMA)
         description = f"sparkdl: check and count {role} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
         rows = sorted(rows, key=lambda s: s["partition"])

@@ -66,6 +66,15 @@ class TrainJob:
         """Whether workers keep state of their own between rounds (1bit/threshold residuals)."""
         return self.config.compression in QUANTIZED
 
+    def placeholder_rows(self):
+        """The cached training data as one byte column (``_``, ByteType): a job over it runs each
+        task where the partition's cached block is (cache locality) and hands it a byte per row
+        instead of the rows (the rows come from the task's Python worker or its executor's disk)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        return self.data.df.select(F.lit(0).cast(T.ByteType()).alias("_"))
+
     def release_executors(self) -> None:
         """After an early stop: one job over the partition ids that frees what the last round would
         have (each partition's cached rows, validation rows, 1bit/threshold state and, with them, the
@@ -73,17 +82,12 @@ class TrainJob:
         failure is logged, the fit's result stands."""
         import logging
 
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         from sparkdl.spark.jobs import run_job
-        from sparkdl.spark.training.results import RESULT_SCHEMA
+        from sparkdl.spark.training.results import RESULT_SPARK_SCHEMA
         from sparkdl.spark.training.tasks import RoundTask, train_partition
 
         task, orders = self.task_spec(), RoundTask(0, 0, True, None, release_only=True)
-        ids = self.data.df.select(F.lit(0).cast(T.ByteType()).alias("_"))
-        out = ids.mapInArrow(lambda batches: train_partition(task, orders, batches, False), from_arrow_schema(RESULT_SCHEMA))
+        out = self.placeholder_rows().mapInArrow(lambda batches: train_partition(task, orders, batches, False), RESULT_SPARK_SCHEMA)
         try:
             run_job(self.spark, out.toArrow, f"sparkdl fit {self.fit_id[:8]}: release the executors' caches after an early stop",
                     f"sparkdl-{self.fit_id}-release", self.config.round_timeout_s)

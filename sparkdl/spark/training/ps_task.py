@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
@@ -45,6 +46,7 @@ from sparkdl.spark.training.tasks import TaskSpec, hook_point, prepare_worker, r
 
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
                            ("partition", "attempt", "rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets")])
+RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)
 WAIT_CHUNK_S = 5.0  # a server-side wait lasts at most this long before the worker asks again
 
 

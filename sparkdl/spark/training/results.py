@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from pyspark.sql.pandas.types import from_arrow_schema
+
 from sparkdl.core.pieces import Piece, PieceMean, assemble, assemble_groups
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import ModelState, WorkerLocal
@@ -44,6 +46,7 @@ RESULT_SCHEMA = pa.schema(
         ("version", pa.int64()),  # meta of a collected round: the round its own state follows
     ]
 )
+RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)  # the jobs' return type: no DDL string for the JVM to parse
 META = -1
 COMPRESSED = -2  # a quantized update's bytes (1bit, threshold)
 LOCAL = -3  # a piece of the worker's own state (a collected round): not combined

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
 from sparkdl.core.pieces import DEFAULT_PIECE_BYTES, split_state
@@ -318,6 +319,7 @@ def train_partition(task: TaskSpec, round_task: RoundTask, batches: Iterator[pa.
 # ---- evaluate a partition --------------------------------------------------------------------
 
 VALIDATION_SCHEMA = pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("payload", pa.binary())])
+VALIDATION_SPARK_SCHEMA = from_arrow_schema(VALIDATION_SCHEMA)
 
 
 def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: bool,

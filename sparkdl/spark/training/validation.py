@@ -9,14 +9,13 @@ per-partition means). ``KerasModel.evaluate`` reads its job the same way.
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core.metrics import MetricSums
 from sparkdl.errors import InvariantError
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.session import share
-from sparkdl.spark.training.tasks import VALIDATION_SCHEMA, TaskSpec, evaluate_partition
+from sparkdl.spark.training.tasks import VALIDATION_SPARK_SCHEMA, TaskSpec, evaluate_partition
 
 
 class Validator:
@@ -51,8 +50,7 @@ def evaluation_job(spark, data, task: TaskSpec, weights: bytes, last: bool, desc
     rows = data.partition_rows
     broadcast = share(spark, weights, "the weights to evaluate")
     try:
-        out = data.df.mapInArrow(lambda batches: evaluate_partition(task, rows, broadcast, last, batches),
-                                 from_arrow_schema(VALIDATION_SCHEMA))
+        out = data.df.mapInArrow(lambda batches: evaluate_partition(task, rows, broadcast, last, batches), VALIDATION_SPARK_SCHEMA)
         return run_job(spark, out.toArrow, description, tag, timeout_s)
     finally:
         broadcast.destroy()

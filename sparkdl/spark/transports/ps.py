@@ -49,7 +49,6 @@ import time
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.config import ROUND_MODES
 from sparkdl.core.board import EpochLedger, RoundBoard
@@ -59,7 +58,7 @@ from sparkdl.spark.jobs import run_job, task_error
 from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.session import cancel_tag, cluster_cores, conf_get, describe, is_connect, is_local_server, local_mode
 from sparkdl.spark.training.job import TrainJob
-from sparkdl.spark.training.ps_task import RESULT_SCHEMA, PSTaskSpec, ps_partition
+from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
 log = logging.getLogger("sparkdl")
@@ -359,7 +358,7 @@ class PSTransport:
                           snapshots=snapshots, call_timeout_s=max(30.0, 2 * 5.0), retries=3)
         if config.mode == "ssp":
             self.server.register_clocks({str(p): slot for p in range(job.workers) if job.plan.partition_rows[p]})
-        out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), from_arrow_schema(RESULT_SCHEMA))
+        out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_SPARK_SCHEMA)
         tag = f"sparkdl-{job.fit_id}-ps-{slot}"
         epochs = f"epochs {slot // self.plan_rounds + 1}-{(last - 1) // self.plan_rounds + 1}"
         description = f"sparkdl fit {job.fit_id[:8]}: {config.mode} on ps, {epochs} ({last - slot} rounds)"

@@ -43,9 +43,6 @@ import time
 import warnings
 
 import pyarrow as pa
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core.compression import QUANTIZED, decode_mean, dequantize
 from sparkdl.core.modes.averaging import row_weighted_mean
@@ -58,7 +55,7 @@ from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.session import cancel_tag, check_inline, is_connect, share
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.reduce import check_separate, plan_reduction, reduce_pieces, result_limit_bytes
-from sparkdl.spark.training.results import RESULT_SCHEMA, RoundOutcome, read_round
+from sparkdl.spark.training.results import RESULT_SCHEMA, RESULT_SPARK_SCHEMA, RoundOutcome, read_round
 from sparkdl.spark.training.tasks import RoundTask, train_partition
 from sparkdl.spark.transports import RoundOrders, RoundReport
 
@@ -150,10 +147,7 @@ class RoundsTransport:
         self.min_workers = config.min_workers(job.workers)
         self.separate = self.per_worker or config.compression in QUANTIZED or self.min_workers < job.workers
         self.reduced = _reduction(job.spark, config, job.reader.model, job.workers, self.per_worker)
-        # Rounds after the first: one tiny column of the cached data, so each task is scheduled where
-        # the cached block, and the partition's copies in memory and on disk, are (cache locality),
-        # and receives a byte per row instead of the rows.
-        self.ids = job.data.df.select(F.lit(0).cast(T.ByteType()).alias("_"))
+        self.ids = job.placeholder_rows()  # rounds after the first: at the cached blocks, a byte per row
         self._busy: dict[int, str] = {}  # straggler-tolerant rounds: partition -> tag of its running job
         self._busy_lock = threading.Lock()
         self._late_errors: list[str] = []
@@ -363,9 +357,9 @@ class RoundsTransport:
         partition-id DataFrame), combining the updates on the executors when ``reduced``; with
         ``partitions``, the job of a straggler-tolerant round that trains only those."""
         task = self.task
-        out = df.mapInArrow(lambda batches: train_partition(task, round_task, batches, from_data), from_arrow_schema(RESULT_SCHEMA))
+        out = df.mapInArrow(lambda batches: train_partition(task, round_task, batches, from_data), RESULT_SPARK_SCHEMA)
         if reduced:
-            out = out.groupBy("piece").applyInArrow(reduce_pieces, from_arrow_schema(RESULT_SCHEMA))
+            out = out.groupBy("piece").applyInArrow(reduce_pieces, RESULT_SPARK_SCHEMA)
         tag = self._tag(round_task, round_task.only)
         table = run_job(self.job.spark, out.toArrow, description, tag, self.job.config.round_timeout_s)
         return read_round(table, self.job.plan, description, reduced, partitions, separate=self.separate)
