@@ -12,6 +12,12 @@ BACKENDS = ("rounds", "ps", "auto")
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
 ASYNC_DEFAULT_LOCAL_STEPS = {"async": 4, "hogwild": 4, "staleness_aware": 4, "ssp": 4}
 DEFAULT_STALENESS = 2
+# Liveness: a worker's heartbeat thread beats every HEARTBEAT_FRACTION of workerTimeout (at most
+# HEARTBEAT_MAX_S), so a timeout holds many beats and one late beat on a loaded machine is no alarm;
+# a workerTimeout under MIN_WORKER_TIMEOUT_S cannot be honoured that way and is refused.
+HEARTBEAT_FRACTION = 0.1
+HEARTBEAT_MAX_S = 2.0
+MIN_WORKER_TIMEOUT_S = 5.0
 MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")  # besides None: Keras dtype policies of the replicas
 
 
@@ -44,7 +50,8 @@ class FitConfig:
         staleness: SSP's bound s (clocks, >= 0): a worker more than s clocks ahead of the slowest waits.
         server_port: TCP port of the ``ps`` backend's parameter server (0: a free port).
         worker_timeout_s: seconds a ``ps`` worker may stay silent (no push, pull or heartbeat)
-            before the fit fails naming its partition.
+            before the fit fails naming its partition (>= ``MIN_WORKER_TIMEOUT_S``); its heartbeat
+            thread beats every :attr:`heartbeat_s`.
         compression: how updates travel: None (full state), ``"fp16"`` (float16 updates), ``"1bit"``
             or ``"threshold"`` (error-feedback quantizers; :mod:`sparkdl.core.compression`), any mode.
         compression_threshold: ``"threshold"``'s t (> 0, in weight units): residual entries with
@@ -102,6 +109,12 @@ class FitConfig:
     server_cert_file: str | None = None
     server_key_file: str | None = None
 
+    @property
+    def heartbeat_s(self) -> float:
+        """Seconds between a worker's heartbeats: ``HEARTBEAT_FRACTION`` of ``workerTimeout``, at most
+        ``HEARTBEAT_MAX_S`` (a 5 s timeout holds 10 beats, the default 600 s one 300)."""
+        return min(HEARTBEAT_MAX_S, HEARTBEAT_FRACTION * self.worker_timeout_s)
+
     def min_workers(self, workers: int) -> int:
         """The updates that may close a round of ``workers`` workers (``workers`` when not set)."""
         value = self.min_workers_per_round
@@ -149,8 +162,12 @@ class FitConfig:
             raise ConfigError(f"staleness must be an integer >= 0 (clocks). Received: staleness={self.staleness!r}")
         if isinstance(self.server_port, bool) or not isinstance(self.server_port, int) or not 0 <= self.server_port <= 65535:
             raise ConfigError(f"serverPort must be an integer in [0, 65535] (0 picks a free port). Received: serverPort={self.server_port!r}")
-        if not self.worker_timeout_s > 0:
-            raise ConfigError(f"workerTimeout must be a positive number of seconds. Received: {self.worker_timeout_s!r}")
+        if not (isinstance(self.worker_timeout_s, (int, float)) and self.worker_timeout_s >= MIN_WORKER_TIMEOUT_S):
+            raise ConfigError(
+                f"workerTimeout must be a number of seconds >= {MIN_WORKER_TIMEOUT_S:g}: each worker sends a heartbeat every "
+                f"{HEARTBEAT_FRACTION:g} of it (at most every {HEARTBEAT_MAX_S:g} s), and a shorter timeout would take a late "
+                f"beat on a busy machine for a dead worker. Received: workerTimeout={self.worker_timeout_s!r}"
+            )
         if not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an integer. Received: seed={self.seed!r}")
         if isinstance(self.verbose, bool) or self.verbose not in (0, 1, 2):

@@ -338,8 +338,9 @@ PARAMS: tuple[ParamSpec, ...] = (
     _P("serverPort", "int", 0, rule="an integer in [0, 65535]", config="fit", example=7078, doc=(
         "`ps`: the parameter server's TCP port on the driver (0: a free port; a taken port fails with `ServerError` "
         "naming it)")),
-    _P("workerTimeout", "float", 600.0, rule="a positive number of seconds", config="fit", example=900, doc=(
-        "`ps`: seconds a worker may go without a heartbeat (each task sends one every 2 s from a thread of its own, "
+    _P("workerTimeout", "float", 600.0, rule="a number of seconds >= 5", config="fit", example=900, doc=(
+        "`ps`: seconds a worker may go without a heartbeat (each task sends one every tenth of it, at most every 2 s, "
+        "from a thread of its own, "
         "whatever its step is doing) before the fit fails with `WorkerError` naming its partition: a dead or stopped "
         "worker, not a slow one. A worker not heard from since its task was started gets at least 180 s (a Python "
         "worker's start and TensorFlow's import)")),

@@ -145,11 +145,12 @@ def test_a_hung_worker_fails_the_fit_within_worker_timeout_naming_its_partition(
 
 
 def test_a_slow_step_is_no_false_alarm(spark):
-    """A step far longer than workerTimeout (partition 1 sleeps 6 s before each round's steps) is a
-    slow worker, not a dead one: its heartbeat thread keeps it alive and the fit completes."""
+    """A step longer than workerTimeout (partition 1 sleeps 6 s before each round's steps, against the
+    shortest timeout allowed, 5 s) is a slow worker, not a dead one: its heartbeat thread beats every
+    0.5 s and the fit completes."""
     from sparkdl.spark.training import faults
 
     df = _two_partitions(spark)
     with faults.inject(faults.Delay(partition=1, seconds=6.0)):
-        fitted = _ps_estimator(epochs=1, localSteps=4, workerTimeout=2.0).fit(df)
+        fitted = _ps_estimator(epochs=1, localSteps=4, workerTimeout=5.0).fit(df)
     assert fitted.fitInfo["rounds"] == 1 and np.isfinite(fitted.history["loss"]).all()

@@ -281,6 +281,25 @@ def test_config_backends_and_modes():
         FitConfig(server_port=70000)
     with pytest.raises(ConfigError, match="workerTimeout"):
         FitConfig(worker_timeout_s=0)
+    assert FitConfig().backend == "auto"
+
+
+@pytest.mark.parametrize("timeout", [5.0, 7.5, 20.0, 600.0, 86400.0])
+def test_a_heartbeat_is_a_small_fraction_of_worker_timeout(timeout):
+    """A fixed 2 s beat against workerTimeout=2 took one late beat for a dead worker: the beat is a
+    tenth of the timeout (at most 2 s), so every timeout holds at least ten beats."""
+    beat = FitConfig(worker_timeout_s=timeout).heartbeat_s
+    assert 0 < beat <= timeout / 10 and beat <= 2.0
+    assert beat == min(2.0, timeout / 10)
+
+
+@pytest.mark.parametrize("timeout", [2.0, 4.99, 0.5, -1.0, float("nan")])
+def test_a_worker_timeout_too_short_to_honour_is_refused(timeout):
+    with pytest.raises(ConfigError, match=r"workerTimeout must be a number of seconds >= 5.*Received: workerTimeout="):
+        FitConfig(worker_timeout_s=timeout)
+
+
+def test_config_server_settings():
     with pytest.raises(ConfigError, match="serverCertFile and serverKeyFile must be given together"):
         FitConfig(backend="ps", server_cert_file="cert.pem")
     assert get_policy("staleness_aware").rule().name == "staleness_aware"

@@ -74,7 +74,7 @@ class PSTaskSpec:
     snapshots: bool = False
     call_timeout_s: float = 30.0
     retries: int = 3
-    heartbeat_s: float = 2.0
+    heartbeat_s: float = 2.0  # FitConfig.heartbeat_s: a tenth of workerTimeout, at most 2 s
 
 
 def _nbytes(state: ModelState) -> int:
@@ -109,8 +109,9 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 if client is None:
+                    # a beat's call may take a quarter of workerTimeout, so one stuck call cannot silence the worker
                     client = ParameterServerClient(self.spec.location, self.spec.token, tls=self.spec.tls,
-                                                   timeout_s=self.spec.call_timeout_s, retries=0)
+                                                   timeout_s=min(self.spec.call_timeout_s, 2.5 * self.spec.heartbeat_s), retries=0)
                 if client.heartbeat(self.partition, attempt=self.attempt).get("superseded"):
                     self.superseded.set()
             except Exception:  # noqa: BLE001 - the next beat tries again; the task's own calls report real failures

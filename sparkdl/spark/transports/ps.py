@@ -355,7 +355,8 @@ class PSTransport:
         spec = PSTaskSpec(task=self.task, mode=config.mode, rounds_mode=self.rounds_mode, location=self.server.location,
                           token=self.server.token, tls=self.identity.pin() if self.identity is not None else None,
                           staleness=config.staleness, first=slot, last=last, final=last == self.total_slots,
-                          snapshots=snapshots, call_timeout_s=max(30.0, 2 * 5.0), retries=3)
+                          snapshots=snapshots, call_timeout_s=max(30.0, 2 * 5.0), retries=3,
+                          heartbeat_s=config.heartbeat_s)
         if config.mode == "ssp":
             self.server.register_clocks({str(p): slot for p in range(job.workers) if job.plan.partition_rows[p]})
         out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_SPARK_SCHEMA)
