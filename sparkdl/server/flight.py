@@ -58,9 +58,7 @@ worker pulled); the rule receives it in ``meta["staleness"]``.
 from __future__ import annotations
 
 import json
-import math
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 
@@ -69,10 +67,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparkdl.core.board import LatePush
+from sparkdl.core.ledger import ApplyLedger
 from sparkdl.core.modes.asynchronous import SSPClock
 from sparkdl.core.state import ModelState, WorkerLocal
-from sparkdl.errors import CodecError, ConfigError, InvariantError, ServerError
-from sparkdl.server.auth import BearerTokenMiddlewareFactory, new_token
+from sparkdl.errors import CodecError, ConfigError, InvariantError
+from sparkdl.server.service import FlightEndpoint, json_result
 from sparkdl.server.tls import TLSIdentity
 from sparkdl.server.wire import (
     DEFAULT_CHUNK_BYTES,
@@ -84,7 +83,6 @@ from sparkdl.server.wire import (
     Assembler,
     check_encoded,
     decode_push,
-    int_field,
     iter_batches,
     parse_push_descriptor,
     specs_from_schema,
@@ -92,9 +90,6 @@ from sparkdl.server.wire import (
     split_arrays,
     wire_schema,
 )
-
-MAX_WAIT_S = 3600.0
-SHUTDOWN_TIMEOUT_S = 30.0  # seconds shutdown waits for calls in progress
 
 UpdateRule = Callable[[ModelState, ModelState, Mapping], ModelState]
 """``rule(master, update, meta) -> new master``. ``update.weights`` (and ``update.optimizer``
@@ -104,39 +99,7 @@ return a :class:`ModelState` of the same signature; returning new arrays keeps t
 intact when the rule raises."""
 
 
-def _json_result(obj) -> list[flight.Result]:
-    return [flight.Result(json.dumps(obj).encode())]
-
-
-class _FlightService(flight.FlightServerBase):
-    def __init__(self, owner: ParameterServer, location, **kwargs) -> None:
-        super().__init__(location, **kwargs)
-        self._owner = owner
-
-    def do_get(self, context, ticket):
-        return self._owner._handle_get(ticket)
-
-    def do_put(self, context, descriptor, reader, writer):
-        self._owner._handle_put(descriptor, reader, writer)
-
-    def do_action(self, context, action):
-        return self._owner._handle_action(action)
-
-    def list_actions(self, context):
-        return [
-            ("version", "current version, JSON {\"version\": int}"),
-            ("stats", "counters, JSON object (see ParameterServer.stats)"),
-            ("signature", "names, shapes, dtypes and roles of the master arrays, JSON"),
-            ("wait_version", "body {\"version\": int, \"timeout_s\": float}: wait until the version reaches it"),
-            ("wait_round", "body {\"round\": int, \"timeout_s\": float}: wait until the driver opened that round"),
-            ("heartbeat", "body {\"worker\": str, \"attempt\": int, \"state\": \"alive\"|\"done\"|\"error\", \"message\": str}"),
-            ("progress", "body {\"worker\": str}: the worker's highest attempt and last applied seq"),
-            ("wait_clock", "body {\"worker\": str, \"bound\": int, \"timeout_s\": float}: SSP wait"),
-            ("control", "the driver's orders: JSON {\"stop\": bool, \"learning_rate\": float | null}"),
-        ]
-
-
-class ParameterServer:
+class ParameterServer(FlightEndpoint):
     """The master state of a fit, served over Arrow Flight on the driver.
 
     Args:
@@ -179,6 +142,19 @@ class ParameterServer:
     :meth:`shutdown` runs on exit, also on exceptions and KeyboardInterrupt.
     """
 
+    PORT_SETTING = "serverPort"
+    ACTIONS = (
+        ("version", "current version, JSON {\"version\": int}"),
+        ("stats", "counters, JSON object (see ParameterServer.stats)"),
+        ("signature", "names, shapes, dtypes and roles of the master arrays, JSON"),
+        ("wait_version", "body {\"version\": int, \"timeout_s\": float}: wait until the version reaches it"),
+        ("wait_round", "body {\"round\": int, \"timeout_s\": float}: wait until the driver opened that round"),
+        ("heartbeat", "body {\"worker\": str, \"attempt\": int, \"state\": \"alive\"|\"done\"|\"error\", \"message\": str}"),
+        ("progress", "body {\"worker\": str}: the worker's highest attempt and last applied seq"),
+        ("wait_clock", "body {\"worker\": str, \"bound\": int, \"timeout_s\": float}: SSP wait"),
+        ("control", "the driver's orders: JSON {\"stop\": bool, \"learning_rate\": float | null}"),
+    )
+
     def __init__(
         self,
         initial: ModelState,
@@ -199,11 +175,7 @@ class ParameterServer:
     ) -> None:
         if not callable(rule):
             raise ConfigError(f"rule must be callable as rule(master, update, meta). Received: {type(rule).__name__}")
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ConfigError(f"port must be an integer in [0, 65535] (0 picks a free port). Received: {port!r}")
-        for what, value in (("host", host), ("advertise", advertise if advertise is not None else host)):
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{what} must be a non-empty string. Received: {value!r}")
+        super().__init__(token=token, host=host, advertise=advertise, port=port, tls=tls, what="parameter server")
         if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
             raise ConfigError(f"chunk_bytes must be an integer >= 1024 bytes. Received: {chunk_bytes!r}")
         self._specs = specs_of(initial, names, optimizer_names)
@@ -215,92 +187,27 @@ class ParameterServer:
             max_message_bytes = 4 * self.model_bytes + (1 << 20)
         if not isinstance(max_message_bytes, int) or isinstance(max_message_bytes, bool) or max_message_bytes < 1:
             raise ConfigError(f"max_message_bytes must be a positive integer (bytes). Received: {max_message_bytes!r}")
-        self._tls = tls
         self.rule = rule
         self.lock = bool(getattr(rule, "lock", True) if lock is None else lock)
-        self.host, self.advertise = host, advertise if advertise is not None else host
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
-        self.token = token if token is not None else new_token()
-        self._auth = BearerTokenMiddlewareFactory(self.token)
-        self._requested_port = port
-        self._port: int | None = None
-        self._server: _FlightService | None = None
-        self._closing = False
-        self._lock = threading.Lock()  # bookkeeping: version, dedupe, stats, state reference
-        self._cond = threading.Condition(self._lock)
+        # self._lock (the base's): bookkeeping: version, dedupe, stats, state reference
         self._apply_lock = threading.Lock() if self.lock else None
         self._version = 0
-        self._workers: dict[str, list[int]] = {str(w): [int(a), int(q)] for w, (a, q) in (marks or {}).items()}
+        self._ledger = ApplyLedger(marks)
         self._local: dict[str, WorkerLocal] = {str(w): v for w, v in (local or {}).items()}
         self._counts = {"updates_applied": 0, "duplicates_dropped": 0, "rejected": 0, "pulls": 0, "pushes": 0,
                         "bytes_pushed": 0, "bytes_pulled": 0, "late_dropped": 0, "local_puts": 0, "bytes_local": 0}
         self._staleness: dict[int, int] = {}
-        self._contacts: dict[str, list] = {}  # worker -> [time.monotonic() of last contact, state, message, attempt]
-        self._attempts: dict[str, set[int]] = {}  # worker -> the task attempts heard from
         self._clocks = SSPClock()  # SSP clocks of the registered workers
         self.clock_gap_max = 0  # SSP: the largest lead over the slowest worker with which a worker went on
         self._control = {"stop": False, "learning_rate": None}
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> ParameterServer:
-        """Binds ``host:port`` and starts serving (idempotent). Returns self.
-
-        Raises:
-            ServerError: the port is taken or the host is not a local address.
-        """
-        if self._server is not None:
-            return self
-        scheme = "tls" if self._tls else "tcp"
-        location = f"grpc+{scheme}://{_netloc(self.host, self._requested_port)}"
-        kwargs = {"middleware": {"auth": self._auth}}
-        if self._tls:
-            kwargs["tls_certificates"] = [flight.CertKeyPair(self._tls.cert_pem, self._tls.key_pem)]
-        try:
-            server = _FlightService(self, location, **kwargs)
-        except (pa.ArrowException, OSError) as exc:
-            raise ServerError(
-                f"parameter server must bind a free local address. Received: {self.host}:{self._requested_port} could not be "
-                f"bound ({exc}); choose another serverPort, or 0 to pick a free port"
-            ) from exc
-        self._closing = False
-        self._server = server
-        self._port = server.port
-        return self
-
-    def shutdown(self) -> None:
-        """Stops serving: wakes waiting callers, waits for calls in progress, frees the port."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
+    def _on_shutdown(self) -> None:
         stop = getattr(self.rule, "stop", None)
         if stop is not None:
             stop()
-        # gRPC's shutdown waits for calls in progress, and a client stalled mid-stream (a dead host,
-        # no FIN) would hold it forever: wait at most SHUTDOWN_TIMEOUT_S, then leave it to finish alone.
-        stopper = threading.Thread(target=lambda: (server.shutdown(), server.wait()), name="sparkdl-ps-shutdown", daemon=True)
-        stopper.start()
-        stopper.join(SHUTDOWN_TIMEOUT_S)
-
-    def __enter__(self) -> ParameterServer:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.shutdown()
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServerError("parameter server must be started before its port is known. Received: a server not started")
-        return self._port
-
-    @property
-    def location(self) -> str:
-        """``grpc+tcp://advertise:port`` (``grpc+tls://`` with TLS), for :class:`ParameterServerClient`."""
-        return f"grpc+{'tls' if self._tls else 'tcp'}://{_netloc(self.advertise, self.port)}"
 
     @property
     def signature(self) -> list[ArraySpec]:
@@ -332,13 +239,13 @@ class ParameterServer:
             out["staleness_mean"] = (sum(k * v for k, v in self._staleness.items()) / n) if n else 0.0
             out["staleness_max"] = max(self._staleness, default=0)
             out["staleness_counts"] = {str(k): v for k, v in sorted(self._staleness.items())}
-        out["unauthenticated"] = self._auth.refused
+        out["unauthenticated"] = self.refused
         return out
 
     def marks(self) -> dict[str, list[int]]:
         """Per worker ``[highest attempt, last applied seq]`` (what a snapshot keeps)."""
         with self._lock:
-            return {w: list(m) for w, m in self._workers.items()}
+            return self._ledger.marks()
 
     def local(self, worker: str) -> WorkerLocal | None:
         """The own state ``worker`` last sent (a ``local`` put), or None."""
@@ -395,38 +302,13 @@ class ParameterServer:
                 self.clock_gap_max = max(self.clock_gap_max, clocks[worker] - self._clocks.min_clock())
             return reached
 
-    def contacts(self) -> dict[str, dict]:
-        """Per worker: ``seconds`` since its last call or heartbeat, its ``state`` (``"alive"``,
-        ``"done"``, ``"error"``), the ``message`` it sent with it and its ``attempt``."""
-        now = time.monotonic()
-        with self._lock:
-            return {w: {"seconds": now - t, "state": state, "message": message, "attempt": attempt}
-                    for w, (t, state, message, attempt) in self._contacts.items()}
-
-    def attempts(self) -> dict[str, int]:
-        """Per worker, the task attempts heard from (more than 1: Spark retried it)."""
-        with self._lock:
-            return {w: len(a) for w, a in sorted(self._attempts.items())}
-
     def _touch(self, worker: str, state: str = "alive", message: str = "", attempt: int | None = None) -> None:
-        with self._cond:
-            previous = self._contacts.get(worker)
-            if attempt is None and previous is not None:
-                attempt = previous[3]
-            if previous is not None and previous[3] is not None and attempt is not None and attempt < previous[3]:
-                return  # a zombie of a superseded attempt says nothing of the worker
-            self._contacts[worker] = [time.monotonic(), state, message, attempt]
-            if attempt is not None:
-                self._attempts.setdefault(worker, set()).add(attempt)
-            if state == "done":  # a finished worker no longer holds the others back; a failed one will be retried
+        if self.liveness.touch(worker, state, message, attempt) and state == "done":
+            with self._cond:  # a finished worker no longer holds the others back; a failed one will be retried
                 self._clocks.unregister(worker)
                 self._cond.notify_all()
 
     # ------------------------------------------------------------------ handlers
-    def _count(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._counts[key] += n
-
     def _handle_get(self, ticket: flight.Ticket):
         raw = bytes(ticket.ticket)
         control = None
@@ -481,10 +363,6 @@ class ParameterServer:
                 arrays.append(array)
         return self._stream(specs, arrays, {"sparkdl.version": str(local.version),
                                             "sparkdl.groups": json.dumps([local.residual is not None, local.optimizer is not None])})
-
-    def _reject(self, message: str) -> flight.FlightServerError:
-        self._count("rejected")
-        return flight.FlightServerError(message)
 
     def _read_body(self, reader, received: Sequence[ArraySpec], counter: str = "bytes_pushed") -> list[np.ndarray]:
         assembler = Assembler(received)
@@ -543,8 +421,8 @@ class ParameterServer:
         groups = {role: [a for s, a in zip(received, arrays, strict=True) if s.role == role] for role in ("residual", "optimizer")}
         local = WorkerLocal(meta["seq"] - 1, groups["residual"] or None, groups["optimizer"] or None)
         with self._lock:
-            mark = self._workers.get(worker)
-            if mark is not None and attempt < mark[0]:
+            attempt_seen, _ = self._ledger.progress(worker)
+            if attempt_seen is not None and attempt < attempt_seen:
                 return {"applied": False, "dropped": "superseded_attempt"}
             self._local[worker] = local
             self._counts["local_puts"] += 1
@@ -557,25 +435,19 @@ class ParameterServer:
         worker, attempt, seq, base = meta["worker"], meta["attempt"], meta["seq"], meta["base_version"]
         with self._apply_lock or nullcontext():
             with self._lock:
-                mark = self._workers.get(worker)
-                if mark is not None and attempt < mark[0]:
+                dropped = self._ledger.verdict(worker, attempt, seq)
+                if dropped is not None:  # a superseded attempt, or a slot applied already (core.ledger)
                     self._counts["duplicates_dropped"] += 1
-                    return {"applied": False, "dropped": "superseded_attempt", "version": self._version, "staleness": None}
-                if mark is not None and seq <= mark[1]:
-                    # seq is the worker's deterministic slot index: whatever the attempt, a slot is
-                    # applied once (a zombie of an older attempt and its retry cannot both apply it).
-                    self._counts["duplicates_dropped"] += 1
-                    return {"applied": False, "dropped": "duplicate", "version": self._version, "staleness": None}
+                    return {"applied": False, "dropped": dropped, "version": self._version, "staleness": None}
                 late = getattr(self.rule, "is_late", None)
                 if late is not None and late(meta):  # a straggler's push for a round already closed
-                    self._workers[worker] = [attempt, seq]
+                    self._ledger.reserve(worker, attempt, seq)
                     self._counts["late_dropped"] += 1
                     return {"applied": False, "dropped": "late", "version": self._version, "staleness": None}
                 if base > self._version:
                     self._counts["rejected"] += 1
                     raise flight.FlightServerError(f"base_version must be <= the server version {self._version}. Received: {base}")
-                previous = None if mark is None else list(mark)
-                self._workers[worker] = [attempt, seq]  # reserved now, so a concurrent duplicate is dropped
+                previous = self._ledger.reserve(worker, attempt, seq)  # now, so a concurrent duplicate is dropped
                 master, version = self._state, self._version
             staleness = version - base
             rule_meta = {**meta, "staleness": staleness, "version": version}
@@ -588,11 +460,7 @@ class ParameterServer:
                 return {"applied": False, "dropped": "late", "version": version, "staleness": None}
             except Exception as exc:
                 with self._lock:
-                    if self._workers.get(worker) == [attempt, seq]:
-                        if previous is None:
-                            self._workers.pop(worker)
-                        else:
-                            self._workers[worker] = previous
+                    self._ledger.release(worker, attempt, seq, previous)
                     self._counts["rejected"] += 1
                 raise flight.FlightServerError(
                     f"update rule must return a ModelState of the master's signature without raising; the master state "
@@ -625,52 +493,20 @@ class ParameterServer:
                 raise ValueError(f"rule returned array {spec.name!r} of {got}, the master has {spec.describe()}")
         return split_arrays(self._specs, [np.asarray(a, order="C") for a in arrays])
 
-    def _json_body(self, kind: str, body: bytes, keys: Sequence[str]) -> dict:
-        """A wait or worker action's JSON body, with ``worker`` (a string), the integer ``keys`` and a
-        finite ``timeout_s`` checked; a rejection naming the form otherwise."""
-        try:
-            req = json.loads(body.decode("utf-8"))
-            if not isinstance(req, dict):
-                raise ValueError(req)
-            if "worker" in req:
-                worker = req["worker"]
-                worker = str(worker) if isinstance(worker, int) and not isinstance(worker, bool) else worker
-                if not isinstance(worker, str) or not 0 < len(worker) <= 256:
-                    raise ValueError(worker)
-                req["worker"] = worker
-            for key in keys:
-                if key == "worker":
-                    if "worker" not in req:
-                        raise KeyError(key)
-                    continue
-                if key == "attempt" and req.get(key) is None:
-                    continue
-                req[key] = int_field(req, key)
-            timeout_s = float(req.get("timeout_s", 0.0))
-            if not math.isfinite(timeout_s):
-                raise ValueError(timeout_s)
-            req["timeout_s"] = min(max(0.0, timeout_s), MAX_WAIT_S)
-        except (UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError, CodecError) as exc:
-            raise self._reject(f"{kind} body must be a JSON object with {list(keys)} (see the protocol). "
-                               f"Received: {len(body)} bytes starting {body[:16]!r} ({type(exc).__name__})") from None
-        return req
-
-    def _handle_action(self, action: flight.Action):
-        kind = action.type
-        body = action.body.to_pybytes() if action.body is not None else b""
+    def _handle_action(self, kind: str, body: bytes):
         if kind == "version":
-            return _json_result({"version": self.version})
+            return json_result({"version": self.version})
         if kind == "stats":
-            return _json_result(self.stats())
+            return json_result(self.stats())
         if kind == "signature":
-            return _json_result({"arrays": [s.to_json() for s in self._specs]})
+            return json_result({"arrays": [s.to_json() for s in self._specs]})
         if kind == "control":
             with self._lock:
-                return _json_result(dict(self._control))
+                return json_result(dict(self._control))
         if kind == "wait_version":
             req = self._json_body(kind, body, ["version"])
             reached = self.wait_version(req["version"], req["timeout_s"])
-            return _json_result({"version": self.version, "reached": reached})
+            return json_result({"version": self.version, "reached": reached})
         if kind == "wait_round":
             req = self._json_body(kind, body, ["round"])
             wait_open = getattr(self.rule, "wait_open", None)
@@ -678,33 +514,27 @@ class ParameterServer:
                 raise self._reject(f"wait_round needs a round rule. Received: rule {type(self.rule).__name__}")
             if "worker" in req:
                 self._touch(req["worker"])
-            return _json_result(wait_open(req["round"], req["timeout_s"]))
+            return json_result(wait_open(req["round"], req["timeout_s"]))
         if kind == "heartbeat":
-            req = self._json_body(kind, body, ["worker", "attempt"])
-            state = req.get("state", "alive")
-            if state not in ("alive", "done", "error"):
-                raise self._reject(f"heartbeat state must be alive, done or error. Received: {str(state)[:32]!r}")
-            attempt = req.get("attempt")
-            self._touch(req["worker"], state, str(req.get("message", ""))[:2000], attempt)
+            req, superseded, recorded = self._heartbeat(body)
+            if recorded and req.get("state") == "done":  # a finished worker no longer holds the others back
+                with self._cond:
+                    self._clocks.unregister(req["worker"])
+                    self._cond.notify_all()
             with self._lock:
-                contact = self._contacts.get(req["worker"])
-                superseded = attempt is not None and contact is not None and contact[3] is not None and contact[3] > attempt
-                return _json_result({"version": self._version, "superseded": superseded, **self._control})
+                return json_result({"version": self._version, "superseded": superseded, **self._control})
         if kind == "progress":
             req = self._json_body(kind, body, ["worker"])
             with self._lock:
-                mark = self._workers.get(req["worker"])
-            return _json_result({"attempt": None if mark is None else mark[0], "seq": None if mark is None else mark[1]})
+                attempt, seq = self._ledger.progress(req["worker"])
+            return json_result({"attempt": attempt, "seq": seq})
         if kind == "wait_clock":
             req = self._json_body(kind, body, ["worker", "bound"])
             self._touch(req["worker"])
             reached = self.wait_clock(req["worker"], req["bound"], req["timeout_s"])
             with self._lock:
-                return _json_result({"reached": reached, **self._control})
+                return json_result({"reached": reached, **self._control})
         raise self._reject("action must be one of version, stats, signature, control, wait_version, wait_round, heartbeat, "
                            f"progress, wait_clock. Received: {kind[:64]!r}")
 
 
-def _netloc(host: str, port: int) -> str:
-    host = f"[{host}]" if ":" in host else host
-    return f"{host}:{port}"

@@ -10,7 +10,8 @@ EASGD and gossip) lives in the fit's state and is snapshotted with it.
 
 One module per family:
 
-- :mod:`~sparkdl.core.modes.averaging`: ``sync`` (model averaging) and ``bmuf`` (block momentum);
+- :mod:`~sparkdl.core.modes.averaging`: ``sync`` (model averaging), ``bmuf`` (block momentum) and
+  ``diloco`` (an outer Nesterov step on the averaged delta of workers that keep their optimizer);
 - :mod:`~sparkdl.core.modes.worker_models`: ``easgd`` and ``gossip`` (a model per worker);
 - :mod:`~sparkdl.core.modes.asynchronous`: ``async``, ``hogwild``, ``staleness_aware``, ``ssp``:
   update rules the parameter server applies to each push as it arrives, and SSP's clocks.
@@ -29,7 +30,9 @@ from sparkdl.core.state import FitState, ModelState, RoundUpdates
 from sparkdl.errors import ConfigError
 
 
-ROUND_MODES = ("sync", "bmuf", "easgd", "gossip")  # the driver loop applies them round by round
+ROUND_MODES = ("sync", "bmuf", "easgd", "gossip", "diloco")  # the driver loop (or the slice owners) apply them round by round
+SLICED_MODES = ("sync", "bmuf", "diloco")  # elementwise policies: backend 'sharded' applies them slice by slice
+LOCAL_OPTIMIZER_MODES = ("diloco",)  # modes whose workers always keep their own optimizer state
 ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")  # the parameter server applies them push by push
 MODES = ROUND_MODES + ASYNC_MODES
 
@@ -66,6 +69,7 @@ def get_policy(mode: str, **settings) -> RoundPolicy:
 
     - ``sync``: none.
     - ``bmuf``: ``block_momentum``, ``block_learning_rate``, ``nesterov``, ``trainable``.
+    - ``diloco``: ``outer_learning_rate``, ``outer_momentum``, ``trainable``.
     - ``easgd`` (per-worker): ``workers`` (required), ``elastic_force`` (default 0.9 / workers).
     - ``gossip`` (per-worker): ``workers`` (required), ``seed`` (default 0).
     - ``async``, ``hogwild``, ``staleness_aware``, ``ssp`` (backend ``ps``): ``trainable``, ``workers``.
@@ -78,6 +82,7 @@ def get_policy(mode: str, **settings) -> RoundPolicy:
     policies = {
         "sync": averaging.SyncAveraging,
         "bmuf": averaging.BlockMomentum,
+        "diloco": averaging.DiLoCo,
         "easgd": worker_models.ElasticAveraging,
         "gossip": worker_models.GossipAveraging,
         **{name: (lambda name=name, **kw: asynchronous.AsyncPolicy(name, **kw)) for name in ASYNC_MODES},
@@ -87,4 +92,4 @@ def get_policy(mode: str, **settings) -> RoundPolicy:
     return policies[mode](**settings)
 
 
-__all__ = ["ASYNC_MODES", "MODES", "ROUND_MODES", "RoundPolicy", "Transition", "get_policy"]
+__all__ = ["ASYNC_MODES", "LOCAL_OPTIMIZER_MODES", "MODES", "ROUND_MODES", "SLICED_MODES", "RoundPolicy", "Transition", "get_policy"]

@@ -137,3 +137,65 @@ class BlockMomentum:
             weights.append(np.asarray((w + step).astype(w.dtype)))  # 0-d arithmetic gives numpy scalars
         optimizer = mean.optimizer if mean.optimizer is not None else master.optimizer
         return Transition(ModelState(weights, optimizer), {**fit.mode, "delta": new_delta})
+
+
+class DiLoCo:
+    """DiLoCo: local inner optimization, an outer Nesterov-momentum step on the averaged delta.
+
+    Each worker trains τ inner steps with its own optimizer, whose state it keeps between rounds
+    (``keepLocalOptimizer``: the paper's inner AdamW; only weights travel); with W the master
+    (the outer parameters) and W̄ the row-weighted mean of the workers' weights after the round:
+
+        G = W − W̄                   (the outer gradient: minus the averaged delta)
+        M ← μ·M + G                  (outer momentum μ)
+        W ← W − η·(G + μ·M)          (Nesterov, outer learning rate η)
+
+    η = 1, μ = 0 is plain model averaging. Only the entries of ``trainable`` take the outer step;
+    the others (BatchNorm moving statistics, integer variables) take the average. M (float64, one
+    array per weight) is the fit's mode state ``momentum``, absent before the first round. The
+    master holds no optimizer state (the workers keep theirs): ``apply`` keeps ``fit.master.optimizer``.
+
+    Args:
+        outer_learning_rate: η > 0 (the paper's 0.7).
+        outer_momentum: μ in [0, 1) (the paper's 0.9).
+        trainable: per weight array, whether it takes the outer step (default: every float array).
+
+    References:
+        Douillard, Feng, Rusu, Chhaparia, Donchev, Kuncoro, Ranzato, Szlam, Shen. "DiLoCo:
+        Distributed Low-Communication Training of Language Models", arXiv:2311.08105, 2023
+        (Algorithm 1: inner AdamW for H steps, outer Nesterov momentum on the averaged delta).
+    """
+
+    name = "diloco"
+    per_worker = False
+
+    def __init__(self, outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, trainable: Sequence[bool] | None = None) -> None:
+        if not outer_learning_rate > 0:
+            raise ConfigError(f"outerLearningRate must be > 0. Received: {outer_learning_rate!r}")
+        if not 0.0 <= outer_momentum < 1.0:
+            raise ConfigError(f"outerMomentum must be in [0, 1). Received: {outer_momentum!r}")
+        self.lr, self.mu = float(outer_learning_rate), float(outer_momentum)
+        self.trainable = None if trainable is None else list(trainable)
+
+    def starts(self, fit: FitState) -> ModelState:
+        """Every worker starts from the master (its own optimizer state stays its own)."""
+        return fit.master
+
+    def apply(self, fit: FitState, round_: RoundUpdates) -> Transition:
+        mean, rows = _mean_of(round_)
+        if mean is None or rows == 0:
+            return Transition(fit.master, fit.mode)
+        master = fit.master
+        momentum = fit.mode.get("momentum") or [np.zeros(np.shape(w), np.float64) for w in master.weights]
+        weights, new_momentum = [], []
+        for i, (w, average, m) in enumerate(zip(master.weights, mean.weights, momentum, strict=True)):
+            w = np.asarray(w)
+            if w.dtype.kind != "f" or (self.trainable is not None and not self.trainable[i]):
+                weights.append(np.asarray(average, dtype=w.dtype))
+                new_momentum.append(m)
+                continue
+            g = w.astype(np.float64) - np.asarray(average, np.float64)
+            m = self.mu * m + g
+            new_momentum.append(m)
+            weights.append(np.asarray((w - self.lr * (g + self.mu * m)).astype(w.dtype)))
+        return Transition(ModelState(weights, master.optimizer), {**fit.mode, "momentum": new_momentum})

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
 
 import numpy as np
@@ -53,20 +52,16 @@ import pyarrow as pa
 from sparkdl.config import ROUND_MODES
 from sparkdl.core.board import EpochLedger, RoundBoard
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal
-from sparkdl.errors import ConfigError, FitCancelledError, InvariantError, RoundTimeoutError, ServerError, WorkerError
-from sparkdl.spark.jobs import run_job, task_error
+from sparkdl.errors import ConfigError, InvariantError, ServerError
 from sparkdl.spark.partitions import spill_dir
-from sparkdl.spark.session import cancel_tag, cluster_cores, conf_get, describe, is_connect, is_local_server, local_mode
+from sparkdl.spark.session import cluster_cores, conf_get, describe, is_connect, is_local_server, local_mode
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
+from sparkdl.spark.training.stage import StageWatch
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
 log = logging.getLogger("sparkdl")
 PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the parameter server binds, when set (needed on a remote Connect server)
-POLL_S = 0.1  # how often the driver's waits look at the stage and the workers' liveness
-# A task's first heartbeat comes once Spark has scheduled it and its Python worker has started and
-# read the task (importing TensorFlow on a cold one): a worker not heard from yet gets this long.
-STARTUP_GRACE_S = 180.0
 # How long a fit waits for executors still registering (a session's start, a lost executor's
 # replacement) before it refuses a cluster with fewer task slots than workers (not in local mode,
 # whose slots are fixed), in seconds.
@@ -167,68 +162,6 @@ def tls_identity(config):
 # ---- the stage --------------------------------------------------------------------------------
 
 
-class _Stage(threading.Thread):
-    """One stage of the workers' tasks, run as a Spark job in the background."""
-
-    def __init__(self, spark, action, description: str, tag: str, timeout_s: float) -> None:
-        super().__init__(name=tag, daemon=True)
-        self.spark, self.action, self.description, self.tag, self.timeout_s = spark, action, description, tag, timeout_s
-        self.table: pa.Table | None = None
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
-
-    def run(self) -> None:
-        try:
-            self.table = run_job(self.spark, self.action, self.description, self.tag, self.timeout_s)
-        except BaseException as exc:  # handed to the driver's thread
-            self.error = exc
-        finally:
-            self.finished.set()
-
-
-class _Monitor(threading.Thread):
-    """Watches the workers of a running stage: the first silent longer than ``timeout_s`` seconds
-    (no heartbeat: dead or stopped), or not heard from at all within ``max(timeout_s,
-    STARTUP_GRACE_S)`` of the stage's start (never started), is recorded and the stage cancelled.
-    It never ends on an error of its own: a failed look is retried at the next tick."""
-
-    def __init__(self, spark, server, timeout_s: float) -> None:
-        super().__init__(name="sparkdl-ps-monitor", daemon=True)
-        self.spark, self.server, self.timeout_s = spark, server, timeout_s
-        self.stop = threading.Event()
-        self.silent: tuple[int, float] | None = None
-        self.watch: tuple[str, list[int], float] | None = None  # (tag, partitions, since)
-        self.errors = 0
-
-    def run(self) -> None:
-        while not self.stop.wait(0.25):
-            try:
-                self._look()
-            except Exception:  # noqa: BLE001 - the next tick looks again
-                self.errors += 1
-
-    def _look(self) -> None:
-        watch = self.watch
-        if watch is None or self.silent is not None:
-            return
-        tag, partitions, since = watch
-        contacts = self.server.contacts()
-        now = time.monotonic()
-        for partition in partitions:
-            contact = contacts.get(str(partition))
-            if contact is None or now - contact["seconds"] < since:  # not heard from in this stage yet
-                silent, limit = now - since, max(self.timeout_s, STARTUP_GRACE_S)
-            elif contact["state"] == "done":
-                continue
-            else:  # a worker that reported an error is being retried: its new attempt gets the start's grace
-                silent = contact["seconds"]
-                limit = max(self.timeout_s, STARTUP_GRACE_S) if contact["state"] == "error" else self.timeout_s
-            if silent > limit:
-                self.silent = (partition, silent)
-                cancel_tag(self.spark, tag)
-                return
-
-
 class PSTransport:
     """A parameter server on the driver and long-lived worker tasks; see the module docstring."""
 
@@ -245,10 +178,9 @@ class PSTransport:
         self.bind, self.advertise = server_addresses(job.spark)
         self.identity = tls_identity(config)
         self.server = None
-        self.stage: _Stage | None = None
+        self.stages: StageWatch | None = None
         self.segment_end = 0
         self.results: list[pa.Table] = []
-        self.monitor: _Monitor | None = None
         self._last_master = None
         self._learning_rate = None
         self._epoch_done = time.monotonic()
@@ -270,8 +202,7 @@ class PSTransport:
             self.server.start()
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
-        self.monitor = _Monitor(job.spark, self.server, config.worker_timeout_s)
-        self.monitor.start()
+        self.stages = StageWatch(job.spark, self.server.contacts, config.worker_timeout_s, config.round_timeout_s, "ps worker")
         self._last_master = fit.master
         self._epoch_done = time.monotonic()
 
@@ -299,12 +230,8 @@ class PSTransport:
             self.job.release_executors()
 
     def close(self) -> None:
-        if self.stage is not None and not self.stage.finished.is_set():
-            cancel_tag(self.job.spark, self.stage.tag)
-            self.stage.finished.wait(30.0)
-        if self.monitor is not None:
-            self.monitor.stop.set()
-            self.monitor.join(5.0)
+        if self.stages is not None:
+            self.stages.close()
         if self.server is not None:
             self.server.shutdown()
         # A failed task leaves its on-disk partition behind (local mode: all of them here);
@@ -345,10 +272,9 @@ class PSTransport:
 
     def _stage_for(self, slot: int) -> None:
         """Make sure a stage runs slot ``slot``: start one at it when none runs."""
-        if self.stage is not None and not self.stage.finished.is_set() and slot < self.segment_end:
+        if self.stages.running and slot < self.segment_end:
             return
-        if self.stage is not None:
-            self._end_stage()
+        self._end_stage()
         job, config = self.job, self.job.config
         last = ((slot // self.plan_rounds) + 1) * self.plan_rounds if self.options.pause_at_epochs else self.total_slots
         snapshots = self.options.snapshots
@@ -363,72 +289,19 @@ class PSTransport:
         tag = f"sparkdl-{job.fit_id}-ps-{slot}"
         epochs = f"epochs {slot // self.plan_rounds + 1}-{(last - 1) // self.plan_rounds + 1}"
         description = f"sparkdl fit {job.fit_id[:8]}: {config.mode} on ps, {epochs} ({last - slot} rounds)"
-        self.stage = _Stage(job.spark, out.toArrow, description, tag, config.round_timeout_s * max(1, last - slot))
         self.segment_end = last
-        self.monitor.silent = None
-        self.monitor.watch = (tag, [p for p in range(job.workers) if job.plan.partition_rows[p]], time.monotonic())
-        self.stage.start()
+        self.stages.run(out.toArrow, description, tag, config.round_timeout_s * max(1, last - slot),
+                        [p for p in range(job.workers) if job.plan.partition_rows[p]])
 
     def _end_stage(self) -> None:
         """Wait for the running stage to end (its workers ran their slots, or were told to stop)."""
-        stage = self.stage
-        if stage is None:
+        if self.stages is None or self.stages.stage is None:
             return
-        self._wait(lambda: stage.finished.is_set(), f"the end of {stage.description}", stage_may_end=True)
-        self.monitor.watch = None
-        self.stage = None
-        if stage.error is not None:
-            raise self._failure(stage.error)
-        table = stage.table
+        table = self.stages.end(f"the end of {self.stages.stage.description}")
         partitions = sorted(table.column("partition").to_pylist())
         if partitions != list(range(self.job.workers)):
             raise InvariantError(f"the ps stage must return one result per partition 0..{self.job.workers - 1}. Received partitions {partitions}")
         self.results.append(table)
-
-    def _failure(self, error: BaseException) -> BaseException:
-        """The error to raise for a failed stage: a silent worker named, else Spark's cause with the
-        workers' own messages."""
-        if self.monitor.silent is not None:
-            partition, silent = self.monitor.silent
-            return WorkerError(
-                f"every ps worker must send a heartbeat at least every workerTimeout={self.job.config.worker_timeout_s:g} s. "
-                f"Received: partition {partition} silent for {silent:.1f} s (dead, stopped, or never started: are there "
-                "enough free task slots?); the fit's job was cancelled"
-            )
-        if isinstance(error, FitCancelledError):
-            return error
-        messages = "; ".join(f"partition {w}: {c['message']}" for w, c in sorted(self.server.contacts().items()) if c["state"] == "error")
-        if messages and isinstance(error, WorkerError) and messages not in str(error):
-            return type(error)(f"{error} | worker reports: {messages}"[:4000])
-        return error
-
-    def _wait(self, ready, what: str, stage_may_end: bool = False, timeout_s: float | None = None, block=None) -> None:
-        """Wait until ``ready()``, failing when the stage failed or ended first, a worker went
-        silent, or ``roundTimeout`` passed. ``block(seconds)`` waits for what may make ``ready()``
-        true (a push on the board); the stage and the liveness are looked at every ``POLL_S``."""
-        timeout_s = self.job.config.round_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            stage = self.stage
-            if self.monitor.silent is not None and stage is not None:
-                stage.finished.wait(30.0)
-                raise self._failure(stage.error or WorkerError("a silent worker"))
-            if stage is not None and stage.finished.is_set():
-                if stage.error is not None:
-                    raise self._failure(stage.error)
-                if not stage_may_end and not ready():
-                    raise InvariantError(f"the ps workers' tasks must run until {what}. Received: the stage ended first")
-            if time.monotonic() > deadline:
-                if stage is not None:
-                    cancel_tag(self.job.spark, stage.tag)
-                raise RoundTimeoutError(f"each round must finish within roundTimeout={timeout_s:g} s. Received: {what} still "
-                                        "waiting; the fit's job was cancelled")
-            if block is not None:
-                block(POLL_S)
-            elif stage is not None:
-                stage.finished.wait(POLL_S)
-            else:
-                time.sleep(POLL_S)
 
     # ---- a round of a round mode -----------------------------------------------------------------
 
@@ -445,7 +318,7 @@ class PSTransport:
             pushed = board.pushed()
             return expected <= pushed or (len(pushed & expected) >= need and time.monotonic() - opened >= config.round_deadline_s)
 
-        self._wait(closable, orders.description, block=board.wait_change)
+        self.stages.wait(closable, orders.description, block=board.wait_change)
         collection = board.close()
         local = self._collect_local(orders) if orders.collect and job.quantized else {}
         rows_dropped = sum(int(plan.row_range(p, r)[1] - plan.row_range(p, r)[0]) for p in collection.missing)
@@ -466,7 +339,7 @@ class PSTransport:
                     want[p] = g
                     break
         fresh = lambda: all((self.server.local(str(p)) or WorkerLocal(-2)).version >= v for p, v in want.items())  # noqa: E731
-        self._wait(fresh, f"the workers' own state after {orders.description}")
+        self.stages.wait(fresh, f"the workers' own state after {orders.description}")
         return {p: self.server.local(str(p)) for p in want}
 
     # ---- an epoch of an asynchronous mode --------------------------------------------------------
@@ -477,7 +350,7 @@ class PSTransport:
             self.server.set_state(orders.starts)
         self._stage_for(epoch * self.plan_rounds)
         total = job.data.total_rows
-        self._wait(lambda: ledger.rows(epoch) >= total, orders.description, timeout_s=job.config.round_timeout_s * self.plan_rounds,
+        self.stages.wait(lambda: ledger.rows(epoch) >= total, orders.description, timeout_s=job.config.round_timeout_s * self.plan_rounds,
                    block=ledger.wait_change)
         done = time.monotonic()
         seconds, self._epoch_done = done - self._epoch_done, done
