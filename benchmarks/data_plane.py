@@ -719,7 +719,9 @@ def print_tables(results: list[dict]) -> None:
         for section, transport, op, size, streams in keys:
             sel = {r["executors"]: r for r in flight_rows if (r["section"], r["transport"], r["op"], r["size_mb"], r["streams"])
                    == (section, transport, op, size, streams)}
-            print(f"| {'0→1' if section == 'flight' else 'i→i+1'} | {transport} | {op} | {size:g} | {streams} | {cell(sel)} |")
+            cells = cell(sel) if section == "flight" else " | ".join(
+                f"{sel[n]['gb_s']} ({sel[n]['aggregate_gb_s']} all)" if n in sel else "-" for n in ns)
+            print(f"| {'0→1' if section == 'flight' else 'i→i+1'} | {transport} | {op} | {size:g} | {streams} | {cells} |")
     rpc = [r for r in results if r["section"] == "flight" and r["op"] == "rpc"]
     if rpc:
         print(f"\nempty DoAction round trip, ms (median; p90)\n| transport | {head}\n|---|{sep}")

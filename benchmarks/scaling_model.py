@@ -30,6 +30,30 @@ driver decodes only the mean: + [fp16] S / R_codec.)
 
 Bytes through the driver per round: out N·S, in N·S_up: linear in N by design.
 
+**sharded** (the backend being built: the state cut into N contiguous slices, one per executor,
+each served by a Flight server in that executor's Python worker; a round is a reduce-scatter, each
+worker pushing slice j of its update to slice j's owner, which sums the N row-weighted
+contributions and applies the elementwise rule to its slice, then an all-gather, each worker
+pulling every slice; the driver only coordinates)::
+
+    t_round = τ·t_step + L_sharded + 2·(N − 1)/N·S_up / B_eff + t_owner + t_pack
+    L_sharded = 2·L_rpc + 2·(N − 1)·L_rpc / k     two small calls to the driver, and each worker's N − 1
+                                                   puts and N − 1 gets, k at a time (k = the streams of B_flight)
+    B_eff = min(B, B_flight)                       the network's line rate, or what one executor's Flight moves
+    t_owner = S_f/N / R_rule + S_f / R_sum          the owner applies the rule to its slice and sums N
+                                                   contributions of S_f/N each: S_f bytes, whatever N is
+    t_pack = 2·S_f / R_pack [+ fp16: 2·S_f / R_codec]   each worker packs its update into the N slices and
+                                                   unpacks the gathered state (fp16: encodes and decodes them)
+
+S_f is the float32 bytes that travel: the whole state (12 bytes a parameter with Adam), or the
+weights alone (4 bytes) with ``keepLocalOptimizer`` (backend ``sharded_local``: each worker keeps
+its own optimizer state); S_up = S_f, or S_f/2 with fp16. In the brief's form t_owner = S_f/N /
+R_apply with R_apply(N) = 1 / (1/R_rule + N/R_sum) (slice bytes per second, falling with N: the
+sum reads N contributions), and the pack/unpack copies are per worker, not per slice (0 where a
+worker keeps its state in one flat buffer). No term overlaps another (as on the other backends).
+Bytes through the driver per round: control and metrics, about :data:`CONTROL_BYTES` a worker
+each way.
+
 **ring** (not a sparkdl backend: the bandwidth-optimal allreduce of Horovod, Sergeev & Del Balso
 2018; Patarasuk & Yuan 2009), the design reference that removes the driver from the data path::
 
@@ -62,13 +86,32 @@ with other work), so these latencies are upper bounds for a dedicated cluster. T
 uses :data:`DEDICATED`'s constants, R_server = ``--server-mb-s`` (the loopback server throughput
 of ``benchmarks/ps_throughput.py``), B = the network's line rate, and the fitted u(N).
 
+**Measured data plane** (:func:`load_plane`, from the latest run in ``benchmarks/data_plane.jsonl``
+of ``benchmarks/data_plane.py``, ``local-cluster[N,1,1024]``, N = 2, 3, 4, on 2 shared cores):
+B_flight = per N the best stream count's min(put, get) GB/s of 256 MB over TLS between two
+executors' Python workers, median over N (unscaled: on loopback the two ends shared 2 cores, one
+core a direction, as a host with a core or more per Flight direction has; a 1-core executor that
+sends and receives at once moved about half of it, the ``shift`` rows; ``--flight-gb-s`` overrides);
+L_rpc = the median TLS ``DoAction`` round trip at N = 2; R_pack, R_rule = the slice GB/s of the
+``pack`` and ``apply`` rows, R_sum = the contributions' GB/s of ``sum32`` (float32 sums; ``sum64``
+with ``--sharded-sum float64``, the exact float64 mean of today's WeightedMean), R_codec = that of
+``sum16`` (fp16 contributions decoded and summed into float32), each the best of numpy, a 1-thread
+and a 2-thread pool, median over N. R_codec replaces the assumed fp16 decoding rate of the ``ps``
+and ``rounds`` projection (:data:`DEDICATED`'s 1,000 MB/s) when the file is there.
+
+**Horovod's line** (:func:`tau_for`): the smallest τ at which each design reaches 90 % for 100M
+parameters on 64 and 256 GPU workers (``--gpu-tflops``) and 10 and 100 Gb/s: rounds, ps, sharded
+with the full Adam state, sharded with keepLocalOptimizer and fp16, ring; every t_round here is
+τ·t_step + C, so τ_90 = ⌈9·C / t_step⌉.
+
 The fitted model is checked against the measured points it was fitted to
 (:func:`check`: the relative error of round seconds and of driver bytes, %).
 
 Usage::
 
     python benchmarks/scaling_model.py [--measured benchmarks/scaling_measured.jsonl] [--plot docs/images/scaling_model.png]
-        [--device gpu|cpu] [--server-mb-s 400] [--json]
+        [--device gpu|cpu] [--server-mb-s 400] [--data-plane benchmarks/data_plane.jsonl] [--flight-gb-s X]
+        [--sharded-sum float32|float64] [--json]
 """
 
 from __future__ import annotations
@@ -78,7 +121,7 @@ import itertools
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -90,6 +133,8 @@ RING_ALPHA_S = 50e-6
 IMAGENET_ROWS = 1_281_167
 REDUCE_MIN_BYTES = 64 * 2**20  # sparkdl.spark.training.reduce.EXECUTOR_REDUCE_MIN_BYTES
 HOROVOD_EFFICIENCY = 0.90  # Sergeev & Del Balso 2018, Inception V3 and ResNet-101 on 512 GPUs
+CONTROL_BYTES = 1e3  # sharded: bytes a worker exchanges with the driver per round each way (control, metrics)
+SHARDED = ("sharded", "sharded_local")  # the full state travels / the weights alone (keepLocalOptimizer)
 
 
 @dataclass(frozen=True)
@@ -105,6 +150,12 @@ class Costs:
     u0: float  # torrent broadcast: the driver uploads (u0 + u1·log2 N)·S
     u1: float
     codec_rate: float = math.inf  # bytes/s of state the driver decodes from fp16 (ps: each push; rounds: the mean)
+    flight_rate: float = math.inf  # sharded: bytes/s one executor's Flight moves (B_flight)
+    flight_streams: float = 1.0  # sharded: the concurrent streams (calls) of B_flight (k)
+    rpc_s: float = 0.0  # sharded: a small call's round trip (L_rpc)
+    pack_rate: float = math.inf  # sharded: bytes/s a worker packs (unpacks) into (from) slices
+    sum_rate: float = math.inf  # sharded: contribution bytes/s an owner sums (float32, row-weighted)
+    rule_rate: float = math.inf  # sharded: slice bytes/s an owner applies the elementwise rule to
 
 
 def torrent(n: int, costs: "Costs") -> float:
@@ -115,6 +166,23 @@ def torrent(n: int, costs: "Costs") -> float:
 def update_bytes(state: float, compression: str | None) -> float:
     """S_up: bytes of a worker's update."""
     return state / 2 if compression == "fp16" else state
+
+
+def sharded_terms(backend: str, n: int, state: float, compression: str | None, bandwidth: float, costs: Costs) -> dict:
+    """The communication terms of a sharded round (seconds, module docstring): ``scheduling``
+    (L_sharded), ``network`` (the reduce-scatter and the all-gather at B_eff), ``server`` (the
+    owner's sum and rule, the workers' packing and fp16 coding) and ``flight``: whether B_flight,
+    not the line rate, bounds the bytes."""
+    synced = state / 3 if backend == "sharded_local" else state  # S_f: the weights alone (4 bytes a parameter) or the state
+    up = update_bytes(synced, compression)
+    sum_rate = costs.codec_rate if compression else costs.sum_rate
+    coding = 2 * synced / costs.codec_rate if compression else 0.0
+    return {
+        "scheduling": 2 * costs.rpc_s + 2 * (n - 1) * costs.rpc_s / costs.flight_streams,
+        "network": 2 * (n - 1) / n * up / min(bandwidth, costs.flight_rate),
+        "server": synced / n / costs.rule_rate + synced / sum_rate + 2 * synced / costs.pack_rate + coding,
+        "flight": costs.flight_rate < bandwidth,
+    }
 
 
 def ring_bytes(state: float, compression: str | None) -> float:
@@ -147,7 +215,10 @@ def round_seconds(backend: str, n: int, state: float, compression: str | None, t
         return compute + costs.l_ps + max(n * state / bandwidth, n * up / bandwidth, n * (state + up) / costs.server_rate) + decode
     if backend == "ring":  # gradients only (4 bytes a parameter, 2 with fp16): the optimizer state stays on each worker
         return compute + 2 * (n - 1) * RING_ALPHA_S + 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
-    raise ValueError(f"backend must be rounds, ps or ring. Received: {backend!r}")
+    if backend in SHARDED:
+        terms = sharded_terms(backend, n, state, compression, bandwidth, costs)
+        return compute + terms["scheduling"] + terms["network"] + terms["server"]
+    raise ValueError(f"backend must be rounds, ps, sharded, sharded_local or ring. Received: {backend!r}")
 
 
 def efficiency(backend: str, n: int, params: float, compression: str | None, tau: int, step_s: float, bandwidth: float,
@@ -163,13 +234,16 @@ def driver_bytes(backend: str, n: int, state: float, compression: str | None, co
     if backend == "rounds":
         executors = on_executors(n, state) if reduce == "auto" else reduce == "executors"
         return (torrent(n, costs)) * state, (state if executors else n * up)
+    if backend in SHARDED:
+        return n * CONTROL_BYTES, n * CONTROL_BYTES
     return n * state, n * up
 
 
 def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAGENET_ROWS, reuse: float = 160.0) -> list[dict]:
     """One row per point of ``grid`` (keys ``workers``, ``params``, ``gbps``, ``backend``, ``tau``,
     ``compression``: lists): efficiency, seconds per round and per epoch of ``rows`` rows, and
-    which term bounds the round (``bound``: compute, network, server, scheduling)."""
+    which term bounds the round (``bound``: compute, network, server, scheduling; sharded: flight
+    when B_flight < B carries the bytes)."""
     out = []
     keys = ("workers", "params", "gbps", "backend", "tau", "compression")
     for n, params, gbps, backend, tau, compression in itertools.product(*(grid[k] for k in keys)):
@@ -188,6 +262,10 @@ def project(grid: dict, costs: Costs, flops: float, batch: int, rows: int = IMAG
             terms["scheduling"] = costs.l_job + (2 * n if ex else n) * costs.l_task + (costs.l_stage if ex else 0.0)
             terms["network"] = max(1.0, torrent(n, costs)) * state / bandwidth + ((up + state) if ex else n * up) / bandwidth
             terms["server"] = (state if ex else n * up) / costs.rate + (state / costs.codec_rate if compression else 0.0)  # the driver's combine
+        elif backend in SHARDED:
+            sharded = sharded_terms(backend, n, state, compression, bandwidth, costs)
+            terms.update({k: sharded[k] for k in ("scheduling", "server")})
+            terms["flight" if sharded["flight"] else "network"] = sharded["network"]  # B_flight, not the line, bounds it
         else:
             terms["network"] = 2 * (n - 1) / n * ring_bytes(state, compression) / bandwidth
             terms["scheduling"] = 2 * (n - 1) * RING_ALPHA_S
@@ -251,14 +329,84 @@ def fit(points: list[dict]) -> Costs:
 DEDICATED = {"l_job": 0.13, "l_task": 0.001, "l_stage": 0.1, "l_ps": 0.011, "rate": 100 * MB, "codec_rate": 1000 * MB}
 
 
-def dedicated(costs: Costs, server_mb_s: float) -> Costs:
+def dedicated(costs: Costs, server_mb_s: float, plane: dict | None = None) -> Costs:
     """The projection's constants: :data:`DEDICATED`'s latencies and rates, the fitted torrent
-    factor u(N), and the server rate of ``ps_throughput.py`` (``server_mb_s``, MB/s). (On the
-    loaded 2-core machine the fitted rates are not identifiable: the seconds barely follow the
-    bytes, and the fit returns them as infinite.)"""
+    factor u(N), the server rate of ``ps_throughput.py`` (``server_mb_s``, MB/s) and, with
+    ``plane`` (:func:`load_plane`), the measured data plane: the sharded backend's constants and
+    the fp16 decoding rate in place of the assumed one. (On the loaded 2-core machine the fitted
+    rates are not identifiable: the seconds barely follow the bytes, and the fit returns them as
+    infinite.)"""
+    measured = {"codec_rate": DEDICATED["codec_rate"], **(plane or {})}
     return Costs(l_job=DEDICATED["l_job"], l_task=DEDICATED["l_task"], l_stage=DEDICATED["l_stage"],
                  rate=DEDICATED["rate"], l_ps=DEDICATED["l_ps"], server_rate=server_mb_s * MB, u0=costs.u0, u1=costs.u1,
-                 codec_rate=DEDICATED["codec_rate"])
+                 **measured)
+
+
+# ---- the measured data plane (benchmarks/data_plane.py) -------------------------------------------
+
+def load_plane(path: str, flight_gb_s: float | None = None, sum_dtype: str = "float32") -> tuple[dict, dict]:
+    """The sharded backend's constants from the latest run in ``path`` (``benchmarks/data_plane.py``'s
+    JSON lines), as :class:`Costs` fields (bytes/s, seconds), and what they came from (``source``:
+    per N the values behind each median). See the module docstring for the choices."""
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    run = lines[-1]["run"]
+    lines = [r for r in lines if r["run"] == run]
+    ns = sorted({r["executors"] for r in lines})
+    source: dict = {"run": run, "executors": ns}
+    flight = {}
+    for n in ns:
+        rows = [r for r in lines if (r["executors"], r["section"], r.get("transport")) == (n, "flight", "tls") and r["op"] in ("put", "get")]
+        size = max(r["size_mb"] for r in rows)
+        per_streams = {}
+        for k in sorted({r["streams"] for r in rows}):
+            per_streams[k] = min(r["gb_s"] for r in rows if r["streams"] == k and r["size_mb"] == size)
+        best = max(per_streams, key=per_streams.get)
+        flight[n] = (per_streams[best], best)
+    source["flight_gb_s_streams"] = flight
+    shift = {r["executors"]: r["gb_s"] for r in lines if r["section"] == "shift" and r.get("transport") == "tls" and r["op"] == "put"}
+    source["shift_put_gb_s"] = shift
+    rates = {}
+    for op, key in (("pack", "gb_s"), ("apply", "gb_s"), ("sum32", "contrib_gb_s"), ("sum64", "contrib_gb_s"), ("sum16", "contrib_gb_s")):
+        rates[op] = {n: max(r[key] for r in lines if (r["executors"], r["section"], r["op"]) == (n, "compute", op)) for n in ns}
+    source["compute_gb_s"] = rates
+    rpc = {r["executors"]: r["rpc_ms"] for r in lines if r["section"] == "flight" and r["op"] == "rpc" and r["transport"] == "tls"}
+    source["rpc_ms"] = rpc
+    median = lambda d: float(np.median(list(d.values())))  # noqa: E731
+    plane = {
+        "flight_rate": (flight_gb_s if flight_gb_s else median({n: v[0] for n, v in flight.items()})) * 1e9,
+        "flight_streams": float(np.median([v[1] for v in flight.values()])),
+        "rpc_s": rpc[min(rpc)] / 1e3,
+        "pack_rate": median(rates["pack"]) * 1e9,
+        "sum_rate": median(rates["sum64" if sum_dtype == "float64" else "sum32"]) * 1e9,
+        "rule_rate": median(rates["apply"]) * 1e9,
+        "codec_rate": median(rates["sum16"]) * 1e9,
+    }
+    return plane, source
+
+
+def tau_for(backend: str, compression: str | None, n: int, params: float, gbps: float, flops: float, batch: int, reuse: float,
+            costs: Costs, target: float = HOROVOD_EFFICIENCY, most: int = 2**24) -> int | None:
+    """The smallest τ (local steps per round) at which ``backend`` reaches ``target`` efficiency
+    (None: not below ``most``): doubling, then bisection, on :func:`efficiency`."""
+    step_s = 6 * params * batch * reuse / flops
+    ok = lambda tau: efficiency(backend, n, params, compression, tau, step_s, gbps * GBIT, costs) >= target  # noqa: E731
+    hi = 1
+    while not ok(hi):
+        hi *= 2
+        if hi > most:
+            return None
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+# (label, backend, compression) of the 90 % table
+TAU_DESIGNS = [("rounds (Adam state)", "rounds", None), ("ps (Adam state)", "ps", None),
+               ("sharded, full Adam state", "sharded", None), ("sharded, keepLocalOptimizer + fp16", "sharded_local", "fp16"),
+               ("ring (fp32 gradients)", "ring", None)]
 
 
 def predicted_overhead(p: dict, costs: Costs) -> float:
@@ -292,7 +440,7 @@ def check(points: list[dict], costs: Costs) -> list[dict]:
 # ---- output ---------------------------------------------------------------------------------------
 
 GRID = {"workers": [8, 16, 32, 64, 128, 256], "params": [1e6, 1e7, 1e8, 1e9], "gbps": [10, 25, 100],
-        "backend": ["rounds", "ps", "ring"], "tau": [1, 16, 128], "compression": [None, "fp16"]}
+        "backend": ["rounds", "ps", "sharded", "sharded_local", "ring"], "tau": [1, 16, 128], "compression": [None, "fp16"]}
 
 
 def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
@@ -305,7 +453,7 @@ def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
     gbps_values = sorted({r["gbps"] for _, rows in panels for r in rows})
     figure, axes = plt.subplots(len(panels), len(gbps_values), figsize=(4.6 * len(gbps_values), 3.8 * len(panels)),
                                 sharey=True, squeeze=False)
-    styles = {"rounds": "-", "ps": "--", "ring": ":"}
+    styles = {"rounds": "-", "ps": "--", "sharded": "-.", "sharded_local": (0, (5, 1, 1, 1, 1, 1)), "ring": ":"}
     colours = {1e6: "tab:blue", 1e7: "tab:orange", 1e8: "tab:green", 1e9: "tab:red"}
     for row_axes, (label, rows) in zip(axes, panels):
         for ax, gbps in zip(row_axes, gbps_values):
@@ -313,7 +461,7 @@ def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
                 sel = sorted((r for r in rows if r["gbps"] == gbps and r["backend"] == backend and r["params"] == params),
                              key=lambda r: r["workers"])
                 if sel:
-                    ax.plot([r["workers"] for r in sel], [r["efficiency"] for r in sel], styles[backend], color=colours[params],
+                    ax.plot([r["workers"] for r in sel], [r["efficiency"] for r in sel], linestyle=styles[backend], color=colours[params],
                             marker="o", markersize=3, label=f"{backend} {params:.0e}")
             ax.axhline(HOROVOD_EFFICIENCY, color="black", linewidth=0.8, label="Horovod 90 %")
             ax.set_xscale("log", base=2)
@@ -321,7 +469,10 @@ def plot(panels: list[tuple[str, list[dict]]], path: str, title: str) -> None:
             ax.set_title(f"{label}, {gbps} Gb/s", fontsize=9)
             ax.set_xlabel("workers N")
         row_axes[0].set_ylabel("efficiency τ·t_step / t_round")
-    axes[0][-1].legend(fontsize=6, ncol=2, loc="lower left")
+    for i, row_axes in enumerate(axes):  # a legend per set of lines: the first row's, and each later row's that differs
+        labels = row_axes[-1].get_legend_handles_labels()[1]
+        if i == 0 or labels != axes[i - 1][-1].get_legend_handles_labels()[1]:
+            row_axes[-1].legend(fontsize=6, ncol=1, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -339,14 +490,32 @@ def main() -> None:
     parser.add_argument("--server-mb-s", type=float, default=400.0, help="ps_throughput.py's loopback server MB/s")
     parser.add_argument("--profile", choices=["dedicated", "fitted"], default="dedicated",
                         help="project with a dedicated cluster's latencies (default) or the fitted ones")
+    parser.add_argument("--data-plane", default=os.path.join(HERE, "data_plane.jsonl"),
+                        help="benchmarks/data_plane.py's JSON lines: the sharded backend's constants ('' for none: sharded left out)")
+    parser.add_argument("--flight-gb-s", type=float, help="B_flight, GB/s, in place of the measured one")
+    parser.add_argument("--sharded-sum", choices=["float32", "float64"], default="float32", help="the owner's sums (R_sum)")
     parser.add_argument("--plot-tau", type=int, default=16)
     parser.add_argument("--json", action="store_true", help="print the whole grid as JSON lines")
     args = parser.parse_args()
 
     points = load(args.measured)
     fitted = fit(points)
-    costs = fitted if args.profile == "fitted" else dedicated(fitted, args.server_mb_s)
+    grid = dict(GRID)
+    plane = None
+    if args.data_plane and os.path.exists(args.data_plane):
+        plane, source = load_plane(args.data_plane, args.flight_gb_s, args.sharded_sum)
+    else:
+        grid["backend"] = [b for b in GRID["backend"] if b not in SHARDED]
+    costs = replace(fitted, **plane) if args.profile == "fitted" and plane else (
+        fitted if args.profile == "fitted" else dedicated(fitted, args.server_mb_s, plane))
     print("fitted:", json.dumps({k: round(v, 6) for k, v in asdict(fitted).items()}))
+    if plane:
+        print(f"measured data plane ({os.path.relpath(args.data_plane)}, run {source['run']}, local-cluster N = {source['executors']}; "
+              f"rates GB/s, L_rpc ms):", json.dumps({k: v for k, v in source.items() if k not in ("run", "executors")}))
+        print("data plane constants:", json.dumps({
+            "B_flight_gb_s": round(plane["flight_rate"] / 1e9, 4), "k_streams": plane["flight_streams"], "L_rpc_ms": round(plane["rpc_s"] * 1e3, 4),
+            "R_pack_gb_s": round(plane["pack_rate"] / 1e9, 4), f"R_sum_{args.sharded_sum}_gb_s": round(plane["sum_rate"] / 1e9, 4),
+            "R_rule_gb_s": round(plane["rule_rate"] / 1e9, 4), "R_codec_gb_s": round(plane["codec_rate"] / 1e9, 4)}))
     print(f"projected with ({args.profile}):", json.dumps({k: round(v, 6) for k, v in asdict(costs).items()}))
     checked = check(points, fitted)
     print("\n| N | backend | compression | combined on | round s | model | err % | driver in MB | model | err % | driver out MB | model | err % |")
@@ -364,23 +533,23 @@ def main() -> None:
     flops = gpu_flops if args.device == "gpu" else cpu_flops
     print(f"\ndevice {args.device}: {flops / 1e12:.3g} TFLOP/s sustained per worker (measured one core: {measured_flops / 1e9:.3g} GFLOP/s), "
           f"batch {args.batch} per worker, T = {args.reuse:g} uses of a parameter per row, epoch of {IMAGENET_ROWS:,} rows")
-    rows = project(GRID, costs, flops, args.batch, reuse=args.reuse)
+    rows = project(grid, costs, flops, args.batch, reuse=args.reuse)
     if args.json:
         for r in rows:
             print(json.dumps(r))
-    ns = GRID["workers"]
+    ns = grid["workers"]
     print("\nefficiency by N at 10 Gb/s, no compression (epoch minutes at N = 32; what bounds the round at N = 256)")
     print("| backend | τ | params | " + " | ".join(f"N={n}" for n in ns) + " | epoch min @32 | bound @256 |")
     print("|---|---|---|" + "---|" * (len(ns) + 2))
-    for backend, tau, params in itertools.product(GRID["backend"], GRID["tau"], GRID["params"]):
+    for backend, tau, params in itertools.product(grid["backend"], grid["tau"], grid["params"]):
         sel = {r["workers"]: r for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, None, tau, params, 10)}
         print(f"| {backend} | {tau} | {params:.0e} | " + " | ".join(f"{sel[n]['efficiency']:.2f}" for n in ns)
               + f" | {sel[32]['epoch_s'] / 60:.3g} | {sel[256]['bound']} |")
     print("\nlargest N (of 8..256) at >= 90 % efficiency ('-': none)")
-    cols = list(itertools.product(GRID["params"], GRID["gbps"]))
+    cols = list(itertools.product(grid["params"], grid["gbps"]))
     print("| backend | compression | τ | " + " | ".join(f"{p:.0e} @{g}" for p, g in cols) + " |")
     print("|---|---|---|" + "---|" * len(cols))
-    for backend, compression, tau in itertools.product(GRID["backend"], GRID["compression"], GRID["tau"]):
+    for backend, compression, tau in itertools.product(grid["backend"], grid["compression"], grid["tau"]):
         cells = []
         for params, gbps in cols:
             ok = [r["workers"] for r in rows if (r["backend"], r["compression"], r["tau"], r["params"], r["gbps"]) == (backend, compression, tau, params, gbps)
@@ -393,12 +562,29 @@ def main() -> None:
         print(f"\nps: the driver-side server bounds the round first at {first['gbps']} Gb/s from N = {first['workers']} "
               f"(params {first['params']:.0e}, τ = {first['tau']}); server rate {costs.server_rate / MB:.0f} MB/s vs line rate "
               f"{first['gbps'] * GBIT / MB:.0f} MB/s")
+    designs = [d for d in TAU_DESIGNS if plane or d[1] not in SHARDED]
+    tau_cols = [(n, gbps) for gbps in (10, 100) for n in (64, 256)]
+    print(f"\nτ for 90 % efficiency, 1e+08 parameters, gpu {gpu_flops / 1e12:.3g} TFLOP/s workers (t_step "
+          f"{6 * 1e8 * args.batch * args.reuse / gpu_flops * 1e3:.1f} ms; '-': none up to 2^24)")
+    print("| design | " + " | ".join(f"N={n} @{g} Gb/s" for n, g in tau_cols) + " |")
+    print("|---|" + "---|" * len(tau_cols))
+    for label, backend, compression in designs:
+        taus = [tau_for(backend, compression, n, 1e8, g, gpu_flops, args.batch, args.reuse, costs) for n, g in tau_cols]
+        print(f"| {label} | " + " | ".join(str(t) if t else "-" for t in taus) + " |")
+        if args.json:
+            for (n, g), t in zip(tau_cols, taus):
+                print(json.dumps({"tau90": t, "design": label, "backend": backend, "compression": compression, "workers": n, "gbps": g,
+                                  "params": 1e8, "gpu_tflops": args.gpu_tflops, "batch": args.batch, "reuse": args.reuse}))
     if args.plot:
-        grid = {**GRID, "tau": [args.plot_tau], "compression": [None]}
-        panels = [(f"cpu {cpu_flops / 1e12:.2g} TFLOP/s", project(grid, costs, cpu_flops, args.batch, reuse=args.reuse)),
-                  (f"gpu {gpu_flops / 1e12:.3g} TFLOP/s", project(grid, costs, gpu_flops, args.batch, reuse=args.reuse))]
-        plot(panels, args.plot, f"projected scaling efficiency, τ = {args.plot_tau}, no compression, batch {args.batch}, "
-                                f"T = {args.reuse:g}; model fitted to local-cluster N = 2, 4, 8 (rounds solid, ps dashed, ring dotted)")
+        plot_grid = {**grid, "tau": [args.plot_tau], "compression": [None], "backend": [b for b in grid["backend"] if b != "sharded_local"]}
+        local = {**plot_grid, "backend": ["sharded_local", "ring"], "compression": ["fp16"]}
+        panels = [(f"cpu {cpu_flops / 1e12:.2g} TFLOP/s", project(plot_grid, costs, cpu_flops, args.batch, reuse=args.reuse)),
+                  (f"gpu {gpu_flops / 1e12:.3g} TFLOP/s", project(plot_grid, costs, gpu_flops, args.batch, reuse=args.reuse))]
+        if plane:
+            panels.append(("gpu, fp16, keepLocalOptimizer", project(local, costs, gpu_flops, args.batch, reuse=args.reuse)))
+        plot(panels, args.plot, f"projected scaling efficiency, τ = {args.plot_tau}, batch {args.batch}, T = {args.reuse:g}; model fitted "
+                                f"to local-cluster N = 2, 4, 8 and data_plane.py's N = 2, 3, 4;\nrows 1-2 no compression (rounds solid, ps "
+                                f"dashed, sharded dash-dot, ring dotted), row 3 fp16 (sharded_local dash-dot-dot, ring dotted)")
         print(f"\nwrote {args.plot}")
 
 

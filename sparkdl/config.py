@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 from sparkdl.errors import ConfigError
-BACKENDS = ("rounds", "ps", "auto")
+BACKENDS = ("rounds", "ps", "sharded", "auto")
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
 ASYNC_DEFAULT_LOCAL_STEPS = {"async": 4, "hogwild": 4, "staleness_aware": 4, "ssp": 4}
@@ -73,6 +73,8 @@ class FitConfig:
             (None: at epoch ends only; asynchronous modes: epoch ends only).
         server_tls: the ``ps`` backend's server speaks TLS with a per-fit certificate its workers pin.
         server_cert_file, server_key_file: your own PEM certificate and key for the server instead.
+        keep_local_optimizer: backend ``sharded``: workers keep their optimizer state and send their
+            weights alone (always with ``diloco``).
 
     ``backend="auto"`` is resolved against the session when the fit starts
     (:func:`sparkdl.spark.transports.choose_backend`): ``ps`` for the asynchronous modes, and for the
@@ -108,6 +110,7 @@ class FitConfig:
     server_tls: bool = True
     server_cert_file: str | None = None
     server_key_file: str | None = None
+    keep_local_optimizer: bool = False
 
     @property
     def heartbeat_s(self) -> float:
@@ -158,6 +161,14 @@ class FitConfig:
                 f"mode {self.mode!r} is asynchronous and runs on backend 'ps' (a parameter server); backend 'rounds' "
                 f"runs modes 'sync', 'bmuf', 'easgd' and 'gossip'. Received: mode={self.mode!r}, backend='rounds' (use backend='ps' or 'auto')"
             )
+        if self.mode == "diloco" and self.backend in ("rounds", "ps"):
+            raise ConfigError(
+                f"mode 'diloco' keeps each worker's optimizer and applies its outer step on the slices of backend 'sharded'. "
+                f"Received: mode='diloco', backend={self.backend!r} (use backend='sharded' or 'auto')"
+            )
+        if self.keep_local_optimizer and self.backend in ("rounds", "ps"):
+            raise ConfigError(f"keepLocalOptimizer is a setting of backend 'sharded'. Received: keepLocalOptimizer=True, "
+                              f"backend={self.backend!r} (use backend='sharded')")
         if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
             raise ConfigError(f"staleness must be an integer >= 0 (clocks). Received: staleness={self.staleness!r}")
         if isinstance(self.server_port, bool) or not isinstance(self.server_port, int) or not 0 <= self.server_port <= 65535:

@@ -296,14 +296,18 @@ PARAMS: tuple[ParamSpec, ...] = (
         "one peer of a seeded random matching, the fitted model is the workers' average; Jin et al. 2016); or an "
         "asynchronous mode on backend `ps`: `async` (Downpour; Dean et al. 2012), `hogwild` (no lock; Recht et al. "
         "2011), `staleness_aware` (each update scaled by 1/staleness; Zhang, Gupta, Lian, Liu 2016), `ssp` (bounded "
-        "staleness, see `staleness`; Ho et al. 2013)")),
+        "staleness, see `staleness`; Ho et al. 2013); or `diloco` on backend `sharded` (each worker keeps its own "
+        "optimizer, the slice owners take an outer Nesterov step on the averaged delta: `outerLearningRate`, "
+        "`outerMomentum`; Douillard et al. 2023)")),
     _P("backend", "str", "auto", choices=BACKENDS, config="fit", example="ps", doc=(
         "`rounds` (one Spark job per round: the round modes; works with dynamic allocation), `ps` (a parameter server "
         "on the driver and one long-lived task per worker: every mode, a round mode giving what `rounds` gives on the "
         "same seed; needs a task slot per worker and dynamic allocation off, both checked before any job) or `auto` "
         "(`ps` for the asynchronous modes; for the round modes `ps`, the faster, when allocation is static, the cluster "
         "has a task slot per worker, `keepPartitioning` is off and the executors reach the driver, else `rounds`; "
-        "`fitInfo['backend_reason']` says why)")),
+        "`fitInfo['backend_reason']` says why), or `sharded` (the state in one slice per worker, owned and served by the "
+        "workers' own tasks, the driver coordinating: `sync`, `bmuf` and `diloco`; for models whose state the driver "
+        "should not hold, and many workers; needs a task slot per worker, no validation data)")),
     _P("seed", "int", 0, config="fit", example=1, doc=(
         "seed of the shuffles, of `validationSplit` and of the replicas' random layers")),
     _P("shuffle", "bool", True, config="fit", example=False, doc=(
@@ -359,6 +363,15 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`bmuf`: the block learning rate ζ (> 0)")),
     _P("nesterov", "bool", True, config="fit", example=False, doc=(
         "`bmuf`: workers start each block from the Nesterov look-ahead W + η·Δ")),
+    _P("outerLearningRate", "float", 0.7, rule="a number > 0", config="fit", example=1.0, doc=(
+        "`diloco`: the outer learning rate η of the Nesterov step on the averaged delta (the paper's 0.7; 1 with "
+        "`outerMomentum` 0 is `sync` with `keepLocalOptimizer`)")),
+    _P("outerMomentum", "float", 0.9, rule="a number in [0, 1)", config="fit", example=0.0, doc=(
+        "`diloco`: the outer Nesterov momentum μ in [0, 1) (the paper's 0.9)")),
+    _P("keepLocalOptimizer", "bool", False, config="fit", example=True, doc=(
+        "`sharded`: each worker keeps its own optimizer state between rounds (on its Python worker and its executor's "
+        "disk) and sends its weights alone: 4 bytes a parameter a round instead of 12 with Adam (2 with `fp16`); the "
+        "fitted model's optimizer state is a fresh one. Always on with `diloco`")),
     _P("elasticForce", "float?", None, rule="None or a number > 0", config="fit", example=0.3, doc=(
         "`easgd`: the elastic force α (> 0, numWorkers·α < 1); None: 0.9/numWorkers")),
     _P("compression", "str?", None, choices=(None, *COMPRESSIONS), config="fit", example="fp16", doc=(

@@ -122,7 +122,8 @@ class RoundBoard:
 
     def open(self, index: int, starts: ModelState | Sequence[ModelState], expected: set[int],
              learning_rate: float | None = None, collect: bool = False) -> None:
-        """Open round ``index``: ``starts`` (one state, or one per worker) are what workers pull,
+        """Open round ``index``: ``starts`` (one state, or one per worker; None when the workers pull
+        it elsewhere: backend ``sharded``) are what workers pull,
         ``expected`` the partitions with rows in it, ``learning_rate`` what replicas train it with
         (None: their own), ``collect`` whether workers send their own state with their push."""
         with self._cond:
@@ -130,7 +131,7 @@ class RoundBoard:
                 raise ValueError(f"rounds open one after the other, each once closed. Received: round {index} after "
                                  f"round {self.opened} ({'closed' if self.closed else 'open'})")
             self._reset()
-            self._starts = starts if isinstance(starts, ModelState) else list(starts)
+            self._starts = starts if isinstance(starts, ModelState) or starts is None else list(starts)
             self._expected = set(expected)
             self.learning_rate, self.collect = learning_rate, collect
             self.opened, self.closed = index, False
@@ -218,6 +219,17 @@ class RoundBoard:
         does not change until the driver closes the round. ``meta["encoding"]`` (fp16, 1bit,
         threshold) says ``update`` is relative to the worker's start; ``meta["extra"]`` carries
         ``metrics`` (:func:`encode_metric_sums`)."""
+        self.record(meta, update, master)
+        return master
+
+    def record(self, meta: Mapping, update: ModelState | None = None, master: ModelState | None = None) -> None:
+        """Record one worker's push (``update``: its state or its encoded update) or, with
+        ``update`` None, its report alone (rows, metric sums, bytes) for the open round.
+
+        Raises:
+            LatePush: the push's round (``meta["seq"]`` − 1) is not open.
+            ValueError: a second push of the same worker in the round.
+        """
         worker = int(meta["worker"])
         rows = int(meta.get("rows", 0))
         extra = meta.get("extra") or {}
@@ -229,7 +241,7 @@ class RoundBoard:
             if worker in self._pushed:
                 raise ValueError(f"each worker pushes once per round. Received: a second push from worker {worker} for round {self.opened}")
             start = self._starts if isinstance(self._starts, ModelState) or self._starts is None else self._starts[worker]
-            if rows > 0:
+            if rows > 0 and update is not None:
                 encoding = meta.get("encoding")
                 state = update if encoding is None else decode_mean(update, start if start is not None else master)
                 if self.per_worker:
@@ -245,7 +257,6 @@ class RoundBoard:
             self._pushed[worker] = rows
             self._nbytes += int(meta.get("nbytes", 0))
             self._cond.notify_all()
-        return master
 
     def add_local(self, worker: int, local: WorkerLocal) -> None:
         """A worker's own state after the open round (a collected round), sent before its push."""
@@ -344,3 +355,80 @@ class EpochLedger:
         with self._cond:
             return [e.summary() for e in self.epochs]
 
+
+
+class SliceBoard(RoundBoard):
+    """The rounds of backend ``sharded`` as the driver's coordinator keeps them: the open round, each
+    worker's report of it (rows, metric sums, bytes; no state: the state lives in the slices), and
+    the slices' owners: where each serves its slice (the slice map), and the newest version each
+    reported ready.
+
+    Args:
+        workers: the fit's workers (partitions 0..workers−1).
+        owners: the slices (one per worker).
+
+    Thread-safe (the coordinator's handlers and the driver call it from different threads).
+    """
+
+    def __init__(self, workers: int, owners: int) -> None:
+        super().__init__(workers)
+        self.owners = owners
+        self.map_version = 0
+        self._slices: dict[int, dict] = {}  # owner -> {"location", "cert", "fingerprint", "attempt"}
+        self._history: dict[int, int] = {}  # owner -> registrations so far
+        self._ready: dict[int, int] = {}  # owner -> newest version reported ready (by its registered attempt)
+        self.problems: list[str] = []  # slices that reported a non-finite candidate
+
+    def register(self, owner: int, attempt: int, info: dict) -> dict | None:
+        """Owner ``owner`` (task attempt ``attempt``) serves its slice at ``info``; returns the
+        registration it replaces (None for the first), or raises ValueError for a superseded attempt."""
+        with self._cond:
+            previous = self._slices.get(owner)
+            if previous is not None and previous["attempt"] > attempt:
+                raise ValueError(f"slice {owner}: attempt {attempt} is superseded by attempt {previous['attempt']}")
+            self._slices[owner] = {**info, "attempt": int(attempt)}
+            self._history[owner] = self._history.get(owner, 0) + 1
+            self._ready.pop(owner, None)
+            self.map_version += 1
+            self._cond.notify_all()
+            return previous
+
+    def registrations(self, owner: int) -> int:
+        with self._cond:
+            return self._history.get(owner, 0)
+
+    def slice_map(self) -> dict:
+        """``{"version": map version, "owners": [registration or None per owner]}``."""
+        with self._cond:
+            return {"version": self.map_version, "owners": [self._slices.get(j) for j in range(self.owners)]}
+
+    def mark_ready(self, owner: int, attempt: int, version: int, problem: str | None = None) -> bool:
+        """Owner ``owner`` holds ``version`` (the start of round ``version``); ``problem``: its
+        candidate was not finite. Returns False for an attempt that is not the registered one."""
+        with self._cond:
+            registered = self._slices.get(owner)
+            if registered is None or registered["attempt"] != attempt:
+                return False
+            if problem is not None:
+                self.problems.append(f"slice {owner}: {problem}")
+            else:
+                self._ready[owner] = max(version, self._ready.get(owner, -1))
+            self._cond.notify_all()
+            return True
+
+    def ready_version(self) -> int:
+        """The newest version every slice holds (-1 while a slice holds none)."""
+        with self._cond:
+            if len(self._ready) < self.owners:
+                return -1
+            return min(self._ready.values())
+
+    def wait_open_or_map(self, index: int, known_map: int, timeout_s: float) -> dict:
+        """:meth:`wait_open`, also returning early when the slice map changes from ``known_map``;
+        the answer carries ``map_version``."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.stopped or self.opened >= index or self.map_version != known_map,
+                                timeout=max(0.0, timeout_s))
+        answer = self.wait_open(index, 0.0)
+        answer["map_version"] = self.map_version
+        return answer

@@ -156,6 +156,19 @@ class SliceLayout:
             flat = target.reshape(-1)  # a view: `empty` made C-contiguous arrays
             flat[p.start:p.stop] = next(values[p.group])
 
+    def put_weights(self, weights: Sequence[np.ndarray], owner: int, pieces: Sequence[np.ndarray]) -> None:
+        """Write owner ``owner``'s weight pieces into the whole ``weights`` arrays (a weights-only read).
+
+        Raises:
+            InvariantError: ``pieces`` are not ``owner``'s weight pieces.
+        """
+        mine = [p for p in self._pieces[owner] if p.group == WEIGHTS]
+        if len(mine) != len(pieces) or any(np.size(a) != p.size for p, a in zip(mine, pieces, strict=False)):
+            raise InvariantError(f"slice {owner} must hold {len(mine)} weight pieces of sizes {[p.size for p in mine][:6]}. "
+                                 f"Received: {len(pieces)} pieces")
+        for p, piece in zip(mine, pieces, strict=True):
+            weights[p.array].reshape(-1)[p.start:p.stop] = piece
+
     def assemble(self, parts: Sequence[ModelState]) -> ModelState:
         """The whole state from every owner's slice (one new copy)."""
         if len(parts) != self.owners:

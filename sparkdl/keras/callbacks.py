@@ -122,6 +122,9 @@ class DriverCallbacks:
         self.model = model
         # Whether any callback uses the round hooks: the running metrics are read for them only.
         self.wants_rounds = any(getattr(c, "wants_rounds", True) and _overrides_batch_hooks(c) for c in callbacks)
+        # Whether any callback may read or set the model's weights (the progress display and the trackers do not):
+        # the master is put into the model at each epoch's end for them only (on backend sharded, read from the slices).
+        self.needs_weights = any(getattr(c, "needs_weights", True) for c in callbacks)
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
         model.stop_training = False
@@ -260,7 +263,8 @@ class DriverCallbacks:
     def epoch_end(self, epoch: int, logs: dict, state: ModelState) -> dict:
         """Run ``on_epoch_end`` with the master state in the model; returns the logs, with the keys
         callbacks added (``ReduceLROnPlateau`` adds ``learning_rate``)."""
-        self.set_master(state)
+        if self.needs_weights:
+            self.set_master(state)
         logs = dict(logs)
         flush = getattr(self._callbacks, "_flush_futures", None)
         if flush is not None and getattr(self._callbacks, "_async_train", False):

@@ -37,6 +37,8 @@ class FitProgress(keras.callbacks.Callback):
         file: where lines go (default ``sys.stdout`` at the time of the fit).
     """
 
+    needs_weights = False  # reads the logs alone: the master need not be put into the model at epoch ends
+
     def __init__(self, verbose: int, rows_per_epoch: int, name: str = "sparkdl fit", file=None) -> None:
         super().__init__()
         self.verbose, self.rows_per_epoch, self.name = verbose, rows_per_epoch, name

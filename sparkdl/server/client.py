@@ -76,6 +76,8 @@ class ParameterServerClient:
             message names the server address.
     """
 
+    SERVER = "parameter server"  # the server in words, for messages
+
     def __init__(
         self,
         location: str,
@@ -133,18 +135,18 @@ class ParameterServerClient:
             except _RETRYABLE as exc:
                 last = exc
             except flight.FlightUnauthenticatedError as exc:
-                raise ServerError(f"parameter server at {self.location} must accept this fit's token for a {what}. "
+                raise ServerError(f"{self.SERVER} at {self.location} must accept this fit's token for a {what}. "
                                   f"Received: unauthenticated ({_first_line(exc)})") from exc
             except flight.FlightError as exc:
-                raise ServerError(f"parameter server at {self.location} refused the {what}. Received: {_first_line(exc)}") from exc
+                raise ServerError(f"{self.SERVER} at {self.location} refused the {what}. Received: {_first_line(exc)}") from exc
             except CodecError as exc:
-                raise ServerError(f"parameter server at {self.location} must answer a {what} with sparkdl Arrow arrays. "
+                raise ServerError(f"{self.SERVER} at {self.location} must answer a {what} with sparkdl Arrow arrays. "
                                   f"Received: {exc}") from exc
             except pa.ArrowException as exc:
-                raise ServerError(f"parameter server at {self.location} must speak Arrow Flight for a {what}. "
+                raise ServerError(f"{self.SERVER} at {self.location} must speak Arrow Flight for a {what}. "
                                   f"Received: {_first_line(exc)}") from exc
         raise ServerError(
-            f"parameter server at {self.location} must answer a {what} within {self.timeout_s:g} s. Received: no answer "
+            f"{self.SERVER} at {self.location} must answer a {what} within {self.timeout_s:g} s. Received: no answer "
             f"after {self.retries + 1} attempts (is a Flight server listening there, not e.g. an HTTP server?): {_first_line(last)}"
         ) from last
 

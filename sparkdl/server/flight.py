@@ -80,10 +80,10 @@ from sparkdl.server.wire import (
     WEIGHTS_TICKET,
     WORKER_STATE_PREFIX,
     ArraySpec,
-    Assembler,
+    array_stream,
     check_encoded,
     decode_push,
-    iter_batches,
+    read_body,
     parse_push_descriptor,
     specs_from_schema,
     specs_of,
@@ -341,13 +341,11 @@ class ParameterServer(FlightEndpoint):
         return self._stream(specs, arrays, metadata)
 
     def _stream(self, specs, arrays, metadata) -> flight.RecordBatchStream:
-        schema = wire_schema(specs, metadata)
-        batches = list(iter_batches(schema, arrays, self.chunk_bytes))
-        nbytes = sum(b.get_total_buffer_size() for b in batches)
+        stream, nbytes = array_stream(specs, arrays, metadata, self.chunk_bytes)
         with self._lock:
             self._counts["pulls"] += 1
             self._counts["bytes_pulled"] += nbytes
-        return flight.RecordBatchStream(pa.Table.from_batches(batches, schema))
+        return stream
 
     def _serve_local(self, worker: str):
         """A worker's own state (residual, optimizer): the last it put, or the one a resumed fit
@@ -365,28 +363,11 @@ class ParameterServer(FlightEndpoint):
                                             "sparkdl.groups": json.dumps([local.residual is not None, local.optimizer is not None])})
 
     def _read_body(self, reader, received: Sequence[ArraySpec], counter: str = "bytes_pushed") -> list[np.ndarray]:
-        assembler = Assembler(received)
-        total = 0
         try:
-            while True:
-                try:
-                    batch = reader.read_chunk().data
-                except StopIteration:
-                    break
-                if batch is None:
-                    continue
-                total += batch.get_total_buffer_size()
-                if total > self.max_message_bytes:
-                    raise CodecError(f"push body must be at most max_message_bytes={self.max_message_bytes} bytes. "
-                                     f"Received: more than {total} bytes (stopped reading there)")
-                assembler.add(batch)
-            return assembler.finish()
+            arrays, _ = read_body(reader, received, self.max_message_bytes, count=lambda n: self._count(counter, n))
         except CodecError as exc:
             raise self._reject(f"{exc}; the master state is unchanged") from None
-        except pa.ArrowException as exc:
-            raise self._reject(f"push body must be Arrow IPC record batches. Received: {exc}; the master state is unchanged") from None
-        finally:
-            self._count(counter, total)
+        return arrays
 
     def _handle_put(self, descriptor, reader, writer) -> None:
         self._count("pushes")

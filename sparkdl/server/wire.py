@@ -37,7 +37,7 @@ LOCAL_PREFIX = b"local:"  # + worker id: the own state that worker had after its
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_DESCRIPTOR_BYTES = 64 << 10
 KIND = "arrays"
-ROLES = ("weight", "optimizer", "residual")  # residual: a worker's own state ('local' puts)
+ROLES = ("weight", "optimizer", "residual", "mode")  # residual: a worker's own state ('local' puts); mode: a slice's mode state
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,46 @@ class Assembler:
             if pos != spec.size:
                 raise CodecError(f"array {spec.name!r} must hold {spec.size} values for {spec.describe()}. Received: {pos}")
         return self.arrays
+
+
+def array_stream(specs: Sequence[ArraySpec], arrays: Sequence[np.ndarray], metadata: Mapping[str, str],
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> tuple[flight.RecordBatchStream, int]:
+    """A ``DoGet`` answer holding ``arrays`` in the wire format (no copy), and its Arrow buffer bytes."""
+    schema = wire_schema(specs, metadata)
+    batches = list(iter_batches(schema, arrays, chunk_bytes))
+    nbytes = sum(b.get_total_buffer_size() for b in batches)
+    return flight.RecordBatchStream(pa.Table.from_batches(batches, schema)), nbytes
+
+
+def read_body(reader, received: Sequence[ArraySpec], max_bytes: int, count=None) -> tuple[list[np.ndarray], int]:
+    """A ``DoPut`` body's arrays of signature ``received``, and its Arrow buffer bytes; reading stops
+    at the first batch that takes the total past ``max_bytes``. ``count(nbytes)``, when given, is
+    called with the bytes read, also when reading fails.
+
+    Raises:
+        CodecError: a body over ``max_bytes``, not of ``received``'s arrays, or not Arrow IPC.
+    """
+    assembler = Assembler(received)
+    total = 0
+    try:
+        while True:
+            try:
+                batch = reader.read_chunk().data
+            except StopIteration:
+                break
+            if batch is None:
+                continue
+            total += batch.get_total_buffer_size()
+            if total > max_bytes:
+                raise CodecError(f"push body must be at most max_message_bytes={max_bytes} bytes. "
+                                 f"Received: more than {total} bytes (stopped reading there)")
+            assembler.add(batch)
+        return assembler.finish(), total
+    except pa.ArrowException as exc:
+        raise CodecError(f"push body must be Arrow IPC record batches. Received: {exc}") from None
+    finally:
+        if count is not None:
+            count(total)
 
 
 def check_signature(expected: Sequence[ArraySpec], received: Sequence[ArraySpec], what: str = "update") -> None:

@@ -323,6 +323,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             server_tls=self.getServerTls(),
             server_cert_file=self.getServerCertFile(),
             server_key_file=self.getServerKeyFile(),
+            keep_local_optimizer=self.getKeepLocalOptimizer(),
         )
 
     def setValidationData(self, df: DataFrame | None) -> KerasEstimator:
@@ -423,6 +424,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             return get_policy("gossip", workers=workers, seed=self.getSeed())
         if mode in ASYNC_MODES:
             return get_policy(mode, trainable=list(trainable), workers=workers)
+        if mode == "diloco":
+            return get_policy("diloco", outer_learning_rate=self.getOuterLearningRate(), outer_momentum=self.getOuterMomentum(),
+                              trainable=list(trainable))
         if mode != "bmuf":
             return get_policy(mode)
         eta = self.getBlockMomentum()
@@ -527,7 +531,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        choice = preflight(spark, config, reader.model)  # auto's choice; ps: slots, reachability; rounds: result sizes
+        choice = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if validation_df is not None:
             check_inline(spark, len(spec.weights), "the master weights to validate")
         if start.optimizer is None:  # the fit's master always holds an optimizer state: a fresh optimizer's to begin with
@@ -653,7 +657,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     def _mode_settings(self) -> dict:
         """The mode's own settings, for the fit's identity (a snapshot resumes only with them)."""
         return {"blockMomentum": self.getBlockMomentum(), "blockLearningRate": self.getBlockLearningRate(),
-                "nesterov": self.getNesterov(), "elasticForce": self.getElasticForce()}
+                "nesterov": self.getNesterov(), "elasticForce": self.getElasticForce(),
+                "outerLearningRate": self.getOuterLearningRate(), "outerMomentum": self.getOuterMomentum()}
 
     # ---- step 4: the fitted model -----------------------------------------------------------
 

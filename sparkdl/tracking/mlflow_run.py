@@ -109,6 +109,8 @@ class MlflowLogger(keras.callbacks.Callback):
             (``on_train_begin``; the message names the tracking URI).
     """
 
+    needs_weights = False  # reads the logs alone: the master need not be put into the model at epoch ends
+
     def __init__(self, params: dict, run_name: str | None = None) -> None:
         super().__init__()
         self._mlflow = _import_mlflow()

@@ -83,6 +83,8 @@ class TensorBoardLogger(keras.callbacks.Callback):
             cannot create the folder or its event file.
     """
 
+    needs_weights = False  # reads the logs alone: the master need not be put into the model at epoch ends
+
     def __init__(self, log_dir, write_rounds: bool = True, write_model_summary: bool = True) -> None:
         super().__init__()
         self._tf = _import_tensorflow()

@@ -49,7 +49,8 @@ def fit_identity(job, mode_settings: dict, optimizer: list | None = None) -> dic
     config = job.config
     weights = decode_arrays(job.spec.weights, copy=False)
     settings = {"sync": {}, "gossip": {}, "bmuf": {k: mode_settings.get(k) for k in ("blockMomentum", "blockLearningRate", "nesterov")},
-                "easgd": {"elasticForce": mode_settings.get("elasticForce")}}.get(config.mode, {})
+                "easgd": {"elasticForce": mode_settings.get("elasticForce")},
+                "diloco": {k: mode_settings.get(k) for k in ("outerLearningRate", "outerMomentum")}}.get(config.mode, {})
     return {
         "model": {"weights": [[list(a.shape), a.dtype.str] for a in weights.arrays],
                   "optimizer": None if optimizer is None else [[list(a.shape), a.dtype.str] for a in optimizer]},

@@ -71,6 +71,8 @@ class TrainingLoop:
                 logs, stopped = self._epoch(fit, rounds_per_epoch)
             callbacks.train_end(logs)
             self.transport.finish(stopped)
+            if self.transport.applies_policy:  # the final master, read from the slices once
+                fit.master = self.transport.final
         finally:
             self.transport.close()
         self.snapshots.finish(fit)
@@ -126,21 +128,25 @@ class TrainingLoop:
         total = job.config.epochs * rounds_per_epoch
         description = (f"sparkdl fit {job.fit_id[:8]}: round {fit.rounds + 1}/{total} "
                        f"(epoch {epoch + 1}/{job.config.epochs}, round {r + 1}/{rounds_per_epoch})")
-        orders = RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, self.policy.starts(fit), callbacks.learning_rate,
-                             self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description)
+        remote = self.transport.applies_policy  # the slice owners apply the policy where the state lives
+        orders = RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, None if remote else self.policy.starts(fit),
+                             callbacks.learning_rate, self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description)
         started = time.perf_counter()
         report = self.transport.run_round(orders)
         ended = time.perf_counter()
         self.round_seconds.append(ended - started)
         if self.first_round_s is None:
             self.first_round_s, self.first_round_end = ended - started, ended
-        transition = self.policy.apply(fit, report.updates)
         not_finite = None
-        try:
-            check_finite(transition.master, job.names, description)
-            fit.master, fit.mode = transition.master, transition.mode
-        except InvariantError as exc:  # the master keeps the last finite state; a callback may stop (TerminateOnNaN)
-            not_finite = exc
+        if remote:  # the owners checked their slices finite (the transport raised otherwise)
+            fit.master = self.transport.master(fit.rounds + 1)
+        else:
+            transition = self.policy.apply(fit, report.updates)
+            try:
+                check_finite(transition.master, job.names, description)
+                fit.master, fit.mode = transition.master, transition.mode
+            except InvariantError as exc:  # the master keeps the last finite state; a callback may stop (TerminateOnNaN)
+                not_finite = exc
         fit.rounds += 1
         self._count(fit, report)
         if callbacks.wants_rounds:  # the epoch's running metrics, for the callbacks' round hooks
@@ -178,6 +184,8 @@ class TrainingLoop:
         changed = self.callbacks.changed_state()
         if changed is not None:
             check_finite(changed, self.job.names, "a callback set the weights")
+            if self.transport.applies_policy:
+                self.transport.adopt(changed)
             fit.master = ModelState(changed.weights, changed.optimizer if changed.optimizer is not None else fit.master.optimizer)
             fit.info["weights_from_callbacks"] = True
             self.callbacks.set_master(fit.master)

@@ -36,13 +36,12 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
-from sparkdl.core.schedule import epoch_order
 from sparkdl.core.state import ModelState, WorkerLocal
-from sparkdl.errors import InvariantError
 from sparkdl.server.tls import TLSPin
-from sparkdl.spark.partitions import load_partition, release
+from sparkdl.spark.partitions import release
 from sparkdl.spark.training import worker_state
-from sparkdl.spark.training.tasks import TaskSpec, hook_point, prepare_worker, replica_for
+from sparkdl.spark.training.tasks import TaskSpec, prepare_worker, replica_for
+from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, train_slot
 
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
                            ("partition", "attempt", "rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets")])
@@ -82,49 +81,6 @@ def _nbytes(state: ModelState) -> int:
     return sum(np.asarray(a).nbytes for a in [*state.weights, *(state.optimizer or [])])
 
 
-class SupersededAttempt(RuntimeError):
-    """This task attempt's worker has a later attempt (Spark resubmitted the stage, e.g. after an
-    executor was lost, while this attempt still ran): this one ends, freeing its task slot for the
-    resubmitted tasks. Spark does not count a failure of a superseded stage attempt's task."""
-
-
-class Heartbeat:
-    """A thread that tells the server, every ``interval_s`` seconds, that this task is alive, and
-    learns from the reply whether a later attempt of its worker has started (:attr:`superseded`)."""
-
-    def __init__(self, spec: PSTaskSpec, partition: int, attempt: int) -> None:
-        self.spec, self.partition, self.attempt = spec, partition, attempt
-        self.superseded = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"sparkdl-heartbeat-{partition}", daemon=True)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        from sparkdl.server import ParameterServerClient
-
-        client = None
-        while not self._stop.is_set():
-            try:
-                if client is None:
-                    # a beat's call may take a quarter of workerTimeout, so one stuck call cannot silence the worker
-                    client = ParameterServerClient(self.spec.location, self.spec.token, tls=self.spec.tls,
-                                                   timeout_s=min(self.spec.call_timeout_s, 2.5 * self.spec.heartbeat_s), retries=0)
-                if client.heartbeat(self.partition, attempt=self.attempt).get("superseded"):
-                    self.superseded.set()
-            except Exception:  # noqa: BLE001 - the next beat tries again; the task's own calls report real failures
-                pass
-            self._stop.wait(self.spec.heartbeat_s)
-        if client is not None:
-            client.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(self.spec.call_timeout_s + 1)
-
-
 def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A ps task: heartbeats from the start, load the partition, run :class:`Worker`, yield one
     result row. A failure is reported to the server (heartbeat ``"error"`` with the message)
@@ -134,20 +90,13 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
     context = TaskContext.get()
     partition = context.partitionId()
     attempt = context.taskAttemptId()  # unique in the application and rising: a retry supersedes
-    heartbeat = Heartbeat(spec, partition, attempt).start()
+    heartbeat = Heartbeat(spec.location, spec.token, spec.tls, spec.heartbeat_s, partition, attempt, spec.call_timeout_s).start()
     client = ParameterServerClient(spec.location, spec.token, tls=spec.tls, timeout_s=spec.call_timeout_s, retries=spec.retries)
     task = spec.task
     try:
         prepare_worker(context, task)
-        plan = task.plan
-        expected = plan.partition_rows[partition] if partition < len(plan.partition_rows) else 0
-        data = load_partition(task.fit_id, "train", partition, task.columns, batches, expected, task.budget_bytes, task.canonical_order)
-        if len(data) != expected:
-            release(task.fit_id, "train", partition)
-            raise InvariantError(
-                f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
-                "(the cached training data changed; is the input non-deterministic?)"
-            )
+        data = load_rows(task, partition, batches)
+        expected = len(data)
         worker = Worker(spec, client, partition, attempt, context.attemptNumber(), superseded=heartbeat.superseded)
         counts = worker.run(data) if expected else worker.counts
         if spec.final or worker.stopped:
@@ -254,17 +203,7 @@ class Worker:
     # ---- a slot ----------------------------------------------------------------------------------
 
     def _train(self, g: int) -> dict:
-        task = self.spec.task
-        epoch, r = divmod(g, self.plan.rounds_per_epoch)
-        begin, stop = self.plan.row_range(self.partition, r)
-        expected = self.plan.partition_rows[self.partition]
-        self.replica.seed_round(task.seed, epoch, r, self.partition)
-        order = epoch_order(expected, task.seed, epoch, self.partition, task.shuffle)[begin:stop]
-        hook_point(task, self.partition, epoch, r, g, self.attempt_number)
-        arrays = self.data.arrays
-        metrics = self.replica.train(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=self.data.rows(order),
-                                     pads=task.columns.input_pads)
-        self.rows, self.steps = int(stop) - int(begin), -(-(int(stop) - int(begin)) // task.batch_size)
+        metrics, self.rows, self.steps = train_slot(self.spec.task, self.replica, self.data, self.partition, g, self.attempt_number)
         return metrics
 
     def _applied(self, reply: dict) -> bool:

@@ -9,6 +9,9 @@ transport only runs them:
 - ``ps`` (:mod:`~sparkdl.spark.transports.ps`): long-lived tasks (one per worker) talk to a
   parameter server on the driver (Arrow Flight, TLS, a per-fit token); the driver opens each
   round on the server and collects its pushes; the asynchronous modes push to it as they go.
+- ``sharded`` (:mod:`~sparkdl.spark.transports.sharded`): long-lived tasks own the state's slices
+  and serve them to each other; the slice owners apply the mode's policy
+  (:attr:`Transport.applies_policy`); the driver only coordinates.
 
 A new transport implements :class:`Transport` and is added to :func:`get_transport`; the loop,
 the modes and the callbacks do not change.
@@ -86,13 +89,23 @@ class Transport(Protocol):
     """Runs the rounds of one fit for the driver loop.
 
     Attributes:
-        name: ``"rounds"`` or ``"ps"``.
+        name: ``"rounds"``, ``"ps"`` or ``"sharded"``.
         rounds_per_epoch: the rounds the loop runs per epoch (the plan's; 1 for the asynchronous
             modes, whose round is the epoch's pushes).
+        applies_policy: the transport applies the mode's policy where the state lives (``sharded``):
+            the loop then neither asks the policy for starts nor applies it, and takes the master
+            from :meth:`master`. False (the default) for the others.
     """
 
     name: str
     rounds_per_epoch: int
+    applies_policy: bool = False
+
+    def master(self, version: int) -> ModelState:
+        """(``applies_policy`` only) The master after ``version`` rounds, its arrays read when used."""
+
+    def adopt(self, state: ModelState) -> None:
+        """(``applies_policy`` only) A callback set the master mid-fit: the transport takes it, or raises ConfigError."""
 
     def start(self, fit: FitState) -> None:
         """Get ready to run rounds from ``fit`` (a fresh fit, or one restored from a snapshot)."""
@@ -137,7 +150,7 @@ class BackendChoice(NamedTuple):
     """The transport a fit runs on and why.
 
     Attributes:
-        backend: ``"rounds"`` or ``"ps"``.
+        backend: ``"rounds"``, ``"ps"`` or ``"sharded"``.
         reason: one sentence for the log, the console and ``fitInfo["backend_reason"]``.
     """
 
@@ -148,9 +161,10 @@ class BackendChoice(NamedTuple):
 def choose_backend(spark, config) -> BackendChoice:
     """The transport of a fit with ``config`` on ``spark``, and why; no job runs.
 
-    ``backend="rounds"`` or ``"ps"`` set by the user is kept. ``backend="auto"`` (the default):
+    ``backend="rounds"``, ``"ps"`` or ``"sharded"`` set by the user is kept. ``backend="auto"`` (the default):
 
-    - an asynchronous mode (:data:`~sparkdl.core.modes.ASYNC_MODES`) runs only on ``ps``;
+    - an asynchronous mode (:data:`~sparkdl.core.modes.ASYNC_MODES`) runs only on ``ps``, ``diloco``
+      (and ``keepLocalOptimizer``) only on ``sharded``;
     - a round mode runs on ``ps``, the faster transport (no Spark job per round), when the cluster
       allows it, and on ``rounds`` otherwise, the first rule that fails naming why:
 
@@ -168,13 +182,16 @@ def choose_backend(spark, config) -> BackendChoice:
         spark: the fit's session (classic or Connect).
         config: the fit's :class:`~sparkdl.config.FitConfig`.
     """
-    from sparkdl.core.modes import ASYNC_MODES
+    from sparkdl.core.modes import ASYNC_MODES, LOCAL_OPTIMIZER_MODES
     from sparkdl.spark.session import conf_get, is_connect, is_local_server
 
     if config.backend != "auto":
         return BackendChoice(config.backend, f"backend={config.backend!r} was set")
     if config.mode in ASYNC_MODES:
         return BackendChoice("ps", f"auto: mode {config.mode!r} is asynchronous and runs only on backend 'ps'")
+    if config.mode in LOCAL_OPTIMIZER_MODES or config.keep_local_optimizer:
+        return BackendChoice("sharded", f"auto: {'mode ' + repr(config.mode) if config.mode in LOCAL_OPTIMIZER_MODES else 'keepLocalOptimizer'} "
+                                        "keeps each worker's optimizer and runs only on backend 'sharded'")
     from sparkdl.spark.transports.ps import PS_HOST_CONF, task_slots
 
     if conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
@@ -199,16 +216,23 @@ def choose_backend(spark, config) -> BackendChoice:
                                "executors reach")
 
 
-def preflight(spark, config, model) -> BackendChoice:
-    """The fit's transport (:func:`choose_backend`), checked before any job: ``ps`` needs a task
-    slot per worker and a driver the executors reach; ``rounds`` needs its updates to fit
+def preflight(spark, config, model, validation: bool = False) -> BackendChoice:
+    """The fit's transport (:func:`choose_backend`), checked before any job: ``ps`` and ``sharded``
+    need a task slot per worker and a driver the executors reach, ``sharded`` a mode it can slice
+    (:func:`~sparkdl.spark.transports.sharded.check_sliceable`); ``rounds`` needs its updates to fit
     ``spark.driver.maxResultSize`` (and Spark Connect's message limit).
 
     Raises:
         ConfigError: naming the setting to change.
     """
     choice = choose_backend(spark, config)
-    if choice.backend == "ps":
+    if choice.backend == "sharded":
+        from sparkdl.spark.transports.ps import check_ready
+        from sparkdl.spark.transports.sharded import check_sliceable
+
+        check_sliceable(config, validation)
+        check_ready(spark, config)
+    elif choice.backend == "ps":
         from sparkdl.spark.transports.ps import check_ready
 
         check_ready(spark, config)
@@ -233,4 +257,8 @@ def get_transport(name: str, job, policy, options: TransportOptions) -> Transpor
         from sparkdl.spark.transports.ps import PSTransport
 
         return PSTransport(job, policy, options)
-    raise ConfigError(f"backend must be one of ['rounds', 'ps']. Received: {name!r}")
+    if name == "sharded":
+        from sparkdl.spark.transports.sharded import ShardedTransport
+
+        return ShardedTransport(job, policy, options)
+    raise ConfigError(f"backend must be one of ['rounds', 'ps', 'sharded']. Received: {name!r}")

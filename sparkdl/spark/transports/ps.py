@@ -166,6 +166,7 @@ class PSTransport:
     """A parameter server on the driver and long-lived worker tasks; see the module docstring."""
 
     name = "ps"
+    applies_policy = False
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
         self.job, self.policy, self.options = job, policy, options

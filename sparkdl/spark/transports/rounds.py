@@ -137,6 +137,7 @@ class RoundsTransport:
     """
 
     name = "rounds"
+    applies_policy = False
 
     def __init__(self, job: TrainJob, policy) -> None:
         self.job, self.policy = job, policy

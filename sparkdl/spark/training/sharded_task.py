@@ -1,0 +1,475 @@
+"""Executor-side task code of backend ``sharded``: one long-lived task per worker, which trains its
+partition and owns one slice of the fit's state (:mod:`sparkdl.server.slices`).
+
+A task starts a slice server in its Python worker (a certificate of its own, the fit's token),
+registers it with the driver's coordinator (:mod:`sparkdl.server.coordinator`) and takes its slice:
+the fit's start state from the driver (its first registration), or, for a retried task, the slice
+as its previous owner or its backup holder kept it. Then, for each round g of its slots ``[first,
+last)``, once the driver opened it:
+
+1. it pulls round g's start from every owner (in parallel; its own slice from its own server);
+2. trains τ steps (the rows, order and seeds of every backend: :func:`~sparkdl.spark.training.worker.train_slot`);
+3. puts slice j of its state (or of its fp16 update; its weights alone with ``keepLocalOptimizer``)
+   to owner j, keeping the pieces until the round closes, and reports its rows and metric sums to
+   the coordinator.
+
+When the slice map changes during a round (an owner's task was retried), it puts its pieces of the
+open round to the new owner again, and sends its own slice's versions to a new backup holder.
+After its last slot it waits for the driver's stop (the driver reads the final slices first), then
+shuts its server down. A retried task trains the open round again when it had rows in it: its
+pushes that arrived before are dropped as duplicates, the others complete the round.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import numpy as np
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from sparkdl.core.board import encode_metric_sums
+from sparkdl.core.compression import encode_update
+from sparkdl.core.modes import get_policy
+from sparkdl.core.slices import SliceLayout
+from sparkdl.core.state import ModelState, WorkerLocal
+from sparkdl.server.coordinator import CoordinatorClient
+from sparkdl.server.slices import SliceClient, SliceLost, SliceServer, SliceVersion, holder_of, read_slice, unavailable
+from sparkdl.server.tls import TLSPin, self_signed
+from sparkdl.spark.partitions import release
+from sparkdl.spark.training import worker_state
+from sparkdl.spark.training.tasks import TaskSpec, prepare_worker, replica_for
+from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, train_slot
+
+log = logging.getLogger("sparkdl")
+RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
+                           ("partition", "attempt", "rows", "steps", "pushes", "dropped", "retrained", "local_resets",
+                            "bytes_pushed", "bytes_pulled")])
+RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)
+WAIT_CHUNK_S = 2.0  # a wait on the coordinator lasts at most this long before the worker looks again
+
+
+@dataclass(frozen=True)
+class ShardedTaskSpec:
+    """What travels to the sharded tasks: the fit's plain settings, the coordinator's address, token
+    and pinned certificate (no weights), the slice layout (JSON), the mode, its settings and the
+    trainable mask (for each owner's policy), the slots ``[first, last)`` and the clients' timeouts.
+
+    ``keep_local_optimizer``: workers keep their optimizer state and put their weights alone;
+    ``encoding``: None or ``"fp16"`` (contributions as float16 differences from the round's start);
+    ``checkpoint``: a sharded checkpoint's slices to start from (``{"uris": [...], "sha256": [...],
+    "version": int}``), or None.
+    """
+
+    task: TaskSpec
+    mode: str
+    mode_settings: dict
+    trainable: tuple
+    names: tuple
+    layout: dict
+    location: str
+    token: str
+    tls: TLSPin | None
+    first: int
+    last: int
+    keep_local_optimizer: bool = False
+    encoding: str | None = None
+    checkpoint: dict | None = None
+    heartbeat_s: float = 2.0
+    call_timeout_s: float = 30.0
+    retries: int = 3
+
+
+def reachable_address(location: str) -> str:
+    """This machine's address on the route to ``location`` (the coordinator): where the other
+    executors, on the driver's network, reach this one's slice server. Loopback for a loopback
+    coordinator; ``SPARK_LOCAL_IP`` when set."""
+    import os
+
+    host = urlparse(location.replace("grpc+tls", "https").replace("grpc+tcp", "http")).hostname or "127.0.0.1"
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1"
+    if os.environ.get("SPARK_LOCAL_IP"):
+        return os.environ["SPARK_LOCAL_IP"]
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # no packet is sent: the kernel picks the route's source address
+        return probe.getsockname()[0]
+
+
+def sharded_partition(spec: ShardedTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A sharded task (see the module docstring): yields one result row of :data:`RESULT_SCHEMA`. A
+    failure is reported to the coordinator (heartbeat ``"error"`` with the message) before it is
+    raised; Spark retries the task."""
+    from sparkdl.server import ParameterServerClient
+
+    context = TaskContext.get()
+    partition, attempt = context.partitionId(), context.taskAttemptId()
+    heartbeat = Heartbeat(spec.location, spec.token, spec.tls, spec.heartbeat_s, partition, attempt, spec.call_timeout_s).start()
+    coordinator = CoordinatorClient(ParameterServerClient(spec.location, spec.token, tls=spec.tls, timeout_s=spec.call_timeout_s,
+                                                          retries=spec.retries))
+    worker = None
+    try:
+        prepare_worker(context, spec.task)
+        data = load_rows(spec.task, partition, batches)
+        worker = ShardedWorker(spec, coordinator, partition, attempt, context.attemptNumber(), heartbeat)
+        counts = worker.run(data)
+        if spec.last >= spec.task.plan.rounds_per_epoch * 0 and worker.final:
+            worker_state.drop(spec.task.fit_id, partition)
+            release(spec.task.fit_id, "train", partition)
+        coordinator.heartbeat(partition, "done", attempt=attempt)
+    except BaseException as exc:
+        try:
+            coordinator.heartbeat(partition, "error", f"{type(exc).__name__}: {exc}", attempt=attempt)
+        except Exception:  # noqa: BLE001 - the task's own error is the one to raise
+            pass
+        raise
+    finally:
+        if worker is not None:
+            worker.close()
+        heartbeat.stop()
+        coordinator.close()
+    yield pa.RecordBatch.from_pylist([{"partition": partition, "attempt": attempt, **counts}], schema=RESULT_SCHEMA)
+
+
+class ShardedWorker:
+    """One worker and slice owner of a sharded stage (see the module docstring).
+
+    Args:
+        spec: the stage's settings.
+        coordinator: a :class:`~sparkdl.server.coordinator.CoordinatorClient`.
+        partition, attempt: this worker (its slice's index) and its task attempt id.
+        attempt_number: Spark's attempt number of the task (the fault hooks).
+        heartbeat: the task's :class:`~sparkdl.spark.training.worker.Heartbeat` (superseded attempts).
+    """
+
+    def __init__(self, spec: ShardedTaskSpec, coordinator: CoordinatorClient, partition: int, attempt: int, attempt_number: int,
+                 heartbeat: Heartbeat) -> None:
+        self.spec, self.coordinator, self.partition, self.attempt = spec, coordinator, partition, attempt
+        self.attempt_number, self.heartbeat = attempt_number, heartbeat
+        task = spec.task
+        self.plan = task.plan
+        self.layout = SliceLayout.from_json(spec.layout)
+        self.owners = self.layout.owners
+        settings = dict(spec.mode_settings)
+        if spec.mode in ("bmuf", "diloco"):
+            settings["trainable"] = self.layout.per_piece(list(spec.trainable), partition)
+        self.policy = get_policy(spec.mode, **settings)
+        self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "retrained": 0, "local_resets": 0,
+                       "bytes_pushed": 0, "bytes_pulled": 0}
+        self.map_version = -1
+        self.registrations: list[dict | None] = [None] * self.owners
+        self._clients: dict[int, SliceClient] = {}
+        self._clients_lock = threading.Lock()
+        self.pending: dict[int, tuple[ModelState, dict]] = {}  # owner -> (piece, meta) of the open round
+        self.pool = ThreadPoolExecutor(max_workers=min(8, max(1, self.owners)), thread_name_prefix=f"sparkdl-slices-{partition}")
+        self.server: SliceServer | None = None
+        self.stopped = False
+        self.final = False
+        self.own_optimizer: list[np.ndarray] | None = None
+        self._whole: ModelState | None = None
+
+    # ---- the slice server and the slice map ----------------------------------------------------
+
+    def start_server(self) -> dict:
+        """Serve this worker's slice, register it and take the slice's state; returns the registration's answer."""
+        spec = self.spec
+        identity = self_signed()
+        host = reachable_address(spec.location)
+        self.server = SliceServer(self.partition, self.layout, self.policy, self.expected,
+                                  names=self.layout.names(list(spec.names), self.partition), token=spec.token, tls=identity,
+                                  host=host, on_ready=self._ready, send_backup=self._send_backup)
+        self.server.start()
+        reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
+                                          identity.fingerprint)
+        self._take_map(reply["map"])
+        self._restore(reply)
+        return reply
+
+    def _take_map(self, slice_map: dict) -> list[int]:
+        """Adopt the coordinator's slice map; returns the owners whose registration changed."""
+        changed = []
+        with self._clients_lock:
+            for j, registration in enumerate(slice_map["owners"]):
+                if registration != self.registrations[j]:
+                    changed.append(j)
+                    old = self._clients.pop(j, None)
+                    if old is not None:
+                        old.close()
+                    self.registrations[j] = registration
+            self.map_version = slice_map["version"]
+        return changed
+
+    def client(self, owner: int) -> SliceClient:
+        """A client of owner ``owner``'s slice server (as the slice map last said).
+
+        Raises:
+            SliceLost: the owner is not registered (yet).
+        """
+        with self._clients_lock:
+            client = self._clients.get(owner)
+            if client is None:
+                registration = self.registrations[owner]
+                if registration is None:
+                    raise SliceLost(f"slice {owner} has no owner registered")
+                pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+                client = SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=self.spec.call_timeout_s,
+                                     retries=self.spec.retries)
+                self._clients[owner] = client
+            return client
+
+    def _refresh_map(self) -> list[int]:
+        changed = self._take_map(self.coordinator.slice_map())
+        if changed:
+            self._on_owners_changed(changed)
+        return changed
+
+    def _on_owners_changed(self, changed: list[int]) -> None:
+        """Owners in ``changed`` registered anew: put them this round's pieces again, and send this
+        slice's versions to its backup holder when that is one of them."""
+        for owner in changed:
+            if owner in self.pending and owner != self.partition:
+                piece, meta = self.pending[owner]
+                self._put(owner, piece, meta)
+        holder = holder_of(self.partition, self.owners)
+        if holder is not None and holder in changed and self.server is not None:
+            for version in sorted(v.version for v in (self.server.committed, self.server.candidate) if v is not None):
+                self._send_backup(version)
+
+    def _restore(self, reply: dict) -> None:
+        """Take this slice's state: the fit's start (first registration), else the version the
+        driver accepted (and the candidate after it) from the previous owner or the backup holder.
+
+        Raises:
+            SliceLost: neither holds it.
+        """
+        spec, version, has_optimizer = self.spec, reply["version"], self.layout.has_optimizer
+        if reply["registrations"] == 1:
+            if spec.checkpoint is not None:
+                found = read_slice(spec.checkpoint["uris"][self.partition], spec.checkpoint["sha256"][self.partition])
+                found.version = int(spec.checkpoint["version"])
+            else:
+                found = self.coordinator.initial(self.partition, has_optimizer)
+            self.server.install(found)
+            return
+        holder = holder_of(self.partition, self.owners)
+        sources = [("its previous owner", reply["previous"])]
+        if holder is not None:
+            sources.append((f"its backup holder (slice {holder})", self.registrations[holder]))
+        tried = []
+        for what, registration in sources:
+            if registration is None:
+                continue
+            try:
+                pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+                with SliceClient(registration["location"], spec.token, tls=pin, timeout_s=min(10.0, spec.call_timeout_s), retries=1) as source:
+                    held = source.held(self.partition)
+                    if version not in held:
+                        tried.append(f"{what} at {registration['location']} holds versions {held}")
+                        continue
+                    committed = source.fetch(f"held:{self.partition}:{version}", has_optimizer)
+                    candidate = source.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in held else None
+                    if what == "its previous owner":
+                        try:
+                            source.release()
+                        except Exception:  # noqa: BLE001 - it may be on its way out
+                            pass
+                self.server.install(committed, candidate)
+                log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
+                self.restored_candidate = candidate is not None
+                return
+            except Exception as exc:  # noqa: BLE001 - the next source
+                tried.append(f"{what} at {registration['location']}: {type(exc).__name__}: {str(exc)[:200]}")
+        raise SliceLost(f"slice {self.partition} of the state (version {version}) must be served again after its task was retried. "
+                        f"Received: it was found nowhere: {'; '.join(tried) or 'no previous owner or backup holder registered'}")
+
+    def _ready(self, version: int, problem: str | None) -> None:
+        try:
+            self.coordinator.ready(self.partition, self.attempt, version, problem)
+        except Exception as exc:  # noqa: BLE001 - the driver's wait names the slice that never got ready
+            log.warning("sparkdl: slice %d could not report version %d ready: %s", self.partition, version, exc)
+
+    def _send_backup(self, version: int) -> None:
+        holder = holder_of(self.partition, self.owners)
+        found = self.server.held(version) if self.server is not None else None
+        if holder is None or found is None:
+            return
+        for _ in range(3):
+            try:
+                self.client(holder).put_backup(self.partition, found, self.attempt)
+                return
+            except Exception as exc:  # noqa: BLE001 - the holder may be restarting: a new one gets it again
+                log.warning("sparkdl: slice %d could not send version %d to its backup holder %d: %s", self.partition, version, holder, exc)
+                time.sleep(0.5)
+                try:
+                    self._take_map(self.coordinator.slice_map())
+                except Exception:  # noqa: BLE001
+                    pass
+
+    # ---- the rounds ------------------------------------------------------------------------------
+
+    def expected(self, g: int) -> set[int]:
+        """The workers with rows in round g (whose contributions round g waits for)."""
+        r = g % self.plan.rounds_per_epoch
+        return {p for p in range(len(self.plan.partition_rows)) if self.plan.row_range(p, r)[1] > self.plan.row_range(p, r)[0]}
+
+    def _check(self) -> None:
+        if self.heartbeat.superseded.is_set():
+            raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} is superseded by a later attempt "
+                                    "(Spark resubmitted the stage while it ran); it ends to free its task slot")
+        if self.server is not None and self.server.failure is not None:
+            raise self.server.failure
+
+    def wait_open(self, g: int) -> dict:
+        """Wait until the driver opened round ``g`` (or stopped), tending to slice map changes meanwhile."""
+        while True:
+            self._check()
+            reply = self.coordinator.wait_round(g, WAIT_CHUNK_S, self.partition, self.map_version)
+            if reply["map_version"] != self.map_version:
+                self._refresh_map()
+            if reply["open"] or reply["late"] or reply["stop"]:
+                return reply
+
+    def run(self, data) -> dict:
+        """Run the slots; returns the counts (``rows``, ``steps``, ``pushes``, ``dropped`` (pushes an
+        owner did not count), ``retrained`` (rounds trained again after a retry), ``local_resets``
+        (1 when this worker's own optimizer state was found nowhere), bytes pushed and pulled)."""
+        spec = self.spec
+        self.replica = replica_for(spec.task)
+        self.data = data
+        reply = self.start_server()
+        first = max(spec.first, reply["version"])
+        retried = reply["registrations"] > 1
+        if spec.keep_local_optimizer:
+            self._own_optimizer_state(first)
+        for g in range(first, spec.last):
+            answer = self.wait_open(g)
+            if answer["stop"]:
+                self.stopped = True
+                break
+            if answer["late"]:
+                continue
+            self.pending = {}
+            if g in self._slots():
+                if retried and g == first:
+                    self.counts["retrained"] += 1
+                self._train_round(g, answer)
+        self.final = not self.stopped
+        if not self.stopped:
+            self.wait_open(spec.last)  # the driver reads the final slices, then stops
+        return self.counts
+
+    def _slots(self) -> set[int]:
+        rounds = self.plan.rounds_per_epoch
+        return {g for g in range(self.spec.first, self.spec.last)
+                if self.plan.row_range(self.partition, g % rounds)[1] > self.plan.row_range(self.partition, g % rounds)[0]}
+
+    def _own_optimizer_state(self, first: int) -> None:
+        """``keepLocalOptimizer``: this worker's optimizer state as of its last round before ``first``
+        (this Python worker or this executor's disk); fresh (counted) when it trained before and it is lost."""
+        before = [g for g in range(first) if self.plan.row_range(self.partition, g % self.plan.rounds_per_epoch)[1]
+                  > self.plan.row_range(self.partition, g % self.plan.rounds_per_epoch)[0]]
+        if not before:
+            return
+        local = worker_state.load(self.spec.task.fit_id, self.partition, before[-1])
+        if local is not None and local.optimizer is not None:
+            self.own_optimizer = local.optimizer
+        else:
+            self.counts["local_resets"] = 1
+
+    def _pull_start(self, g: int) -> ModelState:
+        """Round ``g``'s start, assembled from every owner's slice (in parallel)."""
+        if self._whole is None:
+            self._whole = self.layout.empty()
+        whole = self._whole
+        has_optimizer = self.layout.has_optimizer
+
+        def one(owner: int) -> int:
+            if owner == self.partition:
+                found = self.server.wait_version(g, 60.0)
+                if found is None:
+                    raise SliceLost(f"slice {owner} (this worker's own) does not hold round {g}'s start")
+                with self.server._cond:
+                    self.server._commit(g)
+                piece = found.start
+                nbytes = 0
+            else:
+                deadline = time.monotonic() + self.spec.call_timeout_s * 4
+                while True:
+                    try:
+                        version = self.client(owner).fetch(f"start:{g}", has_optimizer)
+                        break
+                    except Exception as exc:  # noqa: BLE001 - an owner being restored: ask again (bounded)
+                        if not unavailable(exc) or time.monotonic() > deadline:
+                            raise
+                        self._check()
+                        self._refresh_map()
+                piece = version.master
+                nbytes = sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
+            self.layout.put(whole, owner, piece)
+            return nbytes
+
+        self.counts["bytes_pulled"] += sum(self.pool.map(one, range(self.owners)))
+        return ModelState([np.array(w) for w in whole.weights] if False else whole.weights, whole.optimizer)
+
+    def _put(self, owner: int, piece: ModelState, meta: dict) -> None:
+        """Put this worker's piece of the open round to owner ``owner`` (its own slice: in process)."""
+        if owner == self.partition:
+            answer = self.server.contribute(meta, piece)
+        else:
+            deadline = time.monotonic() + self.spec.call_timeout_s * 4
+            while True:
+                try:
+                    answer = self.client(owner).put_contribution(piece, round_=meta["round"], worker=self.partition,
+                                                                 attempt=self.attempt, rows=meta["rows"], encoding=meta["encoding"])
+                    break
+                except Exception as exc:  # noqa: BLE001 - an owner being restored: put again (bounded)
+                    if not unavailable(exc) or time.monotonic() > deadline:
+                        raise
+                    self._refresh_map()
+            self.counts["bytes_pushed"] += sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
+        self.counts["pushes"] += 1
+        if not answer.get("applied"):
+            self.counts["dropped"] += 1
+
+    def _train_round(self, g: int, answer: dict) -> None:
+        spec, task = self.spec, self.spec.task
+        start = self._pull_start(g)
+        if spec.keep_local_optimizer:
+            self.replica.set_state(ModelState(start.weights, self.own_optimizer))
+        else:
+            self.replica.set_state(start)
+        if answer.get("learning_rate") is not None:
+            self.replica.set_learning_rate(answer["learning_rate"])
+        metrics, rows, steps = train_slot(task, self.replica, self.data, self.partition, g, self.attempt_number)
+        state = self.replica.get_state()
+        if spec.keep_local_optimizer:
+            self.own_optimizer = list(state.optimizer)
+            worker_state.save(task.fit_id, self.partition, WorkerLocal(g, None, self.own_optimizer))
+            state = ModelState(state.weights, None)
+        update = encode_update(state, ModelState(start.weights, start.optimizer if state.optimizer is not None else None), "fp16") \
+            if spec.encoding == "fp16" else state
+        meta = {"round": g, "worker": self.partition, "attempt": self.attempt, "rows": rows, "encoding": spec.encoding}
+        pieces = self.layout.split(update)
+        self.pending = {j: (pieces[j], meta) for j in range(self.owners)}
+        list(self.pool.map(lambda j: self._put(j, pieces[j], meta), range(self.owners)))
+        nbytes = sum(a.nbytes for p in pieces for a in [*p.weights, *(p.optimizer or [])])
+        self.coordinator.report(self.partition, self.attempt, g, rows, encode_metric_sums(metrics), nbytes)
+        self.counts["rows"] += rows
+        self.counts["steps"] += steps
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        with self._clients_lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+        if self.server is not None:
+            self.server.shutdown()

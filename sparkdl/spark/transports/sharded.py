@@ -1,0 +1,291 @@
+"""Transport ``sharded``: the fit's state in N slices owned and served by the workers themselves;
+the driver only coordinates.
+
+The driver starts a :class:`~sparkdl.server.coordinator.Coordinator` (Arrow Flight, TLS with a
+per-fit certificate, a per-fit token) and runs the workers as one Spark stage of ordinary,
+retryable tasks (:func:`~sparkdl.spark.training.sharded_task.sharded_partition`, one per partition
+of the cached training data). Each task trains its partition and owns one slice of the state
+(:class:`~sparkdl.core.slices.SliceLayout`: 1/N of the weights, of the optimizer state and of the
+mode's state), which it serves from its executor (:class:`~sparkdl.server.slices.SliceServer`). A
+round: the driver opens it; every worker pulls the round's start from every owner, trains τ steps
+and puts slice j of its state to owner j (a reduce-scatter), reporting its rows and metric sums
+to the driver; each owner applies the mode's policy to its slice (``sync``, ``bmuf``, ``diloco``:
+elementwise, pure numpy) and reports the new version ready; once every slice is ready and every
+worker reported, the driver closes the round, runs the callbacks and opens the next, whose pulls
+are the all-gather. Per round a worker sends and receives about 2·S·(N−1)/N bytes (S: what it
+puts: 12 bytes a parameter with Adam's state, 4 with ``keepLocalOptimizer``, 2 with ``fp16``
+too); the driver moves a few hundred bytes per worker.
+
+The driver never holds the whole state while the fit trains: it serves each slice's start once,
+fetches the weights at an epoch's end only when a callback needs the model, and assembles the
+fitted model once, at the end (one copy, streamed slice by slice).
+
+**Failures.** Spark retries a failed task (a killed Python worker, a lost executor) on its own
+while the others wait at the round. Each owner sends every new version of its slice to the next
+owner (its backup holder) before reporting it ready, so the retried task serves its slice again
+from that copy; the other workers put their pieces of the open round to it again (each piece is
+counted once per round: duplicates are dropped), and the round completes with the model an
+undisturbed fit makes. A slice found nowhere (its owner and its holder lost together) fails the
+fit naming it; a worker silent for ``workerTimeout`` fails the fit naming its partition.
+
+**Not sliced**: the asynchronous modes (their rule runs push by push on one server: backend
+``ps``), ``easgd`` and ``gossip`` (a model per worker), 1bit/threshold compression (quantized
+updates with a residual), straggler-tolerant rounds and validation data are refused before any
+job, naming what to use instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+
+from sparkdl.core.board import SliceBoard
+from sparkdl.core.modes import LOCAL_OPTIMIZER_MODES, SLICED_MODES
+from sparkdl.core.slices import SliceLayout, assemble_mode, mode_slice
+from sparkdl.core.state import FitState, ModelState, RoundUpdates
+from sparkdl.errors import ConfigError, InvariantError, ServerError
+from sparkdl.server.coordinator import Coordinator
+from sparkdl.server.slices import SliceClient, SliceVersion
+from sparkdl.server.tls import TLSPin
+from sparkdl.spark.partitions import spill_dir
+from sparkdl.spark.training.job import TrainJob
+from sparkdl.spark.training.sharded_task import RESULT_SPARK_SCHEMA, ShardedTaskSpec, sharded_partition
+from sparkdl.spark.training.stage import StageWatch
+from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
+
+log = logging.getLogger("sparkdl")
+
+
+def check_sliceable(config, validation: bool = False) -> None:
+    """Refuse, before any job, what backend ``sharded`` does not run.
+
+    Raises:
+        ConfigError: naming the setting and what to use instead.
+    """
+    if config.mode not in SLICED_MODES:
+        raise ConfigError(
+            f"backend 'sharded' runs the modes whose rule is elementwise, {list(SLICED_MODES)}: mode {config.mode!r} cannot be "
+            "sliced (the asynchronous modes apply each push on one server; easgd and gossip keep a model per worker). Use "
+            f"backend='ps' or 'auto'. Received: mode={config.mode!r}, backend='sharded'"
+        )
+    if config.compression not in (None, "fp16"):
+        raise ConfigError(f"backend 'sharded' sends updates in full precision or as fp16: compression={config.compression!r} "
+                          "(a quantized update with a residual) runs on backends 'ps' and 'rounds'. Received: "
+                          f"compression={config.compression!r}")
+    if config.min_workers_per_round is not None:
+        raise ConfigError("backend 'sharded' waits for every worker in each round: minWorkersPerRound (straggler-tolerant "
+                          f"rounds) runs on backends 'ps' and 'rounds'. Received: minWorkersPerRound={config.min_workers_per_round!r}")
+    if validation:
+        raise ConfigError("backend 'sharded' keeps the state in its workers' tasks for the whole fit, so no validation job can "
+                          "run between its epochs: use backend 'ps' or 'rounds' with validation data, or evaluate the fitted "
+                          "model (KerasModel.evaluate). Received: validation data with backend='sharded'")
+
+
+class RemoteState:
+    """The master as the slices hold it at ``version``: its arrays are fetched from the owners when
+    read (:attr:`weights`, :attr:`optimizer`), once, and never while nobody reads them."""
+
+    def __init__(self, transport: ShardedTransport, version: int) -> None:
+        self._transport, self.version = transport, version
+        self._state: ModelState | None = None
+
+    def _fetch(self) -> ModelState:
+        if self._state is None:
+            self._state = self._transport.fetch_master(self.version)
+        return self._state
+
+    @property
+    def weights(self) -> list[np.ndarray]:
+        return self._fetch().weights
+
+    @property
+    def optimizer(self) -> list[np.ndarray] | None:
+        return self._fetch().optimizer
+
+
+class ShardedTransport:
+    """The workers own the state's slices; the driver coordinates (see the module docstring)."""
+
+    name = "sharded"
+    applies_policy = True  # the slice owners apply the mode's policy; the driver loop does not
+
+    def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
+        from sparkdl.spark.transports.ps import server_addresses, tls_identity
+
+        self.job, self.policy, self.options = job, policy, options
+        config = job.config
+        check_sliceable(config, validation=job.validation is not None)
+        self.rounds_per_epoch = job.plan.rounds_per_epoch
+        self.total_slots = config.epochs * self.rounds_per_epoch
+        self.keep_local = config.keep_local_optimizer or config.mode in LOCAL_OPTIMIZER_MODES
+        self.bind, self.advertise = server_addresses(job.spark)
+        self.identity = tls_identity(config)
+        self.coordinator: Coordinator | None = None
+        self.stages: StageWatch | None = None
+        self.layout: SliceLayout | None = None
+        self.results: list[pa.Table] = []
+        self.final: ModelState | None = None
+        self.fetched_bytes = 0
+
+    # ---- the loop's calls ------------------------------------------------------------------------
+
+    def start(self, fit: FitState) -> None:
+        job, config = self.job, self.job.config
+        master = fit.master
+        has_optimizer = master.optimizer is not None and not self.keep_local
+        self.layout = SliceLayout.of(ModelState(master.weights, master.optimizer if has_optimizer else None), job.workers)
+        layout, version, mode = self.layout, fit.rounds, dict(fit.mode)
+        board = SliceBoard(job.workers, job.workers)
+        board.opened = fit.rounds - 1  # closed: the next round to open is fit.rounds
+
+        def initial(owner: int) -> SliceVersion:
+            state = ModelState(master.weights, master.optimizer if has_optimizer else None)
+            return SliceVersion(version, layout.take(state, owner), mode_slice(layout, mode, owner))
+
+        self.coordinator = Coordinator(board, initial, host=self.bind, advertise=self.advertise, port=config.server_port,
+                                       tls=self.identity)
+        try:
+            self.coordinator.start()
+        except ServerError as exc:
+            raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
+        self.board = board
+        self.stages = StageWatch(job.spark, self.coordinator.contacts, config.worker_timeout_s, config.round_timeout_s, "sharded worker")
+        self.pool = ThreadPoolExecutor(max_workers=min(8, job.workers), thread_name_prefix="sparkdl-sharded-fetch")
+        self._start_stage(fit.rounds)
+        log.info("fit %s: backend sharded, %d slices of %.1f MB (%s)", job.fit_id[:8], layout.owners, layout.nbytes() / layout.owners / 1e6,
+                 "weights only: workers keep their optimizer state" if not has_optimizer else "weights and optimizer state")
+
+    def _start_stage(self, first: int) -> None:
+        job, config = self.job, self.job.config
+        spec = ShardedTaskSpec(
+            task=job.task_spec(), mode=config.mode, mode_settings=self.policy_settings(), trainable=tuple(job.trainable),
+            names=tuple(job.names), layout=self.layout.to_json(), location=self.coordinator.location, token=self.coordinator.token,
+            tls=self.identity.pin() if self.identity is not None else None, first=first, last=self.total_slots,
+            keep_local_optimizer=self.keep_local, encoding=config.compression, heartbeat_s=config.heartbeat_s,
+        )
+        out = job.data.df.mapInArrow(lambda batches: sharded_partition(spec, batches), RESULT_SPARK_SCHEMA)
+        tag = f"sparkdl-{job.fit_id}-sharded-{first}"
+        description = f"sparkdl fit {job.fit_id[:8]}: {config.mode} on sharded, rounds {first + 1}-{self.total_slots}"
+        self.stages.run(out.toArrow, description, tag, config.round_timeout_s * max(1, self.total_slots - first), list(range(job.workers)))
+
+    def policy_settings(self) -> dict:
+        """The mode's settings for the owners' policies (``trainable`` is given per slice by each owner)."""
+        policy = self.policy
+        if self.job.config.mode == "bmuf":
+            return {"block_momentum": policy.eta, "block_learning_rate": policy.zeta, "nesterov": policy.nesterov}
+        if self.job.config.mode == "diloco":
+            return {"outer_learning_rate": policy.lr, "outer_momentum": policy.mu}
+        return {}
+
+    def run_round(self, orders: RoundOrders) -> RoundReport:
+        job, board, plan = self.job, self.board, self.job.plan
+        r = orders.round_in_epoch
+        g = orders.index
+        self.stages.wait(lambda: board.ready_version() >= g or bool(board.problems), f"every slice ready for {orders.description}",
+                         block=board.wait_change)
+        self._check_problems(orders)
+        expected = {p for p in range(job.workers) if plan.row_range(p, r)[1] > plan.row_range(p, r)[0]}
+        self.coordinator.learning_rate = orders.learning_rate
+        board.learning_rate = orders.learning_rate
+        board.open(g, None, expected, orders.learning_rate, orders.collect)
+
+        def closable() -> bool:
+            return bool(board.problems) or (expected <= board.pushed() and board.ready_version() >= g + 1)
+
+        self.stages.wait(closable, orders.description, block=board.wait_change)
+        self._check_problems(orders)
+        collection = board.close()
+        return RoundReport(updates=RoundUpdates(collection.rows), workers=collection.workers, metrics=collection.metrics,
+                           nbytes=collection.nbytes, rows_expected=plan.round_rows(r))
+
+    def _check_problems(self, orders: RoundOrders) -> None:
+        if self.board.problems:
+            raise InvariantError(f"the master weights must stay finite. Received: {'; '.join(self.board.problems)} "
+                                 f"({orders.description}; the loss diverged: lower the learning rate, or check the inputs' scale)")
+
+    def master(self, version: int) -> RemoteState:
+        """The master at ``version`` (after that many rounds), read from the slices when needed."""
+        return RemoteState(self, version)
+
+    def adopt(self, state: ModelState) -> None:
+        """A callback set the weights mid-fit: not taken by the slices (yet).
+
+        Raises:
+            ConfigError: always, naming the backends that take them.
+        """
+        raise ConfigError("a callback set the model's weights or optimizer variables during the fit; backend 'sharded' keeps "
+                          "them in its workers' slices and does not take them back: use backend 'ps' or 'rounds' for such "
+                          "callbacks (EarlyStopping(restore_best_weights=True) works: it applies after the fit)")
+
+    def fetch_master(self, version: int, weights_only: bool = False) -> ModelState:
+        """The master at ``version`` assembled from every owner's slice (one copy on the driver, filled
+        slice by slice as each arrives)."""
+        layout = self.layout
+        whole = layout.empty()
+        registrations = self.board.slice_map()["owners"]
+        has_optimizer = layout.has_optimizer and not weights_only
+
+        def one(owner: int) -> int:
+            registration = registrations[owner]
+            if registration is None:
+                raise InvariantError(f"slice {owner} must be registered to be read. Received: no owner")
+            pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+            with SliceClient(registration["location"], self.coordinator.token, tls=pin, timeout_s=60.0, retries=3) as client:
+                part = client.fetch(f"{'master' if has_optimizer else 'weights'}:{version}", has_optimizer).master
+            if has_optimizer:
+                layout.put(whole, owner, part)
+            else:
+                layout.put_weights(whole.weights, owner, part.weights)
+            return sum(a.nbytes for a in [*part.weights, *(part.optimizer or [])])
+
+        self.fetched_bytes += sum(self.pool.map(one, range(layout.owners)))
+        return ModelState(whole.weights, whole.optimizer if has_optimizer else None)
+
+    def pause(self) -> None:
+        """The stage holds the slices for the whole fit (validation is refused before any job)."""
+
+    def finish(self, stopped: bool) -> None:
+        if self.coordinator is None:
+            return
+        version = self.board.opened + 1
+        self.final = self.fetch_master(version)
+        self.board.stop()
+        table = self.stages.end("the end of the sharded stage")
+        if table is not None:
+            partitions = sorted(table.column("partition").to_pylist())
+            if partitions != list(range(self.job.workers)):
+                raise InvariantError(f"the sharded stage must return one result per partition 0..{self.job.workers - 1}. "
+                                     f"Received partitions {partitions}")
+            self.results.append(table)
+        if stopped:
+            self.job.release_executors()
+
+    def close(self) -> None:
+        if self.stages is not None:
+            self.stages.close()
+        if self.coordinator is not None:
+            self.coordinator.shutdown()
+        if getattr(self, "pool", None) is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(spill_dir(self.job.fit_id), ignore_errors=True)
+
+    def info(self) -> dict:
+        if self.coordinator is None:
+            return {}
+        out = {"server_location": self.coordinator.location, "server_bind": self.bind, "server_tls": self.identity is not None,
+               "task_attempts": self.coordinator.attempts(), "slices": self.layout.owners, "slice_bytes": self.layout.nbytes() // self.layout.owners,
+               "keep_local_optimizer": self.keep_local, "driver_bytes_fetched": self.fetched_bytes,
+               "coordinator": self.coordinator.stats(), "slice_map_version": self.board.map_version}
+        if self.results:
+            rows = pa.concat_tables(self.results).to_pydict()
+            for key in ("rows", "steps", "pushes", "dropped", "retrained", "bytes_pushed", "bytes_pulled"):
+                per = {}
+                for partition, value in zip(rows["partition"], rows[key], strict=True):
+                    per[partition] = per.get(partition, 0) + value
+                out[f"worker_{key}"] = [per[p] for p in sorted(per)]
+            out["local_state_resets"] = int(sum(rows["local_resets"]))
+        return out
