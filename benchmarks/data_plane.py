@@ -77,6 +77,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -300,6 +301,7 @@ def _flight_partition(folder, n, ident, cfg):
 def run_flight(sc, n: int, ident: dict, cfg: dict) -> list[dict]:
     folder = tempfile.mkdtemp(prefix="dataplane-flight-")
     lines = sc.parallelize(range(n), n).mapPartitionsWithIndex(_flight_partition(folder, n, ident, cfg)).collect()
+    shutil.rmtree(folder, ignore_errors=True)
     results = [r for line in lines for r in json.loads(line)]
     out = [r for r in results if r["section"] == "flight"]
     shift = [r for r in results if r["section"] == "shift"]
@@ -510,6 +512,7 @@ def run_startup(sc, n: int, ident: dict, cfg: dict) -> list[dict]:
         open(os.path.join(folder, "release"), "w").close()
         thread.join()
         jobs.append(done["t"] - started)
+        shutil.rmtree(folder, ignore_errors=True)
         t0 = time.perf_counter()
         sc.parallelize(range(n), n).collect()
         empty.append(time.perf_counter() - t0)
@@ -642,6 +645,8 @@ def run_kill(sc, n: int, ident: dict, cfg: dict) -> list[dict]:
         out["seconds"] = out.get("served_s")
     out["attempts"] = done.get("attempts")
     out["error"] = done.get("error")
+    if "error" not in done:
+        shutil.rmtree(folder, ignore_errors=True)
     return [out]
 
 
@@ -713,7 +718,7 @@ def print_tables(results: list[dict]) -> None:
     flight_rows = [r for r in results if r["section"] in ("flight", "shift") and r["op"] in ("put", "get")]
     if flight_rows:
         print(f"\nArrow Flight between two executors' Python workers, GB/s (10^9 bytes/s; shift: per executor, all at once)\n"
-              f"| pattern | transport | op | MB | streams | {head}\n|---|---|---|---|---|{sep}")
+              f"| pattern | transport | op | MB | streams | {head} |\n|---|---|---|---|---|{sep}")
         keys = sorted({(r["section"], r["transport"], r["op"], r["size_mb"], r["streams"]) for r in flight_rows},
                       key=lambda k: (k[0], k[1], k[2], k[3], k[4]))
         for section, transport, op, size, streams in keys:
@@ -724,14 +729,14 @@ def print_tables(results: list[dict]) -> None:
             print(f"| {'0→1' if section == 'flight' else 'i→i+1'} | {transport} | {op} | {size:g} | {streams} | {cells} |")
     rpc = [r for r in results if r["section"] == "flight" and r["op"] == "rpc"]
     if rpc:
-        print(f"\nempty DoAction round trip, ms (median; p90)\n| transport | {head}\n|---|{sep}")
+        print(f"\nempty DoAction round trip, ms (median; p90)\n| transport | {head} |\n|---|{sep}")
         for transport in sorted({r["transport"] for r in rpc}):
             sel = {r["executors"]: r for r in rpc if r["transport"] == transport}
             print(f"| {transport} | " + " | ".join(f"{sel[n]['rpc_ms']}; {sel[n]['rpc_p90_ms']}" if n in sel else "-" for n in ns) + " |")
     comp = [r for r in results if r["section"] == "compute"]
     if comp:
         print(f"\none executor, a slice of {comp[0]['slice_mb']:g} MB, N contributions: GB/s of slice bytes "
-              f"(sums: contributions' GB/s in brackets)\n| op | ways | {head}\n|---|---|{sep}")
+              f"(sums: contributions' GB/s in brackets)\n| op | ways | {head} |\n|---|---|{sep}")
         for op, ways in sorted({(r["op"], r["ways"]) for r in comp if r["op"] != "total"}, key=lambda k: (["pack", "sum32", "sum64", "sum16", "apply"].index(k[0]), k[1])):
             sel = {r["executors"]: r for r in comp if (r["op"], r["ways"]) == (op, ways)}
             print(f"| {op} | {ways} | " + " | ".join(
@@ -741,7 +746,7 @@ def print_tables(results: list[dict]) -> None:
         print("| pack+sum32+apply | best each | " + cell(sel) + " |")
     start = [r for r in results if r["section"] == "startup"]
     if start:
-        print(f"\nstarting a slice server, seconds (median)\n| what | {head}\n|---|{sep}")
+        print(f"\nstarting a slice server, seconds (median)\n| what | {head} |\n|---|{sep}")
         for transport in sorted({r["transport"] for r in start if r["op"] == "in_task"}):
             sel = {r["executors"]: r for r in start if r["op"] == "in_task" and r["transport"] == transport}
             print(f"| in a running task, {transport}: start + first call | " + " | ".join(
@@ -752,7 +757,7 @@ def print_tables(results: list[dict]) -> None:
         print(f"| empty job of N tasks | {cell(sel, 'seconds')} |")
     kill = [r for r in results if r["section"] == "kill"]
     if kill:
-        print(f"\nexecutor JVM SIGKILLed under a slice server: seconds after the kill\n| event | {head}\n|---|{sep}")
+        print(f"\nexecutor JVM SIGKILLed under a slice server: seconds after the kill\n| event | {head} |\n|---|{sep}")
         sel = {r["executors"]: r for r in kill}
         for key in ("lost_s", "jvm_start_s", "registered_s", "daemon_start_s", "worker_start_s", "task_started_s", "server_up_s", "served_s"):
             print(f"| {key[:-2]} | {cell(sel, key)} |")

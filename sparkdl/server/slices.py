@@ -199,6 +199,7 @@ class SliceServer(FlightEndpoint):
         self._counts = {"rejected": 0, "contributions": 0, "duplicates_dropped": 0, "late_dropped": 0, "bytes_in": 0,
                         "bytes_out": 0, "backups_in": 0, "applied": 0, "apply_s": 0.0}
         self._due = threading.Event()
+        self.released = threading.Event()  # a new owner took the slice (``release``)
         self._applier: threading.Thread | None = None
         self.failure: BaseException | None = None  # the applier's error, for the task to raise
 
@@ -434,6 +435,7 @@ class SliceServer(FlightEndpoint):
             with self._cond:
                 self.committed = self.candidate = None
                 self._cond.notify_all()
+            self.released.set()
             return json_result({"released": True})
         raise self._reject(f"action must be one of held, status, write, release. Received: {kind[:64]!r}")
 

@@ -55,6 +55,7 @@ RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int6
                             "bytes_pushed", "bytes_pulled")])
 RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)
 WAIT_CHUNK_S = 2.0  # a wait on the coordinator lasts at most this long before the worker looks again
+HANDOFF_S = 60.0  # how long a superseded attempt keeps serving its slice for the attempt that replaces it (seconds)
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,14 @@ def sharded_partition(spec: ShardedTaskSpec, batches: Iterator[pa.RecordBatch]) 
         data = load_rows(spec.task, partition, batches)
         worker = ShardedWorker(spec, coordinator, partition, attempt, context.attemptNumber(), heartbeat)
         counts = worker.run(data)
-        if spec.last >= spec.task.plan.rounds_per_epoch * 0 and worker.final:
+        if worker.final:
             worker_state.drop(spec.task.fit_id, partition)
             release(spec.task.fit_id, "train", partition)
         coordinator.heartbeat(partition, "done", attempt=attempt)
+    except SupersededAttempt:
+        if worker is not None:  # the attempt that replaces this one takes the slice from this server: serve it until then
+            worker.server_handoff(HANDOFF_S)
+        raise
     except BaseException as exc:
         try:
             coordinator.heartbeat(partition, "error", f"{type(exc).__name__}: {exc}", attempt=attempt)
@@ -464,6 +469,12 @@ class ShardedWorker:
         self.coordinator.report(self.partition, self.attempt, g, rows, encode_metric_sums(metrics), nbytes)
         self.counts["rows"] += rows
         self.counts["steps"] += steps
+
+    def server_handoff(self, timeout_s: float) -> None:
+        """Keep serving this slice until the attempt that superseded this one took it (``release``),
+        at most ``timeout_s`` seconds."""
+        if self.server is not None and self.server.committed is not None:
+            self.server.released.wait(timeout_s)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
