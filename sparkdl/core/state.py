@@ -144,11 +144,13 @@ class FitState:
 
     # ---- snapshot ------------------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[bytes, dict]:
+    def snapshot(self, sliced: dict | None = None) -> tuple[bytes, dict]:
         """The whole state as ``(Arrow IPC bytes, JSON-able metadata)``; see :meth:`restore`.
 
         The bytes hold every array (named ``group/.../index``), the metadata the identity, the
         position, the history and the counters, and how the arrays regroup. Nothing is pickled.
+        ``sliced``: the master and the mode's state were written by the slices' owners (backend
+        ``sharded``): this manifest of their files goes into the metadata instead of their arrays.
         """
         from sparkdl.serialization.arrow_codec import encode_arrays
 
@@ -162,10 +164,11 @@ class FitState:
                 names.append(f"{group}/{i}")
                 arrays.append(np.asarray(value))
 
-        put("master.w", self.master.weights)
-        put("master.o", self.master.optimizer)
-        for key in sorted(self.mode):
-            put(f"mode.{key}", self.mode[key])
+        if sliced is None:
+            put("master.w", self.master.weights)
+            put("master.o", self.master.optimizer)
+            for key in sorted(self.mode):
+                put(f"mode.{key}", self.mode[key])
         for partition in sorted(self.local):
             local = self.local[partition]
             put(f"local.{partition}.r", local.residual)
@@ -175,7 +178,8 @@ class FitState:
             "format": SNAPSHOT_FORMAT,
             "identity": self.identity,
             "layout": layout,
-            "mode_keys": sorted(self.mode),
+            "mode_keys": [] if sliced is not None else sorted(self.mode),
+            **({"sliced": sliced} if sliced is not None else {}),
             "local_versions": {str(p): self.local[p].version for p in sorted(self.local)},
             "rounds": self.rounds,
             "epochs": self.epochs,
@@ -188,13 +192,15 @@ class FitState:
         return encode_arrays(arrays, names), copy.deepcopy(meta)
 
     @classmethod
-    def restore(cls, payload: bytes, meta: dict, expected_identity: dict | None = None) -> FitState:
+    def restore(cls, payload: bytes, meta: dict, expected_identity: dict | None = None, sliced=None) -> FitState:
         """The state :meth:`snapshot` wrote, bit for bit.
 
         Args:
             payload: the snapshot's Arrow IPC bytes.
             meta: its metadata (a dict, as :meth:`snapshot` returned it or read back from JSON).
             expected_identity: the identity of the fit that restores it; the snapshot's must equal it.
+            sliced: for a snapshot whose master the slices' owners wrote (``meta["sliced"]``):
+                ``sliced(manifest) -> (master, mode)``, the master and mode state to restore.
 
         Raises:
             ConfigError: the snapshot belongs to another model, mode, schedule or data (the first
@@ -220,10 +226,16 @@ class FitState:
             except KeyError as exc:
                 raise CodecError(f"a fit state snapshot must hold every array its metadata lists. Received: no {exc}") from None
 
+        if "sliced" in meta:
+            if sliced is None:
+                raise ConfigError("a snapshot whose slices its owners wrote needs a reader of those slices. Received: none")
+            master, mode = sliced(meta["sliced"])
+        else:
+            master, mode = ModelState(take("master.w"), take("master.o")), {key: take(f"mode.{key}") for key in meta["mode_keys"]}
         state = cls(
             identity=meta["identity"],
-            master=ModelState(take("master.w"), take("master.o")),
-            mode={key: take(f"mode.{key}") for key in meta["mode_keys"]},
+            master=master,
+            mode=mode,
             local={int(p): WorkerLocal(int(v), take(f"local.{p}.r"), take(f"local.{p}.o")) for p, v in meta["local_versions"].items()},
             rounds=int(meta["rounds"]),
             epochs=int(meta["epochs"]),

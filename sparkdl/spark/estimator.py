@@ -630,7 +630,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                        validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active())
         asynchronous = config.mode in ASYNC_MODES
         snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings(), request.start.optimizer), config.checkpoint_dir, config.checkpoint_every,
-                              epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None)
+                              epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
+                              keep_sliced=request.backend == "sharded")
         validator = Validator(request.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
         backups = any(type(c).__name__ == "BackupAndRestore" for c in request.callbacks)
         snapshot = config.checkpoint_dir is not None or backups

@@ -1,7 +1,8 @@
 """A fit survives what clusters do (issue 21), end to end through Spark with real faults injected
 into the tasks (:mod:`sparkdl.spark.training.faults`): a Python worker that dies once (``os._exit``,
-as an out-of-memory kill looks to Spark) and a task that raises once, on ``local[2,4]`` (Spark
-retries a failed task up to 4 times), on both transports. Round modes end equal to the
+as an out-of-memory kill looks to Spark; SIGKILL on ``sharded``, whose Python worker also serves a
+slice of the state) and a task that raises once, on ``local[2,4]`` (Spark retries a failed task up
+to 4 times), on every transport. Round modes end equal to the
 undisturbed fit; the asynchronous modes apply each slot once; ``ssp`` keeps its bound after the
 retry. Executor JVMs killed on ``local-cluster`` and a killed driver are in
 ``tests/integration/test_cluster_faults.py`` (slow)."""
@@ -42,12 +43,13 @@ def difference(a, b):
 
 out = {}
 full = sys.argv[2] == "full"
-for backend in ("ps", "rounds") if full else ("ps",):
+for backend in ("ps", "rounds", "sharded") if full else ("ps", "sharded"):
     base = fit(backend)
-    for fault in ("exit", "raise") if full else ("exit",):
+    for fault in ("exit", "raise", "kill") if full else (("kill",) if backend == "sharded" else ("exit",)):
         got = fit(backend, fault=fault)
         out[f"{backend}-{fault}"] = {"difference": difference(got, base), "rounds": got.fitInfo["rounds"],
-                                     "attempts": got.fitInfo.get("task_attempts"), "loss": got.history["loss"]}
+                                     "attempts": got.fitInfo.get("task_attempts"), "loss": got.history["loss"],
+                                     "retrained": got.fitInfo.get("worker_retrained")}
 for mode in ("async", "ssp") if full else ("ssp",):
     got = fit("ps", mode=mode, fault="raise" if mode == "ssp" and not full else "exit", staleness=1)
     info = got.fitInfo
@@ -78,7 +80,10 @@ def _check(out, keys, modes):
         result = out[key]
         assert result["difference"] < 1e-5, (key, result)  # sync: equal to the undisturbed fit
         assert result["rounds"] == 2 * 2 and len(result["loss"]) == 2, (key, result)
-    assert out["ps-exit"]["attempts"]["1"] == 2 and out["ps-exit"]["attempts"]["0"] == 1  # partition 1 ran twice
+    for key in [k for k in keys if k.startswith(("ps-", "sharded-"))]:
+        assert out[key]["attempts"]["1"] == 2 and out[key]["attempts"]["0"] == 1, (key, out[key])  # partition 1 ran twice
+    for key in [k for k in keys if k.startswith("sharded-")]:
+        assert out[key]["retrained"] == [0, 1], (key, out[key])  # its slice served again, its round trained again
     # 64 rows in 2 partitions of 32 (AQE aside: 2 workers), batch 8, τ = 2: 2 slots per worker and epoch
     for mode in modes:
         result = out[mode]
@@ -89,12 +94,14 @@ def _check(out, keys, modes):
 
 @pytest.mark.timeout(900)
 def test_a_python_worker_that_dies_and_an_ssp_task_that_raises_are_retried_with_nothing_applied_twice(tmp_path):
-    """The default run's share: sync on ps with a Python worker that dies (equal to undisturbed), ssp
-    with a task that raises (each slot once, the bound kept)."""
-    _check(_run(tmp_path, "short"), ["ps-exit"], ["ssp"])
+    """The default run's share: sync on ps with a Python worker that dies, sync on sharded with the
+    Python worker that serves slice 1 SIGKILLed (both equal to undisturbed), ssp with a task that
+    raises (each slot once, the bound kept)."""
+    _check(_run(tmp_path, "short"), ["ps-exit", "sharded-kill"], ["ssp"])
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_every_fault_on_both_backends_is_retried_and_the_fit_is_unchanged(tmp_path):
-    _check(_run(tmp_path, "full"), ["ps-exit", "ps-raise", "rounds-exit", "rounds-raise"], ["async", "ssp"])
+    _check(_run(tmp_path, "full"), ["ps-exit", "ps-raise", "ps-kill", "rounds-exit", "rounds-raise", "rounds-kill", "sharded-exit",
+                                    "sharded-raise", "sharded-kill"], ["async", "ssp"])

@@ -129,3 +129,28 @@ def test_weights_and_optimizer_variables_a_callback_sets_train_as_keras_fit(spar
     for got, want in zip(fitted.getKerasModel().get_weights(), plain.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     np.testing.assert_allclose(fitted.history["loss"], history.history["loss"], rtol=1e-6)
+
+
+def test_checkpoint_dir_on_sharded_each_owner_writes_its_slice_and_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path):
+    """bmuf, whose block momentum lives in the slices: the owners write their slices beside the
+    snapshot (the driver writes the manifest), a fit run again resumes from them on sharded, and
+    on ps (the driver assembles the slices)."""
+    import glob
+    import json
+
+    df = _shuffled(spark)
+    settings = {**CONFIGS["bmuf"], "backend": "sharded"}
+    whole = _estimator(settings).fit(df)
+    folder = str(tmp_path / "checkpoints")
+    with pytest.raises(RuntimeError, match="driver lost"):
+        _estimator(settings, checkpointDir=folder, callbacks=[Crash()]).fit(df)
+    snapshots = sorted(glob.glob(f"{folder}/snapshot-*.json"))
+    meta = json.loads(open(snapshots[-1]).read())
+    assert len(meta["sliced"]["uris"]) == 2 and "master.w" not in meta["layout"] and not meta["mode_keys"]  # no master array in the driver's file
+    assert len(glob.glob(f"{folder}/{snapshots[-1].rsplit('/', 1)[1][:-5]}.slice-*-of-2.arrow")) == 2
+    resumed = _estimator(settings, checkpointDir=folder).fit(df)
+    _assert_equal_fits(resumed, whole)
+    with pytest.raises(RuntimeError, match="driver lost"):
+        _estimator(settings, checkpointDir=str(tmp_path / "again"), callbacks=[Crash()]).fit(df)
+    on_ps = _estimator({**settings, "backend": "ps"}, checkpointDir=str(tmp_path / "again")).fit(df)
+    _assert_equal_fits(on_ps, whole)

@@ -19,6 +19,12 @@ difference (:func:`~sparkdl.core.state.check_identity`).
 
 Workers' own state (1bit/threshold residuals, the optimizer states they keep) is collected into
 the fit's state in the rounds a snapshot follows (:meth:`Snapshots.collects`).
+
+Backend ``sharded``: the driver never holds the state, so each slice's owner writes its slice
+(master and mode pieces) next to the snapshot, ``snapshot-<round>.slice-<j>-of-<N>.arrow``, and
+the snapshot's JSON holds their manifest (layout, files, SHA-256 of each) instead of the arrays;
+the marker, written last, covers the manifest. A sharded fit resumes with each owner reading its
+own file (:class:`SlicedCheckpoint`); another backend reads and assembles them on the driver.
 """
 
 from __future__ import annotations
@@ -59,9 +65,49 @@ def fit_identity(job, mode_settings: dict, optimizer: list | None = None) -> dic
                      "shuffle": config.shuffle, "keep_partitioning": config.keep_partitioning},
         "compression": {"method": config.compression,
                         "threshold": config.compression_threshold if config.compression == "threshold" else None},
+        "keep_local_optimizer": bool(config.keep_local_optimizer or config.mode == "diloco"),
         "min_workers_per_round": config.min_workers(job.workers),
         "data": {"partition_rows": [int(n) for n in job.plan.partition_rows]},
     }
+
+
+class SlicedCheckpoint:
+    """The master of a snapshot whose slices their owners wrote: the ``manifest``
+    (``{"version", "layout", "uris", "sha256", "bytes"}``), and the arrays read from the files and
+    assembled on the driver only when read (:attr:`weights`, :attr:`optimizer`, :meth:`mode`)."""
+
+    def __init__(self, manifest: dict) -> None:
+        self.manifest = manifest
+        self._loaded = None
+
+    def load(self):
+        """``(master, mode)`` assembled from the slice files (one copy on the driver).
+
+        Raises:
+            CodecError: a file whose bytes do not match the manifest's SHA-256.
+        """
+        if self._loaded is None:
+            self._loaded = load_sliced(self.manifest)
+        return self._loaded
+
+    @property
+    def weights(self):
+        return self.load()[0].weights
+
+    @property
+    def optimizer(self):
+        return self.load()[0].optimizer
+
+
+def load_sliced(manifest: dict):
+    """``(master ModelState, mode state)`` from a sharded snapshot's slice files (pyarrow.fs)."""
+    from sparkdl.core.slices import SliceLayout, assemble_mode
+    from sparkdl.server.slices import read_slice
+
+    layout = SliceLayout.from_json(manifest["layout"])
+    parts = [read_slice(uri, digest) for uri, digest in zip(manifest["uris"], manifest["sha256"], strict=True)]
+    master = layout.assemble([p.master for p in parts])
+    return master, assemble_mode(layout, [p.mode for p in parts])
 
 
 def _join(folder: str, name: str) -> str:
@@ -78,8 +124,8 @@ class FitStateStore:
         keep: complete snapshots kept (the older ones are deleted after each save).
     """
 
-    def __init__(self, spark, folder: str, keep: int = 2) -> None:
-        self.spark, self.folder, self.keep = spark, folder, keep
+    def __init__(self, spark, folder: str, keep: int = 2, keep_sliced: bool = False) -> None:
+        self.spark, self.folder, self.keep, self.keep_sliced = spark, folder, keep, keep_sliced
 
     def _names(self) -> list[str]:
         """The snapshots with a marker, oldest first."""
@@ -88,16 +134,24 @@ class FitStateStore:
 
     def save(self, fit: FitState) -> str:
         """Write ``fit`` as a new snapshot (data first, then its marker); returns its name."""
-        payload, meta = fit.snapshot()
-        text = json.dumps(meta, sort_keys=True).encode()
         name = f"snapshot-{fit.rounds:09d}-{fit.epochs:06d}"
+        write_slices = getattr(fit.master, "write_slices", None)  # backend sharded: each owner writes its slice
+        sliced = write_slices(persistence.qualify(self.folder, self.spark), name) if write_slices is not None else None
+        payload, meta = fit.snapshot(sliced=sliced)
+        text = json.dumps(meta, sort_keys=True).encode()
         persistence.write_bytes(_join(self.folder, f"{name}.arrow"), payload, self.spark)
         persistence.write_bytes(_join(self.folder, f"{name}.json"), text, self.spark)
         digest = hashlib.sha256(payload + text).hexdigest()
         persistence.write_bytes(_join(self.folder, f"{name}.done"), digest.encode(), self.spark)
-        for old in self._names()[: -self.keep]:
-            for suffix in (".done", ".arrow", ".json"):
-                persistence.delete(_join(self.folder, old + suffix), self.spark)
+        old_names = self._names()[: -self.keep]
+        if old_names:
+            listed = persistence.listing(self.folder, self.spark)
+            for old in old_names:
+                for suffix in (".done", ".arrow", ".json"):
+                    persistence.delete(_join(self.folder, old + suffix), self.spark)
+                for entry in listed:
+                    if entry.startswith(old + ".slice-"):
+                        persistence.delete(_join(self.folder, entry), self.spark)
         return name
 
     def latest(self, identity: dict) -> FitState | None:
@@ -114,8 +168,9 @@ class FitStateStore:
             if payload is None or text is None or marker is None or hashlib.sha256(payload + text).hexdigest() != marker.decode():
                 log.warning("fit state snapshot %s in %s is incomplete: skipped", name, self.folder)
                 continue
+            reader = (lambda manifest: (SlicedCheckpoint(manifest), {})) if self.keep_sliced else load_sliced
             try:
-                return FitState.restore(payload, json.loads(text), identity)
+                return FitState.restore(payload, json.loads(text), identity, sliced=reader)
             except ConfigError as exc:
                 raise ConfigError(f"{exc} [snapshot {name} in {self.folder}]") from None
         return None
@@ -146,12 +201,15 @@ class Snapshots:
             is the one point every worker is at the same place).
         warn_inexact: resuming from a Keras backup without the fit's state loses the mode's
             state (every mode but plain ``sync``): say so.
+        keep_sliced: the fit runs on backend ``sharded``: a snapshot its slices' owners wrote
+            resumes with each owner reading its own file (:class:`SlicedCheckpoint`), not assembled here.
     """
 
     def __init__(self, spark, identity: dict, checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
-                 keep: int = 2, epochs_only: bool = False, warn_inexact: bool = False) -> None:
+                 keep: int = 2, epochs_only: bool = False, warn_inexact: bool = False, keep_sliced: bool = False) -> None:
         self.spark, self.identity = spark, identity
-        self.store = FitStateStore(spark, checkpoint_dir, keep) if checkpoint_dir else None
+        self.keep_sliced = keep_sliced
+        self.store = FitStateStore(spark, checkpoint_dir, keep, keep_sliced) if checkpoint_dir else None
         self.schedule = SnapshotSchedule(None if epochs_only else checkpoint_every)
         self.epochs_only, self.warn_inexact = epochs_only, warn_inexact
         self.callbacks = None
@@ -179,13 +237,14 @@ class Snapshots:
         """
         self.callbacks = callbacks
         stores = ([self.store] if self.store is not None else []) + [
-            FitStateStore(self.spark, _join(d, BACKUP_FOLDER)) for d in callbacks.backup_dirs()]
+            FitStateStore(self.spark, _join(d, BACKUP_FOLDER), keep_sliced=self.keep_sliced) for d in callbacks.backup_dirs()]
         for store in stores:
             restored = store.latest(self.identity)
             if restored is not None:
                 restored.info = {**restored.info, "resumed_from_epoch": restored.epochs, "resumed_from_round": restored.rounds,
                                  "resumed_from": store.folder}
-                callbacks.set_master(restored.master)
+                if callbacks.needs_weights:
+                    callbacks.set_master(restored.master)
                 log.info("resuming the fit from %s: epoch %d, round %d", store.folder, restored.epochs, restored.rounds)
                 return restored
         epoch = callbacks.initial_epoch()
@@ -210,7 +269,7 @@ class Snapshots:
         """Write the fit's state into each ``BackupAndRestore``'s folder whenever it saves."""
 
         def save(backup_dir: str) -> None:
-            FitStateStore(self.spark, _join(backup_dir, BACKUP_FOLDER), keep=1).save(loop.pending_state(fit))
+            FitStateStore(self.spark, _join(backup_dir, BACKUP_FOLDER), keep=1, keep_sliced=self.keep_sliced).save(loop.pending_state(fit))
             self.saved += 1
 
         callbacks.on_backup(save)

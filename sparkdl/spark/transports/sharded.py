@@ -106,6 +106,11 @@ class RemoteState:
     def optimizer(self) -> list[np.ndarray] | None:
         return self._fetch().optimizer
 
+    def write_slices(self, folder: str, name: str) -> dict:
+        """Have every owner write its slice of this version next to a snapshot (``folder``: a URI
+        the executors reach through ``pyarrow.fs``); returns the manifest."""
+        return self._transport.write_slices(self.version, folder, name)
+
 
 class ShardedTransport:
     """The workers own the state's slices; the driver coordinates (see the module docstring)."""
@@ -136,14 +141,25 @@ class ShardedTransport:
     def start(self, fit: FitState) -> None:
         job, config = self.job, self.job.config
         master = fit.master
-        has_optimizer = master.optimizer is not None and not self.keep_local
-        self.layout = SliceLayout.of(ModelState(master.weights, master.optimizer if has_optimizer else None), job.workers)
+        manifest = getattr(master, "manifest", None)  # resumed from a snapshot the owners wrote: each reads its own slice
+        self.checkpoint = None
+        if manifest is not None:
+            self.layout = SliceLayout.from_json(manifest["layout"])
+            if self.layout.owners != job.workers:
+                raise InvariantError(f"a sharded snapshot must have one slice per worker. Received: {self.layout.owners} slices for "
+                                     f"{job.workers} workers")
+            self.checkpoint = {"uris": manifest["uris"], "sha256": manifest["sha256"], "version": fit.rounds}
+        else:
+            has_optimizer = master.optimizer is not None and not self.keep_local
+            self.layout = SliceLayout.of(ModelState(master.weights, master.optimizer if has_optimizer else None), job.workers)
         layout, version, mode = self.layout, fit.rounds, dict(fit.mode)
         board = SliceBoard(job.workers, job.workers)
         board.opened = fit.rounds - 1  # closed: the next round to open is fit.rounds
 
         def initial(owner: int) -> SliceVersion:
-            state = ModelState(master.weights, master.optimizer if has_optimizer else None)
+            if manifest is not None:
+                raise InvariantError("a resumed sharded fit's owners read their slices from the snapshot")
+            state = ModelState(master.weights, master.optimizer if layout.has_optimizer else None)
             return SliceVersion(version, layout.take(state, owner), mode_slice(layout, mode, owner))
 
         self.coordinator = Coordinator(board, initial, host=self.bind, advertise=self.advertise, port=config.server_port,
@@ -157,7 +173,7 @@ class ShardedTransport:
         self.pool = ThreadPoolExecutor(max_workers=min(8, job.workers), thread_name_prefix="sparkdl-sharded-fetch")
         self._start_stage(fit.rounds)
         log.info("fit %s: backend sharded, %d slices of %.1f MB (%s)", job.fit_id[:8], layout.owners, layout.nbytes() / layout.owners / 1e6,
-                 "weights only: workers keep their optimizer state" if not has_optimizer else "weights and optimizer state")
+                 "weights only: workers keep their optimizer state" if not layout.has_optimizer else "weights and optimizer state")
 
     def _start_stage(self, first: int) -> None:
         job, config = self.job, self.job.config
@@ -166,6 +182,7 @@ class ShardedTransport:
             names=tuple(job.names), layout=self.layout.to_json(), location=self.coordinator.location, token=self.coordinator.token,
             tls=self.identity.pin() if self.identity is not None else None, first=first, last=self.total_slots,
             keep_local_optimizer=self.keep_local, encoding=config.compression, heartbeat_s=config.heartbeat_s,
+            checkpoint=self.checkpoint,
         )
         out = job.data.df.mapInArrow(lambda batches: sharded_partition(spec, batches), RESULT_SPARK_SCHEMA)
         tag = f"sparkdl-{job.fit_id}-sharded-{first}"
@@ -244,6 +261,23 @@ class ShardedTransport:
 
         self.fetched_bytes += sum(self.pool.map(one, range(layout.owners)))
         return ModelState(whole.weights, whole.optimizer if has_optimizer else None)
+
+    def write_slices(self, version: int, folder: str, name: str) -> dict:
+        """Every owner writes its slice of ``version`` to ``folder/name.slice-<j>-of-<N>.arrow``
+        (through ``pyarrow.fs`` on its executor); returns the manifest (layout, files, SHA-256)."""
+        layout = self.layout
+        registrations = self.board.slice_map()["owners"]
+        uris = [f"{folder.rstrip('/')}/{name}.slice-{j}-of-{layout.owners}.arrow" for j in range(layout.owners)]
+
+        def one(owner: int) -> dict:
+            registration = registrations[owner]
+            pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+            with SliceClient(registration["location"], self.coordinator.token, tls=pin, timeout_s=600.0, retries=3) as client:
+                return client.write(uris[owner], version)
+
+        written = list(self.pool.map(one, range(layout.owners)))
+        return {"version": version, "layout": layout.to_json(), "uris": uris, "sha256": [w["sha256"] for w in written],
+                "bytes": [w["bytes"] for w in written]}
 
     def pause(self) -> None:
         """The stage holds the slices for the whole fit (validation is refused before any job)."""
