@@ -66,23 +66,25 @@ class Contacts:
             return {w: len(a) for w, a in sorted(self._attempts.items())}
 
 
-def silent_worker(contacts: dict[str, dict], partitions: Iterable[int], watched_s: float, timeout_s: float,
+def silent_worker(contacts: dict[str, dict], partitions: Iterable[int], watched_s: float | dict, timeout_s: float,
                   grace_s: float = STARTUP_GRACE_S) -> tuple[int, float] | None:
     """The first of ``partitions`` silent too long, as ``(partition, seconds silent)``, or None.
 
     Args:
         contacts: :meth:`Contacts.snapshot` (by worker id, the partition's decimal string).
         partitions: the workers of the running stage.
-        watched_s: seconds since the stage started (a worker not heard from since is judged from then).
+        watched_s: seconds since the stage started (a worker not heard from since is judged from
+            then), or per partition (a worker whose silent attempt was killed: since the kill).
         timeout_s: ``workerTimeout``: the silence allowed to a worker heard from in this stage.
         grace_s: the silence allowed to a worker not heard from yet in this stage, or being retried
             after an error (at least ``timeout_s``).
     """
     grace = max(timeout_s, grace_s)
     for partition in partitions:
+        watched = watched_s[partition] if isinstance(watched_s, dict) else watched_s
         contact = contacts.get(str(partition))
-        if contact is None or contact["seconds"] > watched_s:  # not heard from in this stage yet
-            silent, limit = watched_s, grace
+        if contact is None or contact["seconds"] > watched:  # not heard from since it was watched
+            silent, limit = watched, grace
         elif contact["state"] == "done":
             continue
         else:  # a worker that reported an error is being retried: its new attempt gets the start's grace

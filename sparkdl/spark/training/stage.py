@@ -58,29 +58,38 @@ class Stage(threading.Thread):
 
 
 class Monitor(threading.Thread):
-    """Watches the workers of a running stage: the first silent longer than ``timeout_s`` seconds
-    (no heartbeat: dead or stopped), or not heard from at all within ``max(timeout_s,
-    STARTUP_GRACE_S)`` of the stage's start (never started), is recorded in :attr:`silent` and the
+    """Watches the workers of a running stage. The first silent longer than ``timeout_s`` seconds
+    (no heartbeat: hung, stopped or cut off), or not heard from at all within ``max(timeout_s,
+    STARTUP_GRACE_S)`` of the stage's start (never started), has its task attempt killed
+    (``SparkContext.killTaskAttempt``): Spark runs the task again, and the transport's retry path
+    (each slot applied once, a slice served again) gives the same model; the new attempt gets the
+    start's grace. A partition silent again after ``max_kills`` kills, or whose attempt cannot be
+    killed (Spark Connect, an attempt never heard from), is recorded in :attr:`silent` and the
     stage cancelled. It never ends on an error of its own: a failed look is retried at the next tick.
 
     Args:
         spark: the fit's session.
         contacts: returns the workers' contacts now (a server's ``contacts()``).
         timeout_s: ``workerTimeout``.
+        max_kills: silent attempts killed per partition before the fit fails.
     """
 
-    def __init__(self, spark, contacts: Callable[[], dict], timeout_s: float) -> None:
+    def __init__(self, spark, contacts: Callable[[], dict], timeout_s: float, max_kills: int = 2) -> None:
         super().__init__(name="sparkdl-worker-monitor", daemon=True)
-        self.spark, self.contacts, self.timeout_s = spark, contacts, timeout_s
+        self.spark, self.contacts, self.timeout_s, self.max_kills = spark, contacts, timeout_s, max_kills
         self.stop = threading.Event()
         self.silent: tuple[int, float] | None = None
         self.watch: tuple[str, list[int], float] | None = None  # (tag, partitions, since)
+        self.since: dict[int, float] = {}  # partition -> when it was last watched from (a kill restarts its grace)
+        self.killed: list[dict] = []  # the silent attempts killed: partition, attempt, seconds silent
         self.errors = 0
 
     def watch_stage(self, tag: str, partitions: list[int]) -> None:
         """Watch the stage tagged ``tag`` whose tasks are ``partitions``, from now."""
         self.silent = None
-        self.watch = (tag, list(partitions), time.monotonic())
+        now = time.monotonic()
+        self.since = {p: now for p in partitions}
+        self.watch = (tag, list(partitions), now)
 
     def run(self) -> None:
         while not self.stop.wait(MONITOR_TICK_S):
@@ -93,15 +102,40 @@ class Monitor(threading.Thread):
         watch = self.watch
         if watch is None or self.silent is not None:
             return
-        tag, partitions, since = watch
-        found = silent_worker(self.contacts(), partitions, time.monotonic() - since, self.timeout_s, STARTUP_GRACE_S)
-        if found is not None:
-            self.silent = found
-            cancel_tag(self.spark, tag)
+        tag, partitions, _ = watch
+        now = time.monotonic()
+        contacts = self.contacts()
+        found = silent_worker(contacts, partitions, {p: now - self.since.get(p, now) for p in partitions}, self.timeout_s, STARTUP_GRACE_S)
+        if found is None:
+            return
+        partition, silent = found
+        attempt = (contacts.get(str(partition)) or {}).get("attempt")
+        kills = sum(1 for k in self.killed if k["partition"] == partition)
+        if attempt is not None and kills < self.max_kills and kill_task_attempt(
+                self.spark, attempt, f"sparkdl: worker {partition} silent for {silent:.1f} s (workerTimeout={self.timeout_s:g})"):
+            self.killed.append({"partition": partition, "attempt": attempt, "silent_s": round(silent, 1)})
+            self.since[partition] = now  # its next attempt: judged from now, with the start's grace
+            return
+        self.silent = found
+        cancel_tag(self.spark, tag)
 
     def close(self) -> None:
         self.stop.set()
         self.join(5.0)
+
+
+def kill_task_attempt(spark, attempt: int, reason: str) -> bool:
+    """Kill task attempt ``attempt`` (Spark's task id, ``TaskContext.taskAttemptId()``): Spark runs
+    the task again (a killed attempt does not count toward ``spark.task.maxFailures``). Returns
+    False where it cannot (Spark Connect, an attempt Spark no longer runs)."""
+    from sparkdl.spark.session import is_connect
+
+    if is_connect(spark):
+        return False
+    try:
+        return bool(spark.sparkContext._jsc.sc().killTaskAttempt(int(attempt), True, reason))
+    except Exception:  # noqa: BLE001 - the JVM refused it: the caller fails the fit instead
+        return False
 
 
 class StageWatch:

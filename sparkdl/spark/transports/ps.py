@@ -249,7 +249,7 @@ class PSTransport:
             "staleness_mean": stats["staleness_mean"], "staleness_max": stats["staleness_max"],
             "bytes_pushed": stats["bytes_pushed"], "bytes_pulled": stats["bytes_pulled"],
             "server_bind": self.bind, "server_location": self.server.location, "server_tls": self.identity is not None,
-            "task_attempts": self.server.attempts(),
+            "task_attempts": self.server.attempts(), "silent_attempts_killed": list(self.stages.monitor.killed),
         }
         if self.results:
             rows = pa.concat_tables(self.results).to_pydict()

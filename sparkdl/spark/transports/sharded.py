@@ -311,7 +311,7 @@ class ShardedTransport:
         if self.coordinator is None:
             return {}
         out = {"server_location": self.coordinator.location, "server_bind": self.bind, "server_tls": self.identity is not None,
-               "task_attempts": self.coordinator.attempts(), "slices": self.layout.owners, "slice_bytes": self.layout.nbytes() // self.layout.owners,
+               "task_attempts": self.coordinator.attempts(), "silent_attempts_killed": list(self.stages.monitor.killed), "slices": self.layout.owners, "slice_bytes": self.layout.nbytes() // self.layout.owners,
                "keep_local_optimizer": self.keep_local, "driver_bytes_fetched": self.fetched_bytes,
                "coordinator": self.coordinator.stats(), "slice_map_version": self.board.map_version}
         if self.results:
