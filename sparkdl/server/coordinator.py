@@ -65,6 +65,7 @@ class Coordinator(FlightEndpoint):
                  host: str = "127.0.0.1", advertise: str | None = None, port: int = 0, tls: TLSIdentity | None = None) -> None:
         super().__init__(token=token, host=host, advertise=advertise, port=port, tls=tls, what="coordinator")
         self.board, self.initial = board, initial
+        self.start_version = board.opened + 1  # the version the fit starts from (served by ``init:<j>``)
         self._reports = ApplyLedger()
         self._counts = {"rejected": 0, "reports": 0, "duplicates_dropped": 0, "late_dropped": 0, "inits": 0, "bytes_out": 0}
         self.learning_rate: float | None = None
@@ -113,7 +114,8 @@ class Coordinator(FlightEndpoint):
             with board._cond:
                 opened, closed = board.opened, board.closed
             return json_result({"previous": previous, "registrations": board.registrations(owner), "map": board.slice_map(),
-                                "opened": opened, "closed": closed, "version": self.accepted_version(), "reported": reported})
+                                "opened": opened, "closed": closed, "version": self.accepted_version(), "reported": reported,
+                                "start": self.start_version})
         if kind == "slice_map":
             return json_result(board.slice_map())
         if kind == "wait_round":

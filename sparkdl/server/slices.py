@@ -164,6 +164,8 @@ class SliceServer(FlightEndpoint):
         host, advertise: where it binds, and the address workers dial.
         on_ready: ``on_ready(version, finite_message)``: a candidate is ready (message None) or not
             finite (the first non-finite piece named); called from the applier thread.
+        persist: ``persist(version)``: keep a new version where a retried task on this executor
+            finds it (its disk), before it is reported ready (None: nowhere).
         send_backup: ``send_backup(version)``: put a version to this slice's holder (None: no holder);
             called from the applier thread after each apply.
         max_message_bytes: the largest put accepted (bytes); default 4 × a slice + 1 MiB.
@@ -183,10 +185,10 @@ class SliceServer(FlightEndpoint):
     def __init__(self, owner: int, layout: SliceLayout, policy, expected: Callable[[int], set[int]], *, names: Sequence[str],
                  token: str, tls: TLSIdentity | None, host: str = "127.0.0.1", advertise: str | None = None,
                  on_ready: Callable[[int, str | None], None] | None = None, send_backup: Callable[[int], None] | None = None,
-                 max_message_bytes: int | None = None) -> None:
+                 persist: Callable[[SliceVersion], None] | None = None, max_message_bytes: int | None = None) -> None:
         super().__init__(token=token, host=host, advertise=advertise, port=0, tls=tls, what=f"slice server {owner}")
         self.owner, self.layout, self.policy, self.expected, self.names = owner, layout, policy, expected, list(names)
-        self.on_ready, self.send_backup = on_ready, send_backup
+        self.on_ready, self.send_backup, self.persist = on_ready, send_backup, persist
         slice_bytes = layout.nbytes(owner)
         self.max_message_bytes = max_message_bytes or 4 * max(slice_bytes, max(layout.nbytes(j) for j in range(layout.owners))) + (1 << 20)
         self.committed: SliceVersion | None = None
@@ -220,6 +222,10 @@ class SliceServer(FlightEndpoint):
         if self._applier is None:
             self._applier = threading.Thread(target=self._apply_loop, name=f"sparkdl-slice-{self.owner}", daemon=True)
             self._applier.start()
+        if self.persist is not None:
+            for version in (committed, candidate):
+                if version is not None:
+                    self.persist(version)
         if self.on_ready is not None:
             self.on_ready(committed.version, None)
             if candidate is not None:
@@ -337,8 +343,14 @@ class SliceServer(FlightEndpoint):
                 self._counts["applied"] += 1
                 self._counts["apply_s"] += time.perf_counter() - started
                 self._cond.notify_all()
-            if self.send_backup is not None:
-                self.send_backup(g + 1)
+            backup = None
+            if self.send_backup is not None:  # to the holder while this executor's disk gets it too
+                backup = threading.Thread(target=self.send_backup, args=(g + 1,), name=f"sparkdl-slice-{self.owner}-backup", daemon=True)
+                backup.start()
+            if self.persist is not None:
+                self.persist(candidate)
+            if backup is not None:
+                backup.join()
         if self.on_ready is not None:
             self.on_ready(g + 1, problem)
 

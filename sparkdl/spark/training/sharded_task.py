@@ -56,6 +56,9 @@ RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int6
 RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)
 WAIT_CHUNK_S = 2.0  # a wait on the coordinator lasts at most this long before the worker looks again
 HANDOFF_S = 60.0  # how long a superseded attempt keeps serving its slice for the attempt that replaces it (seconds)
+# How long a pull or a put waits for an owner that does not answer (lost, cut off, being replaced): the
+# driver's monitor (workerTimeout) or roundTimeout ends the stage first when it never comes back.
+PATIENCE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,7 @@ class ShardedWorker:
         host = reachable_address(spec.location)
         self.server = SliceServer(self.partition, self.layout, self.policy, self.expected,
                                   names=self.layout.names(list(spec.names), self.partition), token=spec.token, tls=identity,
-                                  host=host, on_ready=self._ready, send_backup=self._send_backup)
+                                  host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self._persist)
         self.server.start()
         reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
                                           identity.fingerprint)
@@ -256,7 +259,7 @@ class ShardedWorker:
             SliceLost: neither holds it.
         """
         spec, version, has_optimizer = self.spec, reply["version"], self.layout.has_optimizer
-        if reply["registrations"] == 1:
+        if reply["registrations"] == 1 or (version == reply["start"] and spec.checkpoint is None):  # the fit's start: from the driver
             if spec.checkpoint is not None:
                 found = read_slice(spec.checkpoint["uris"][self.partition], spec.checkpoint["sha256"][self.partition])
                 found.version = int(spec.checkpoint["version"])
@@ -264,11 +267,17 @@ class ShardedWorker:
                 found = self.coordinator.initial(self.partition, has_optimizer)
             self.server.install(found)
             return
+        held = self._persisted(version)
+        if held[0] is not None and reply["previous"] is not None and not self._answers(reply["previous"]):
+            self.server.install(*held)  # this executor's disk: the previous owner (its Python worker) is gone
+            log.info("sparkdl: slice %d restored at version %d from this executor's disk", self.partition, version)
+            self.restored_candidate = held[1] is not None
+            return
         holder = holder_of(self.partition, self.owners)
         sources = [("its previous owner", reply["previous"])]
         if holder is not None:
             sources.append((f"its backup holder (slice {holder})", self.registrations[holder]))
-        tried = []
+        tried = [] if held[0] is None else ["this executor's disk: skipped, its previous owner answers"]
         for what, registration in sources:
             if registration is None:
                 continue
@@ -294,6 +303,53 @@ class ShardedWorker:
                 tried.append(f"{what} at {registration['location']}: {type(exc).__name__}: {str(exc)[:200]}")
         raise SliceLost(f"slice {self.partition} of the state (version {version}) must be served again after its task was retried. "
                         f"Received: it was found nowhere: {'; '.join(tried) or 'no previous owner or backup holder registered'}")
+
+    def _answers(self, registration: dict) -> bool:
+        """Whether the slice server of ``registration`` answers now (within a few seconds)."""
+        try:
+            pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+            with SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=3.0, retries=0) as probe:
+                probe.held(self.partition)
+            return True
+        except Exception:  # noqa: BLE001 - gone, cut off, or not a server any more
+            return False
+
+    def _disk_path(self, version: int) -> str:
+        import os
+
+        from sparkdl.spark.partitions import spill_dir
+
+        return os.path.abspath(os.path.join(spill_dir(self.spec.task.fit_id), f"slice-{self.partition}-v{version}.arrow"))
+
+    def _persist(self, version: SliceVersion) -> None:
+        """Keep ``version`` on this executor's disk (the last two versions), for a retried task here."""
+        import os
+
+        from sparkdl.server.slices import write_slice
+
+        path = self._disk_path(version.version)
+        write_slice(path, version, self.layout.has_optimizer)
+        stale = self._disk_path(version.version - 2)
+        if os.path.exists(stale):
+            os.remove(stale)
+
+    def _persisted(self, version: int) -> tuple[SliceVersion | None, SliceVersion | None]:
+        """``(version, version + 1)`` of this slice from this executor's disk, when held."""
+        import os
+
+        found = []
+        for v in (version, version + 1):
+            path = self._disk_path(v)
+            if os.path.exists(path):
+                try:
+                    held = read_slice(path)
+                    held.version = v
+                    found.append(held)
+                    continue
+                except Exception:  # noqa: BLE001 - a write cut short: not this version
+                    pass
+            found.append(None)
+        return found[0], found[1] if found[0] is not None else None
 
     def _ready(self, version: int, problem: str | None) -> None:
         try:
@@ -406,16 +462,17 @@ class ShardedWorker:
                 piece = found.start
                 nbytes = 0
             else:
-                deadline = time.monotonic() + self.spec.call_timeout_s * 4
+                deadline = time.monotonic() + PATIENCE_S
                 while True:
                     try:
                         version = self.client(owner).fetch(f"start:{g}", has_optimizer)
                         break
-                    except Exception as exc:  # noqa: BLE001 - an owner being restored: ask again (bounded)
+                    except Exception as exc:  # noqa: BLE001 - an owner lost or being restored: ask again (bounded)
                         if not unavailable(exc) or time.monotonic() > deadline:
                             raise
                         self._check()
                         self._refresh_map()
+                        time.sleep(0.5)
                 piece = version.master
                 nbytes = sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
             self.layout.put(whole, owner, piece)
@@ -429,16 +486,18 @@ class ShardedWorker:
         if owner == self.partition:
             answer = self.server.contribute(meta, piece)
         else:
-            deadline = time.monotonic() + self.spec.call_timeout_s * 4
+            deadline = time.monotonic() + PATIENCE_S
             while True:
                 try:
                     answer = self.client(owner).put_contribution(piece, round_=meta["round"], worker=self.partition,
                                                                  attempt=self.attempt, rows=meta["rows"], encoding=meta["encoding"])
                     break
-                except Exception as exc:  # noqa: BLE001 - an owner being restored: put again (bounded)
+                except Exception as exc:  # noqa: BLE001 - an owner lost or being restored: put again (bounded)
                     if not unavailable(exc) or time.monotonic() > deadline:
                         raise
+                    self._check()
                     self._refresh_map()
+                    time.sleep(0.5)
             self.counts["bytes_pushed"] += sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
         self.counts["pushes"] += 1
         if not answer.get("applied"):

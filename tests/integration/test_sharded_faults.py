@@ -1,0 +1,240 @@
+"""Backend ``sharded`` survives real faults, end to end through Spark, each in a process of its own:
+an executor JVM that owns a slice SIGKILLed mid-fit (``local-cluster[3,1,1024]``), the driver
+SIGKILLed mid-fit and its job run again with the same ``checkpointDir``, and a slice owner cut off
+rather than killed: a standalone Worker in a network namespace of its own (``ip netns``, as root)
+whose link is taken down mid-round. Each ends with the model of an undisturbed fit (sync, 1e-5).
+A SIGKILLed Python worker is in ``tests/spark/test_faults.py``."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+HEAD = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, tempfile, time
+    import numpy as np
+    from pyspark.sql import SparkSession
+    import keras
+    from sparkdl import KerasEstimator
+    from sparkdl.spark.training import faults
+    builder = SparkSession.builder.master(os.environ["TEST_MASTER"]).config("spark.ui.enabled", "false") \\
+        .config("spark.ui.showConsoleProgress", "false").config("spark.executor.memory", "512m")
+    for key, value in json.loads(os.environ.get("TEST_CONF", "{}")).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("OFF")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(90, 4)).astype(np.float32)
+    y = (x[:, 0] - x[:, 1] > 0).astype(np.float64)
+    df = spark.createDataFrame([(x[i].tolist(), float(y[i])) for i in range(90)], "x array<float>, y double")
+
+    def fit(hook=None, workers=3, **kw):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(2, activation="softmax")])
+        params = dict(numWorkers=workers, epochs=2, batchSize=5, localSteps=2, verbose=0, backend="sharded", seed=1)
+        params.update(kw)
+        est = KerasEstimator(model=model, optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy",
+                             featuresCol="x", labelCol="y", **params)
+        if hook is None:
+            return est.fit(df)
+        with faults.inject(hook):
+            return est.fit(df)
+
+    def weights(model):
+        return [w.tolist() for w in model.getKerasModel().get_weights()]
+    """
+)
+
+
+def _run(script: str, out, env: dict, timeout_s: float = 900, args=()) -> dict:
+    full = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, **env)
+    result = subprocess.run([sys.executable, "-c", script, str(out), *args], env=full, timeout=timeout_s, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def _difference(a, b):
+    return max(float(np.abs(np.array(p) - np.array(q)).max()) for p, q in zip(a, b, strict=True))
+
+
+EXECUTOR_KILL = HEAD + textwrap.dedent(
+    """
+    base = fit()
+    hit = fit(faults.Fault(partition=1, index=3, how="executor", marker_dir=tempfile.mkdtemp()))
+    json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"],
+               "retrained": hit.fitInfo["worker_retrained"], "loss": hit.history["loss"]}, open(sys.argv[1], "w"))
+    spark.stop()
+    """
+)
+
+
+def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_same_model(tmp_path):
+    """Slice 1's executor JVM is SIGKILLed before round 4: Spark runs its task again on a new
+    executor, the slice is served again from its backup holder's copy (slice 2's owner), the other
+    workers put their round-4 pieces to it again, and the fit ends as the undisturbed one."""
+    out = _run(EXECUTOR_KILL, tmp_path / "out.json", {"TEST_MASTER": "local-cluster[3,1,1024]"}, timeout_s=1200)
+    assert _difference(out["hit"], out["base"]) < 1e-5
+    assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
+    assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
+
+
+DRIVER = HEAD + textwrap.dedent(
+    """
+    class Pause(keras.callbacks.Callback):  # time for the test to kill the driver after epoch 2's snapshot
+        def on_epoch_end(self, epoch, logs=None):
+            if sys.argv[2] == "killed":
+                time.sleep(3)
+
+    model = fit(workers=2, epochs=4, mode="bmuf", checkpointDir=sys.argv[3] if len(sys.argv) > 3 else None, callbacks=[Pause()])
+    json.dump({"weights": weights(model), "resumed": model.fitInfo.get("resumed_from_epoch"), "epochs_run": model.fitInfo["epochs_run"]},
+              open(sys.argv[1], "w"))
+    spark.stop()
+    """
+)
+
+
+def test_a_driver_killed_mid_fit_resumes_from_the_slices_its_owners_wrote_equal_to_an_uninterrupted_fit(tmp_path):
+    env = {"TEST_MASTER": "local[2]"}
+    whole = _run(DRIVER, tmp_path / "whole.json", env, args=("whole",))
+    folder = tmp_path / "checkpoints"
+    full = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, **env)
+    killed = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "killed.json"), "killed", str(folder)], env=full,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not list(folder.glob("snapshot-*-000002.done")):  # epoch 2's snapshot is complete
+        assert killed.poll() is None, killed.stderr.read()[-3000:]
+        time.sleep(0.1)
+    assert list(folder.glob("snapshot-*-000002.slice-*-of-2.arrow")), list(folder.iterdir())  # the owners wrote its slices
+    os.killpg(killed.pid, signal.SIGKILL)  # the driver, its executors' Python workers and their slice servers die mid-fit
+    killed.wait(60)
+    assert not (tmp_path / "killed.json").exists()
+    again = _run(DRIVER, tmp_path / "again.json", env, args=("again", str(folder)))
+    assert again["resumed"] >= 2 and again["epochs_run"] == 4 - again["resumed"], again
+    assert _difference(again["weights"], whole["weights"]) < 1e-5
+
+
+# ---- a slice owner cut off: a standalone Worker in a network namespace whose link goes down ---------
+
+NETCUT = HEAD + textwrap.dedent(
+    """
+    class Cut(faults.TaskHooks):
+        \"\"\"Before round 4, the task that runs in the network namespace takes its own link down (once).\"\"\"
+        def __init__(self, link, markers):
+            self.link, self.markers = link, markers
+        def before_steps(self, point):
+            if point.index != 3 or not os.path.exists("/sys/class/net/" + self.link):
+                return
+            try:
+                fd = os.open(os.path.join(self.markers, "partition"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.write(fd, str(point.partition).encode())
+            os.close(fd)
+            subprocess.run(["ip", "link", "set", self.link, "down"], check=True)
+
+    base = fit()
+    hit = fit(Cut(os.environ["TEST_NS_LINK"], sys.argv[2]), workerTimeout=240.0)
+    json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"],
+               "retrained": hit.fitInfo["worker_retrained"], "cut": int(open(os.path.join(sys.argv[2], "partition")).read())},
+              open(sys.argv[1], "w"))
+    spark.stop()
+    """
+)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+@pytest.fixture
+def netns_cluster(tmp_path):
+    """A standalone Spark cluster on this machine: a master and a 3-core Worker on a veth address of
+    the root namespace, and a 1-core Worker in a network namespace of its own, reached through the
+    veth pair; every process and the namespace removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or _ip("netns", "list", check=False).returncode != 0:
+        pytest.skip("needs root and iproute2's ip netns")
+    tag = f"sd{os.getpid() % 100000}"
+    ns, host_link, ns_link = f"{tag}ns", f"{tag}h", f"{tag}n"
+    host_ip, ns_ip = "10.203.0.1", "10.203.0.2"
+    spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
+    procs = []
+    try:
+        _ip("netns", "add", ns)
+        _ip("link", "add", host_link, "type", "veth", "peer", "name", ns_link)
+        _ip("link", "set", ns_link, "netns", ns)
+        _ip("addr", "add", f"{host_ip}/24", "dev", host_link)
+        _ip("link", "set", host_link, "up")
+        for args in (("addr", "add", f"{ns_ip}/24", "dev", ns_link), ("link", "set", ns_link, "up"), ("link", "set", "lo", "up")):
+            _ip("netns", "exec", ns, "ip", *args)
+        port = _free_port(host_ip)
+        master = f"spark://{host_ip}:{port}"
+        base_env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1",
+                        SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+        log = open(tmp_path / "daemons.log", "w")
+
+        def start(cmd, ip):
+            procs.append(subprocess.Popen(cmd, env=dict(base_env, SPARK_LOCAL_IP=ip), stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+
+        start([spark_class, "org.apache.spark.deploy.master.Master", "--host", host_ip, "--port", str(port),
+               "--webui-port", str(_free_port(host_ip))], host_ip)
+        time.sleep(3)
+        start([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", host_ip, "--cores", "3", "--memory", "3g",
+               "--webui-port", str(_free_port(host_ip)), master], host_ip)
+        start(["ip", "netns", "exec", ns, spark_class, "org.apache.spark.deploy.worker.Worker", "--host", ns_ip, "--cores", "1",
+               "--memory", "1g", "--webui-port", "8999", master], ns_ip)
+        time.sleep(5)
+        yield {"master": master, "host_ip": host_ip, "ns_link": ns_link, "log": tmp_path / "daemons.log"}
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        for proc in procs:
+            proc.wait(30)
+        _ip("link", "del", host_link, check=False)
+        _ip("netns", "del", ns, check=False)
+
+
+def test_a_slice_owner_cut_off_from_the_network_mid_round_is_replaced_with_the_same_model(tmp_path, netns_cluster):
+    """The task in the namespace takes its link down before round 4: its executor stops answering,
+    Spark declares it lost (spark.network.timeout 20 s), the master starts a replacement executor, the
+    task runs again there and serves its slice again from its backup holder; the other workers put
+    their round-4 pieces to it, and the fit ends as the undisturbed one."""
+    conf = {"spark.driver.host": netns_cluster["host_ip"], "spark.driver.bindAddress": netns_cluster["host_ip"],
+            "spark.cores.max": "3", "spark.executor.cores": "1", "spark.network.timeout": "20s",
+            "spark.network.timeoutInterval": "2s", "spark.executor.heartbeatInterval": "2s", "spark.task.maxFailures": "4"}
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {"TEST_MASTER": netns_cluster["master"], "TEST_CONF": json.dumps(conf), "TEST_NS_LINK": netns_cluster["ns_link"],
+           "SPARK_LOCAL_IP": netns_cluster["host_ip"]}
+    try:
+        out = _run(NETCUT, tmp_path / "out.json", env, timeout_s=1200, args=(str(markers),))
+    except AssertionError:
+        print(netns_cluster["log"].read_text()[-4000:])
+        raise
+    assert _difference(out["hit"], out["base"]) < 1e-5
+    assert out["attempts"][str(out["cut"])] >= 2 and out["retrained"][out["cut"]] == 1, out
