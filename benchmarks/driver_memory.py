@@ -1,16 +1,20 @@
-"""Driver peak memory of a ``rounds`` fit as the number of workers grows.
+"""The driver's memory during a fit, per backend: its Python process' peak RSS growth in multiples of
+the model's state, and its JVM's RSS after each epoch (flat: broadcasts and results of finished
+rounds are released).
 
-For each worker count (default 2, 8 and 32) a fresh process fits an MLP of about 10M float32
-parameters (``784 → h → 10``, Adam: weights plus two moments, 120 MB per update) for two rounds of
-one local step on ``local[2]`` (tasks run in waves), and reports the peak resident set size of the
-driver's Python process (``ru_maxrss``), where a round's updates arrive, before and after the
-fit. With the updates combined on the executors the driver receives one combined update per round
-whatever the worker count; combined on the driver it would receive one per worker.
+For each backend (default ``rounds``, ``ps``, ``sharded``) a fresh process fits an MLP of about
+``--params`` float32 parameters (``784 → h → 10``, Adam: the state is weights plus two moments, 12
+bytes a parameter) with ``--workers`` workers, ``--epochs`` epochs of ``--rounds`` rounds of one
+local step, on ``--master`` (``local[2]``). A thread samples the driver Python process' resident set
+every 20 ms from ``fit()`` on; a callback reads the driver JVM's resident set (the Java child of
+this process) at each epoch's end. Growth = the peak during ``fit()`` minus the RSS when it began.
 
-Prints one JSON line per worker count, e.g. ``{"benchmark": "driver_memory", "workers": 32,
-"params": 10000000, "driver_peak_rss_mb": 950.0, ...}``, then a Markdown table.
+Prints one JSON line per backend, e.g. ``{"benchmark": "driver_memory", "backend": "sharded",
+"params": 20000000, "state_mb": 240.0, "python_growth_mb": 280.1, "python_growth_states": 1.17,
+"jvm_rss_mb_per_epoch": [900.1, 902.3, 901.7], ...}``, then a Markdown table.
 
-Usage: python benchmarks/driver_memory.py [--workers 2 8 32] [--params 1e7]
+Usage: python benchmarks/driver_memory.py [--backends rounds ps sharded] [--params 2e7] [--epochs 3]
+       [--rounds 1] [--workers 2] [--master 'local[2]'] [--driver-memory 8g]
 """
 
 from __future__ import annotations
@@ -24,47 +28,105 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = r"""
-import json, os, resource, sys, time
+import json, os, sys, threading, time
 sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
 import numpy as np
 import round_overhead as ro
 from pyspark.sql import SparkSession
 
-workers, params = int(sys.argv[2]), int(sys.argv[3])
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "6g")
+backend, workers, params, epochs, rounds, master, driver_memory = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), \
+    int(sys.argv[6]), sys.argv[7], sys.argv[8]
+spark = (SparkSession.builder.master(master).config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.memory", driver_memory).config("spark.driver.maxResultSize", "0")
          .config("spark.sql.shuffle.partitions", "8").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 import keras
 from sparkdl import KerasEstimator
 
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def jvm_pid():
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                java = b"java" in f.read().split(b"\0")[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me and java:
+            return int(name)
+    return None
+
+
+class JvmPerEpoch(keras.callbacks.Callback):
+    def __init__(self, pid):
+        super().__init__()
+        self.pid, self.readings = pid, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.readings.append(round(rss_mb(self.pid), 1) if self.pid else None)
+
+
 batch = 8
-rows = 2 * workers * batch
+rows = workers * rounds * batch
 rng = np.random.default_rng(0)
 x = rng.random((rows, ro.INPUTS), dtype=np.float32)
-df = spark.createDataFrame([(r.tolist(), float(i % 10)) for i, r in enumerate(x)], "features array<float>, label double")
+df = spark.createDataFrame([(r.tolist(), float(i % 10)) for i, r in enumerate(x)], "features array<float>, label double").cache()
+df.count()
 model = ro.build_model(params)
-est = KerasEstimator(model=model, optimizer=keras.optimizers.Adam(1e-3),
-                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=workers, epochs=1,
-                     batchSize=batch, localSteps=1, verbose=0, roundTimeout=1800.0)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+exact = sum(int(np.prod(w.shape)) for w in model.weights)
+jvm = JvmPerEpoch(jvm_pid())
+est = KerasEstimator(model=model, optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                     numWorkers=workers, epochs=epochs, batchSize=batch, localSteps=1, verbose=0, roundTimeout=3600.0, backend=backend,
+                     callbacks=[jvm])
+peak, stop = [0.0], threading.Event()
+
+
+def sample():
+    while not stop.is_set():
+        peak[0] = max(peak[0], rss_mb(os.getpid()))
+        stop.wait(0.02)
+
+
+before = rss_mb(os.getpid())
+sampler = threading.Thread(target=sample, daemon=True)
+sampler.start()
 started = time.perf_counter()
 fitted = est.fit(df)
 seconds = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"benchmark": "driver_memory", "workers": workers, "params": params,
-                  "driver_peak_rss_mb": round(peak, 1), "driver_rss_before_fit_mb": round(before, 1),
-                  "fit_growth_mb": round(peak - before, 1), "update_mb": round(3 * 4 * params / 2**20, 1),
-                  "rounds": fitted.fitInfo["rounds"], "reduced_on_executors": fitted.fitInfo["reduced_on_executors"],
-                  "fit_s": round(seconds, 1)}), flush=True)
+stop.set()
+sampler.join()
+state_mb = 3 * 4 * exact / 2**20
+info = fitted.fitInfo
+print(json.dumps({"benchmark": "driver_memory", "backend": info["backend"], "workers": workers, "params": exact, "epochs": epochs,
+                  "rounds": info["rounds"], "state_mb": round(state_mb, 1), "python_rss_before_mb": round(before, 1),
+                  "python_peak_mb": round(peak[0], 1), "python_growth_mb": round(peak[0] - before, 1),
+                  "python_growth_states": round((peak[0] - before) / state_mb, 2), "jvm_rss_mb_per_epoch": jvm.readings,
+                  "driver_bytes_fetched": info.get("driver_bytes_fetched"), "fit_s": round(seconds, 1)}), flush=True)
 spark.stop()
 """
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 8, 32])
-    parser.add_argument("--params", type=float, default=1e7)
+    parser.add_argument("--backends", nargs="+", default=["rounds", "ps", "sharded"])
+    parser.add_argument("--params", type=float, default=2e7)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1, help="rounds per epoch")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="8g")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -72,19 +134,18 @@ def main() -> None:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     results = []
-    for workers in args.workers:
-        out = subprocess.run([sys.executable, "-c", CHILD, ROOT, str(workers), str(int(args.params))], env=env,
-                             capture_output=True, text=True, timeout=3600)
+    for backend in args.backends:
+        out = subprocess.run([sys.executable, "-c", CHILD, ROOT, backend, str(args.workers), str(int(args.params)), str(args.epochs),
+                              str(args.rounds), args.master, args.driver_memory], env=env, capture_output=True, text=True, timeout=7200)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         if out.returncode != 0 or not lines:
-            raise SystemExit(f"workers={workers} failed:\n{out.stderr[-3000:]}")
+            raise SystemExit(f"backend={backend} failed:\n{out.stderr[-3000:]}")
         results.append(json.loads(lines[-1]))
         print(lines[-1], flush=True)
-    base = results[0]["driver_peak_rss_mb"]
-    print("\n| workers | driver peak RSS MB | vs first | growth during fit MB | combined on | fit s |\n|---|---|---|---|---|---|")
+    print("\n| backend | state MB | driver Python peak growth MB | in states | driver JVM RSS MB after each epoch | fit s |\n|---|---|---|---|---|---|")
     for r in results:
-        where = "executors" if r["reduced_on_executors"] else "driver"
-        print(f"| {r['workers']} | {r['driver_peak_rss_mb']} | {r['driver_peak_rss_mb'] / base:.2f}x | {r['fit_growth_mb']} | {where} | {r['fit_s']} |")
+        jvm = ", ".join(f"{v:.0f}" for v in r["jvm_rss_mb_per_epoch"] if v is not None)
+        print(f"| {r['backend']} | {r['state_mb']} | {r['python_growth_mb']} | {r['python_growth_states']} | {jvm} | {r['fit_s']} |")
 
 
 if __name__ == "__main__":

@@ -156,6 +156,12 @@ class SliceLayout:
             flat = target.reshape(-1)  # a view: `empty` made C-contiguous arrays
             flat[p.start:p.stop] = next(values[p.group])
 
+    def views(self, whole: ModelState, owner: int, groups: tuple[int, ...] = (WEIGHTS, OPTIMIZER)) -> list[np.ndarray]:
+        """1-D views into ``whole`` (C-contiguous arrays, e.g. from :meth:`empty`) where owner
+        ``owner``'s pieces of ``groups`` go, weights then optimizer."""
+        targets = [whole.weights, whole.optimizer]
+        return [targets[p.group][p.array].reshape(-1)[p.start:p.stop] for p in self._pieces[owner] if p.group in groups]
+
     def put_weights(self, weights: Sequence[np.ndarray], owner: int, pieces: Sequence[np.ndarray]) -> None:
         """Write owner ``owner``'s weight pieces into the whole ``weights`` arrays (a weights-only read).
 

@@ -125,7 +125,7 @@ class DriverCallbacks:
         # Whether any callback may read or set the model's weights (the progress display and the trackers do not):
         # the master is put into the model at each epoch's end for them only (on backend sharded, read from the slices).
         self.needs_weights = any(getattr(c, "needs_weights", True) for c in callbacks)
-        if not model.optimizer.built:
+        if self.needs_weights and not model.optimizer.built:  # its variables take the master's optimizer state
             model.optimizer.build(model.trainable_variables)
         model.stop_training = False
         self._callbacks = keras.callbacks.CallbackList(
@@ -237,7 +237,8 @@ class DriverCallbacks:
         return bool(getattr(self.model, "stop_training", False))
 
     def train_begin(self, state: ModelState) -> None:
-        self.set_master(state)
+        if self.needs_weights:  # no callback reads the model's weights: the driver keeps no copy of them
+            self.set_master(state)
         self._callbacks.on_train_begin({})
         self._follow_learning_rate()
 

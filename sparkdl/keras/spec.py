@@ -411,6 +411,13 @@ class CompileSpec:
     loss_weights: float | list | dict | None = None
     jit_compile: bool | str = "auto"
 
+    def optimizer_kind(self) -> str:
+        """The optimizer's class, lower-case (``"adam"``): a name, or a config's ``class_name``."""
+        optimizer = self.optimizer
+        if isinstance(optimizer, dict):
+            return str(optimizer.get("class_name", optimizer.get("config", {}).get("name", "optimizer"))).lower()
+        return str(optimizer).lower()
+
     def reuse_key(self) -> str:
         """What a compiled replica depends on (JSON): these arguments, without the optimizer's name
         (Keras numbers it per instance: ``adam_3``) nor a numeric learning rate (an optimizer
@@ -718,8 +725,12 @@ class ModelSpec:
                    for _, shape, dtype in self.input_specs)
 
     def with_weights(self, arrays: Sequence[np.ndarray]) -> ModelSpec:
-        """The same architecture with other weights (same count, shapes and order)."""
-        names = decode_arrays(self.weights).names
+        """The same architecture with other weights (same count, shapes and order); weights that are
+        views of an encoded payload of the same names (:func:`~sparkdl.serialization.arrow_codec.encoded_views`)
+        keep that payload (no second encoding)."""
+        names = decode_arrays(self.weights, copy=False).names  # views: no copy of the old weights
+        if getattr(arrays, "payload", None) is not None and list(getattr(arrays, "names", [])) == list(names):
+            return dataclasses.replace(self, weights=arrays.payload)
         return dataclasses.replace(self, weights=encode_arrays(list(arrays), names))
 
     def weight_arrays(self) -> list[np.ndarray]:

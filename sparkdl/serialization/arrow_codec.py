@@ -34,6 +34,27 @@ class NamedArrays:
     arrays: list[np.ndarray]
 
 
+class EncodedArrays(list):
+    """Arrays that are read-only views of one :func:`encode_arrays` payload (:func:`encoded_views`):
+    a list of the arrays, with the ``payload`` bytes and the ``names`` they came from, so that a
+    consumer that wants them encoded (``ModelSpec.with_weights``) takes the payload as it is."""
+
+    payload: bytes
+    names: list[str]
+
+
+def encoded_views(payload: bytes) -> EncodedArrays:
+    """The arrays of ``payload`` as read-only views of its memory (no copy), remembering the payload.
+
+    Raises:
+        CodecError: as :func:`decode_arrays`.
+    """
+    decoded = decode_arrays(payload, copy=False)
+    out = EncodedArrays(decoded.arrays)
+    out.payload, out.names = payload, list(decoded.names)
+    return out
+
+
 def encode_arrays(arrays: Sequence[np.ndarray], names: Sequence[str] | None = None) -> bytes:
     """Encode arrays as one Arrow IPC stream.
 
@@ -67,10 +88,15 @@ def encode_arrays(arrays: Sequence[np.ndarray], names: Sequence[str] | None = No
         fields.append(pa.field(str(i), pa.large_list(value_type), metadata=meta))
     schema = pa.schema(fields, metadata={"sparkdl.format": FORMAT_VERSION, "sparkdl.kind": _KIND})
     batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    # The stream is written once to measure it, then into memory of exactly its size that Python owns
+    # (not Arrow's pool, which keeps freed memory): a large payload costs its size once, not twice.
+    mock = pa.MockOutputStream()
+    with pa.ipc.new_stream(mock, schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    out = bytearray(mock.size())
+    with pa.ipc.new_stream(pa.FixedSizeBufferWriter(pa.py_buffer(out)), schema) as writer:
+        writer.write_batch(batch)
+    return bytes(out)
 
 
 def decode_arrays(payload: bytes, copy: bool = True) -> NamedArrays:

@@ -163,7 +163,7 @@ class ParameterServerClient:
         return self._call(f"{kind} action", once)
 
     # ------------------------------------------------------------------ API
-    def _get(self, ticket: bytes, nbytes: int):
+    def _get(self, ticket: bytes, nbytes: int, out=None):
         def once():
             reader = self._client.do_get(flight.Ticket(ticket), options=self._sized(nbytes))
             schema = reader.schema
@@ -172,7 +172,7 @@ class ParameterServerClient:
                 version = int((schema.metadata or {})[b"sparkdl.version"])
             except (KeyError, ValueError) as exc:
                 raise CodecError("state schema must carry sparkdl.version metadata. Received: none") from exc
-            assembler = Assembler(specs)
+            assembler = Assembler(specs, out)
             while True:
                 try:
                     batch = reader.read_chunk().data

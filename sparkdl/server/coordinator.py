@@ -6,8 +6,9 @@ hundred bytes.
 Protocol (Arrow Flight; TLS with the driver's per-fit certificate, the fit's bearer token on every
 call; JSON action bodies and answers):
 
-* ``register`` ``{"worker": j, "attempt", "location", "cert", "fingerprint"}``: the task of slice j
-  serves it at ``location`` (its certificate, for the others to pin). Answered with the
+* ``register`` ``{"worker": j, "attempt", "location", "cert", "fingerprint", "layout"}``: the task of
+  slice j serves it at ``location`` (its certificate, for the others to pin); ``layout``: how it cuts
+  the state (:meth:`~sparkdl.core.slices.SliceLayout.to_json`), which every owner must share. Answered with the
   registration it replaces (``previous``, None for the first), how many registrations slice j had,
   the slice map, the round the driver opened (``opened``, ``closed``), ``version``: the version of
   the state the driver has accepted (the start of the open round, or of the next one between
@@ -69,6 +70,7 @@ class Coordinator(FlightEndpoint):
         self._reports = ApplyLedger()
         self._counts = {"rejected": 0, "reports": 0, "duplicates_dropped": 0, "late_dropped": 0, "inits": 0, "bytes_out": 0}
         self.learning_rate: float | None = None
+        self.layout: dict | None = None  # the slice layout the first owner registered (JSON)
 
     def _on_shutdown(self) -> None:
         self.board.stop()
@@ -105,6 +107,15 @@ class Coordinator(FlightEndpoint):
             info = {k: req.get(k) for k in ("location", "cert", "fingerprint")}
             if owner >= board.owners or not all(isinstance(v, str) and v for v in info.values()):
                 raise self._reject(f"register needs a slice below {board.owners}, a location, cert and fingerprint. Received: {req!r:.200}")
+            layout = req.get("layout")
+            with self._lock:
+                if self.layout is None and isinstance(layout, dict):
+                    self.layout = layout
+                same = layout == self.layout
+            if not same:
+                raise self._reject(f"every slice owner must cut the state alike. Received: slice {owner}'s layout differs from the "
+                                   "first owner's (the replicas' optimizer state differs: another optimizer or Keras version on "
+                                   "this executor?)")
             try:
                 previous = board.register(owner, req["attempt"], info)
             except ValueError as exc:
@@ -187,9 +198,9 @@ class CoordinatorClient:
 
         return self.client._action(kind, json.dumps(body).encode())
 
-    def register(self, owner: int, attempt: int, location: str, cert: str, fingerprint: str) -> dict:
+    def register(self, owner: int, attempt: int, location: str, cert: str, fingerprint: str, layout: dict) -> dict:
         return self._action("register", {"worker": owner, "attempt": attempt, "location": location, "cert": cert,
-                                         "fingerprint": fingerprint})
+                                         "fingerprint": fingerprint, "layout": layout})
 
     def slice_map(self) -> dict:
         return self._action("slice_map", {})

@@ -28,7 +28,7 @@ roles ``weight``, ``optimizer``, ``mode`` named ``m/<key>/<i>``):
 
 * ``DoGet`` ``start:<g>``: the start of round g (waits up to :data:`WAIT_S` for it; UNAVAILABLE
   when it is not there yet). ``master:<v>``: the slice's master at version v (-1: the newest);
-  ``weights:<v>``: its weights alone. ``held:<k>:<v>``: version v of slice k as this server holds
+  ``weights:<v>``, ``optimizer:<v>``: its weights, its optimizer state alone. ``held:<k>:<v>``: version v of slice k as this server holds
   it (its own, or a backup of slice k).
 * ``DoPut`` with a JSON command ``{"kind": "contrib", "round", "worker", "attempt", "rows",
   "encoding", "nbytes"}`` (a worker's contribution; answered ``{"applied": bool, "dropped": null |
@@ -77,6 +77,7 @@ from sparkdl.server.wire import (
 log = logging.getLogger("sparkdl")
 WAIT_S = 5.0  # the longest a pull waits on the server for the version it asks (seconds); the client asks again
 KEEP_VERSIONS = 2  # versions of a slice a backup holder keeps
+CHUNK_BYTES = 1 << 20  # bytes of values per record batch a slice server sends: what a reader holds at once
 
 
 class SliceLost(InvariantError):
@@ -367,12 +368,12 @@ class SliceServer(FlightEndpoint):
 
     # ---- Flight handlers ------------------------------------------------------------------------
 
-    def _serve(self, version: SliceVersion, start: bool = False, weights_only: bool = False):
+    def _serve(self, version: SliceVersion, start: bool = False, role: str | None = None):
         specs, arrays = version.arrays(start=start)
-        if weights_only:
-            keep = [i for i, s in enumerate(specs) if s.role == "weight"]
+        if role is not None:  # one group alone: "weight" or "optimizer"
+            keep = [i for i, s in enumerate(specs) if s.role == role]
             specs, arrays = [specs[i] for i in keep], [arrays[i] for i in keep]
-        stream, nbytes = array_stream(specs, arrays, {"sparkdl.version": str(version.version)})
+        stream, nbytes = array_stream(specs, arrays, {"sparkdl.version": str(version.version)}, CHUNK_BYTES)
         self._count("bytes_out", nbytes)
         return stream
 
@@ -383,7 +384,7 @@ class SliceServer(FlightEndpoint):
             numbers = [int(x) for x in rest.split(":")] if rest else []
         except ValueError:
             numbers = []
-        if kind in ("start", "master", "weights") and len(numbers) == 1:
+        if kind in ("start", "master", "weights", "optimizer") and len(numbers) == 1:
             found = self.wait_version(numbers[0], WAIT_S)
             if found is None:
                 raise flight.FlightUnavailableError(f"slice {self.owner} does not hold version {numbers[0]} yet; ask again")
@@ -391,14 +392,15 @@ class SliceServer(FlightEndpoint):
                 with self._cond:
                     self._commit(numbers[0])
                     found = self.committed if self.committed is not None and self.committed.version == numbers[0] else found
-            return self._serve(found, start=kind == "start", weights_only=kind == "weights")
+            return self._serve(found, start=kind == "start", role={"weights": "weight", "optimizer": "optimizer"}.get(kind))
         if kind == "held" and len(numbers) == 2:
             k, v = numbers
             found = self.held(v) if k == self.owner else self.backups.get(k, {}).get(v)
             if found is None:
                 raise flight.FlightServerError(f"slice server {self.owner} holds no version {v} of slice {k}")
             return self._serve(found)
-        raise flight.FlightServerError(f"ticket must be start:<g>, master:<v>, weights:<v> or held:<k>:<v>. Received: {raw[:40]!r}")
+        raise flight.FlightServerError(f"ticket must be start:<g>, master:<v>, weights:<v>, optimizer:<v> or held:<k>:<v>. "
+                                       f"Received: {raw[:40]!r}")
 
     def _handle_put(self, descriptor, reader, writer) -> None:
         try:
@@ -518,6 +520,16 @@ class SliceClient(ParameterServerClient):
         """A version the server serves: ``start:<g>``, ``master:<v>``, ``weights:<v>``, ``held:<k>:<v>``."""
         version, specs, arrays, _ = self._get(ticket.encode(), nbytes)
         return SliceVersion.from_arrays(version, specs, arrays, has_optimizer and any(s.role == "optimizer" for s in specs))
+
+    def fetch_into(self, ticket: str, targets: Sequence[np.ndarray]) -> int:
+        """Read ``ticket``'s arrays straight into ``targets`` (views of a whole state, one per array
+        of the answer, in order): no second copy. Returns the bytes read.
+
+        Raises:
+            ServerError: the answer's arrays differ from ``targets`` in count, size or dtype.
+        """
+        self._get(ticket.encode(), sum(t.nbytes for t in targets), out=list(targets))
+        return sum(t.nbytes for t in targets)
 
     def put_contribution(self, state: ModelState, *, round_: int, worker: int, attempt: int, rows: int,
                          encoding: str | None = None) -> dict:

@@ -176,9 +176,15 @@ class Assembler:
             holds; from :meth:`finish`, an array that received fewer values than its shape.
     """
 
-    def __init__(self, specs: Sequence[ArraySpec]) -> None:
+    def __init__(self, specs: Sequence[ArraySpec], out: Sequence[np.ndarray] | None = None) -> None:
         self.specs = list(specs)
-        self.arrays = [np.empty(s.shape, s.dtype) for s in self.specs]
+        if out is not None:  # the caller's arrays (e.g. views of a whole state): filled in place, no second copy
+            if len(out) != len(self.specs) or any(o.size != s.size or o.dtype != s.dtype for o, s in zip(out, self.specs, strict=True)):
+                raise CodecError(f"a stream must hold {len(out)} arrays of the sizes and dtypes asked for. Received: "
+                                 f"{[(s.size, s.dtype.str) for s in self.specs][:6]}")
+            self.arrays = [o.reshape(s.shape) for o, s in zip(out, self.specs, strict=True)]
+        else:
+            self.arrays = [np.empty(s.shape, s.dtype) for s in self.specs]
         self._flats = [a.reshape(-1) for a in self.arrays]
         self._pos = [0] * len(self.specs)
         self.nbytes = 0

@@ -534,8 +534,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         choice = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if validation_df is not None:
             check_inline(spark, len(spec.weights), "the master weights to validate")
-        if start.optimizer is None:  # the fit's master always holds an optimizer state: a fresh optimizer's to begin with
-            start = ModelState(start.weights, initial_optimizer(reader.model))
+        if start.optimizer is None and choice.backend != "sharded":  # a fresh optimizer's state to begin with
+            start = ModelState(start.weights, initial_optimizer(reader.model))  # (on sharded, each owner takes its replica's)
         return _FitRequest(
             fit_id=uuid.uuid4().hex, config=config, backend=choice.backend, backend_reason=choice.reason, spec=spec,
             compile_spec=compile_spec, start=start, task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
@@ -626,10 +626,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         policy = self._policy(config.mode, list(request.trainable), workers)
         plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
         job = TrainJob(fit_id, request.spec, request.compile_spec, data, plan, config, request.reader,
-                       names=tuple(decode_arrays(request.spec.weights).names), trainable=request.trainable,
+                       names=tuple(decode_arrays(request.spec.weights, copy=False).names), trainable=request.trainable,
                        validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active())
         asynchronous = config.mode in ASYNC_MODES
-        snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings(), request.start.optimizer), config.checkpoint_dir, config.checkpoint_every,
+        snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings()), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
                               keep_sliced=request.backend == "sharded")
         validator = Validator(request.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None

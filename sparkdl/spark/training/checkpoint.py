@@ -44,9 +44,9 @@ log = logging.getLogger("sparkdl")
 BACKUP_FOLDER = "sparkdl-fit-state"
 
 
-def fit_identity(job, mode_settings: dict, optimizer: list | None = None) -> dict:
-    """What a fit's snapshots must match to be resumed by it (JSON): the model's weights and
-    optimizer state (shapes and dtypes, in order; not the names Keras numbers per model instance), the mode and its settings, the schedule
+def fit_identity(job, mode_settings: dict) -> dict:
+    """What a fit's snapshots must match to be resumed by it (JSON): the model's weights (shapes and
+    dtypes, in order; not the names Keras numbers per model instance) and its optimizer's class, the mode and its settings, the schedule
     (batch size, τ, seed, shuffling, partitioning), the compression, the straggler setting and the
     data's rows per partition. Not the epochs (a resumed fit may train longer) nor the backend (a
     snapshot of one transport resumes on the other)."""
@@ -58,8 +58,7 @@ def fit_identity(job, mode_settings: dict, optimizer: list | None = None) -> dic
                 "easgd": {"elasticForce": mode_settings.get("elasticForce")},
                 "diloco": {k: mode_settings.get(k) for k in ("outerLearningRate", "outerMomentum")}}.get(config.mode, {})
     return {
-        "model": {"weights": [[list(a.shape), a.dtype.str] for a in weights.arrays],
-                  "optimizer": None if optimizer is None else [[list(a.shape), a.dtype.str] for a in optimizer]},
+        "model": {"weights": [[list(a.shape), a.dtype.str] for a in weights.arrays], "optimizer": job.compile_spec.optimizer_kind()},
         "mode": {"name": config.mode, **settings},
         "schedule": {"batch_size": config.batch_size, "local_steps": config.local_steps, "seed": config.seed,
                      "shuffle": config.shuffle, "keep_partitioning": config.keep_partitioning},

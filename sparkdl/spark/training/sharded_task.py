@@ -67,6 +67,9 @@ class ShardedTaskSpec:
     and pinned certificate (no weights), the slice layout (JSON), the mode, its settings and the
     trainable mask (for each owner's policy), the slots ``[first, last)`` and the clients' timeouts.
 
+    ``layout``: the slice layout (JSON); with ``fresh_optimizer`` its weights only: the slices also
+    hold the replicas' fresh optimizer state, whose arrays each task reads from its own replica
+    (the driver never builds it);
     ``keep_local_optimizer``: workers keep their optimizer state and put their weights alone;
     ``encoding``: None or ``"fp16"`` (contributions as float16 differences from the round's start);
     ``checkpoint``: a sharded checkpoint's slices to start from (``{"uris": [...], "sha256": [...],
@@ -85,6 +88,7 @@ class ShardedTaskSpec:
     first: int
     last: int
     keep_local_optimizer: bool = False
+    fresh_optimizer: bool = False
     encoding: str | None = None
     checkpoint: dict | None = None
     heartbeat_s: float = 2.0
@@ -164,12 +168,13 @@ class ShardedWorker:
         self.attempt_number, self.heartbeat = attempt_number, heartbeat
         task = spec.task
         self.plan = task.plan
-        self.layout = SliceLayout.from_json(spec.layout)
+        self.layout = SliceLayout.from_json(spec.layout)  # its optimizer group from the replica, with fresh_optimizer
         self.owners = self.layout.owners
         settings = dict(spec.mode_settings)
         if spec.mode in ("bmuf", "diloco"):
             settings["trainable"] = self.layout.per_piece(list(spec.trainable), partition)
         self.policy = get_policy(spec.mode, **settings)
+        self.fresh: list[np.ndarray] | None = None  # the replica's fresh optimizer state (fresh_optimizer)
         self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "retrained": 0, "local_resets": 0,
                        "bytes_pushed": 0, "bytes_pulled": 0}
         self.map_version = -1
@@ -196,7 +201,7 @@ class ShardedWorker:
                                   host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self._persist)
         self.server.start()
         reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
-                                          identity.fingerprint)
+                                          identity.fingerprint, self.layout.to_json())
         self._take_map(reply["map"])
         self._restore(reply)
         return reply
@@ -265,6 +270,10 @@ class ShardedWorker:
                 found.version = int(spec.checkpoint["version"])
             else:
                 found = self.coordinator.initial(self.partition, has_optimizer)
+                if has_optimizer and not found.master.optimizer:  # the fit starts with a fresh optimizer: this replica's
+                    fresh = self.layout.take(ModelState([np.empty(s, d) for s, d in zip(self.layout.shapes[0], self.layout.dtypes[0],
+                                                                                         strict=True)], self.fresh), self.partition)
+                    found.master = ModelState(found.master.weights, fresh.optimizer)
             self.server.install(found)
             return
         held = self._persisted(version)
@@ -405,6 +414,10 @@ class ShardedWorker:
         spec = self.spec
         self.replica = replica_for(spec.task)
         self.data = data
+        if spec.fresh_optimizer:  # the slices hold the optimizer state the replicas start with
+            self.fresh = [np.asarray(a) for a in self.replica.initial_optimizer]
+            weights = [(s, d) for s, d in zip(self.layout.shapes[0], self.layout.dtypes[0], strict=True)]
+            self.layout = SliceLayout(weights, [(np.shape(a), a.dtype) for a in self.fresh], self.owners)
         reply = self.start_server()
         first = max(spec.first, reply["version"])
         retried = reply["registrations"] > 1

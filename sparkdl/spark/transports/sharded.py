@@ -131,7 +131,7 @@ class ShardedTransport:
         self.identity = tls_identity(config)
         self.coordinator: Coordinator | None = None
         self.stages: StageWatch | None = None
-        self.layout: SliceLayout | None = None
+        self._layout: SliceLayout | None = None  # the driver's: the weights alone when the slices start a fresh optimizer
         self.results: list[pa.Table] = []
         self.final: ModelState | None = None
         self.fetched_bytes = 0
@@ -143,16 +143,19 @@ class ShardedTransport:
         master = fit.master
         manifest = getattr(master, "manifest", None)  # resumed from a snapshot the owners wrote: each reads its own slice
         self.checkpoint = None
+        # a fit that starts a fresh optimizer (master.optimizer None): the owners take it from their replicas, so the
+        # driver never builds it; the slices' whole layout comes with their registrations
+        self.fresh_optimizer = manifest is None and master.optimizer is None and not self.keep_local
         if manifest is not None:
-            self.layout = SliceLayout.from_json(manifest["layout"])
-            if self.layout.owners != job.workers:
-                raise InvariantError(f"a sharded snapshot must have one slice per worker. Received: {self.layout.owners} slices for "
+            self._layout = SliceLayout.from_json(manifest["layout"])
+            if self._layout.owners != job.workers:
+                raise InvariantError(f"a sharded snapshot must have one slice per worker. Received: {self._layout.owners} slices for "
                                      f"{job.workers} workers")
             self.checkpoint = {"uris": manifest["uris"], "sha256": manifest["sha256"], "version": fit.rounds}
         else:
             has_optimizer = master.optimizer is not None and not self.keep_local
-            self.layout = SliceLayout.of(ModelState(master.weights, master.optimizer if has_optimizer else None), job.workers)
-        layout, version, mode = self.layout, fit.rounds, dict(fit.mode)
+            self._layout = SliceLayout.of(ModelState(master.weights, master.optimizer if has_optimizer else None), job.workers)
+        layout, version, mode = self._layout, fit.rounds, dict(fit.mode)
         board = SliceBoard(job.workers, job.workers)
         board.opened = fit.rounds - 1  # closed: the next round to open is fit.rounds
 
@@ -172,22 +175,34 @@ class ShardedTransport:
         self.stages = StageWatch(job.spark, self.coordinator.contacts, config.worker_timeout_s, config.round_timeout_s, "sharded worker")
         self.pool = ThreadPoolExecutor(max_workers=min(8, job.workers), thread_name_prefix="sparkdl-sharded-fetch")
         self._start_stage(fit.rounds)
-        log.info("fit %s: backend sharded, %d slices of %.1f MB (%s)", job.fit_id[:8], layout.owners, layout.nbytes() / layout.owners / 1e6,
-                 "weights only: workers keep their optimizer state" if not layout.has_optimizer else "weights and optimizer state")
+        log.info("fit %s: backend sharded, %d slices of %.1f MB of weights (%s)", job.fit_id[:8], layout.owners, layout.nbytes() / layout.owners / 1e6,
+                 "weights only: workers keep their optimizer state" if self.keep_local else "weights and optimizer state")
 
     def _start_stage(self, first: int) -> None:
         job, config = self.job, self.job.config
         spec = ShardedTaskSpec(
             task=job.task_spec(), mode=config.mode, mode_settings=self.policy_settings(), trainable=tuple(job.trainable),
-            names=tuple(job.names), layout=self.layout.to_json(), location=self.coordinator.location, token=self.coordinator.token,
+            names=tuple(job.names), layout=self._layout.to_json(), location=self.coordinator.location, token=self.coordinator.token,
             tls=self.identity.pin() if self.identity is not None else None, first=first, last=self.total_slots,
-            keep_local_optimizer=self.keep_local, encoding=config.compression, heartbeat_s=config.heartbeat_s,
+            keep_local_optimizer=self.keep_local, fresh_optimizer=self.fresh_optimizer, encoding=config.compression,
+            heartbeat_s=config.heartbeat_s,
             checkpoint=self.checkpoint,
         )
         out = job.data.df.mapInArrow(lambda batches: sharded_partition(spec, batches), RESULT_SPARK_SCHEMA)
         tag = f"sparkdl-{job.fit_id}-sharded-{first}"
         description = f"sparkdl fit {job.fit_id[:8]}: {config.mode} on sharded, rounds {first + 1}-{self.total_slots}"
         self.stages.run(out.toArrow, description, tag, config.round_timeout_s * max(1, self.total_slots - first), list(range(job.workers)))
+
+    @property
+    def layout(self) -> SliceLayout:
+        """The slices' layout: as the owners registered it (with the optimizer state they took
+        from their replicas), else the driver's."""
+        registered = self.coordinator.layout if self.coordinator is not None else None
+        if registered is not None and (self._registered is None or self._registered[0] is not registered):
+            self._registered = (registered, SliceLayout.from_json(registered))
+        return self._registered[1] if registered is not None else self._layout
+
+    _registered = None
 
     def policy_settings(self) -> dict:
         """The mode's settings for the owners' policies (``trainable`` is given per slice by each owner)."""
@@ -239,12 +254,27 @@ class ShardedTransport:
                           "callbacks (EarlyStopping(restore_best_weights=True) works: it applies after the fit)")
 
     def fetch_master(self, version: int, weights_only: bool = False) -> ModelState:
-        """The master at ``version`` assembled from every owner's slice (one copy on the driver, filled
-        slice by slice as each arrives)."""
+        """The master at ``version`` assembled from every owner's slice: one copy on the driver, each
+        slice read straight into its place. The weights come first and are kept encoded (Arrow IPC,
+        read through zero-copy views: :func:`~sparkdl.serialization.arrow_codec.encoded_views`, as
+        the fitted model keeps them), then the optimizer state, so the driver never holds the
+        weights twice."""
+        from sparkdl.serialization.arrow_codec import encode_arrays, encoded_views
+
         layout = self.layout
         whole = layout.empty()
+        self._read(f"weights:{version}", whole, (0,))
+        weights = encoded_views(encode_arrays(whole.weights, list(self.job.names)))
+        if weights_only or not layout.has_optimizer:
+            return ModelState(weights, None)
+        whole = ModelState([], whole.optimizer)  # the weights' arrays are free now
+        self._read(f"optimizer:{version}", whole, (1,))
+        return ModelState(weights, whole.optimizer)
+
+    def _read(self, ticket: str, whole: ModelState, groups: tuple[int, ...]) -> None:
+        """Read ``ticket`` from every owner into its pieces of ``whole`` (in parallel)."""
+        layout = self.layout
         registrations = self.board.slice_map()["owners"]
-        has_optimizer = layout.has_optimizer and not weights_only
 
         def one(owner: int) -> int:
             registration = registrations[owner]
@@ -252,15 +282,9 @@ class ShardedTransport:
                 raise InvariantError(f"slice {owner} must be registered to be read. Received: no owner")
             pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
             with SliceClient(registration["location"], self.coordinator.token, tls=pin, timeout_s=60.0, retries=3) as client:
-                part = client.fetch(f"{'master' if has_optimizer else 'weights'}:{version}", has_optimizer).master
-            if has_optimizer:
-                layout.put(whole, owner, part)
-            else:
-                layout.put_weights(whole.weights, owner, part.weights)
-            return sum(a.nbytes for a in [*part.weights, *(part.optimizer or [])])
+                return client.fetch_into(ticket, layout.views(whole, owner, groups))
 
         self.fetched_bytes += sum(self.pool.map(one, range(layout.owners)))
-        return ModelState(whole.weights, whole.optimizer if has_optimizer else None)
 
     def write_slices(self, version: int, folder: str, name: str) -> dict:
         """Every owner writes its slice of ``version`` to ``folder/name.slice-<j>-of-<N>.arrow``
