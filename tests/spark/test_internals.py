@@ -74,13 +74,14 @@ def test_the_console_progress_bar_is_taken_off_and_given_back(spark):
         internals.take_progress_bar(sc)
 
 
-def test_a_session_started_with_the_bar_has_one_and_a_stopped_context_is_told(tmp_path):
+def test_a_session_started_from_python_has_the_bar_and_a_stopped_context_is_told(tmp_path):
+    """Also docs/user-guide/quiet-logs.md's "A session started from Python ... has
+    spark.ui.showConsoleProgress=true and so draws them": no setting given here."""
     script = """
 import json, sys
 from pyspark.sql import SparkSession
 from sparkdl.spark import internals
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "true").getOrCreate())
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
 sc = spark.sparkContext
 out = {"running": internals.progress_bar_running(sc), "stopped_before": internals.context_stopped(sc)}
 spark.stop()
