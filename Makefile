@@ -50,11 +50,11 @@ test-all: install
 	$(MAKE) test-min
 
 # The core tests (tests/unit, tests/keras), plus the Spark tests that exercise version-sensitive
-# pyspark APIs (job tags, InheritableThread, VectorUDT from mapInArrow, Hadoop-FS persistence), on
-# the lowest versions setup.cfg allows, pinned in constraints-min.txt, in a separate venv.
+# pyspark APIs (job tags, InheritableThread, VectorUDT from mapInArrow, Hadoop-FS persistence, the private
+# attributes of sparkdl/spark/internals.py), on the lowest versions setup.cfg allows, pinned in constraints-min.txt, in a separate venv.
 MIN_SPARK_TESTS := tests/spark/test_jobs.py tests/spark/test_partitioning.py tests/spark/test_outputs.py \
-  tests/spark/test_fit.py tests/spark/test_persistence.py
-MIN_SPARK_SELECT := cancel or killed or repeats or spread or c6 or one_worker or hadoop
+  tests/spark/test_fit.py tests/spark/test_persistence.py tests/spark/test_internals.py
+MIN_SPARK_SELECT := cancel or killed or repeats or spread or c6 or one_worker or hadoop or internals or run_on_partitions
 VENV_MIN ?= .venv-min
 PY_MIN := $(abspath $(VENV_MIN))/bin/python
 

@@ -17,47 +17,33 @@ import contextlib
 import logging
 import threading
 
+from sparkdl.spark import internals
+
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _holders = 0  # blocks inside progress_bar_hidden
-_hidden_on = None  # the JVM SparkContext whose bar was taken off, while _holders > 0
-
-
-def _progress_field(jsc):
-    field = jsc.getClass().getDeclaredField("_progressBar")
-    field.setAccessible(True)
-    return field
+_hidden_on = None  # the SparkContext whose bar was taken off, while _holders > 0
 
 
 def _hide(spark):
-    """Stop and remove the bar of ``spark``'s SparkContext; returns that JVM SparkContext, or None
-    when there was none to hide (Connect, no bar, internals not found)."""
+    """Stop and remove the bar of ``spark``'s SparkContext; returns that SparkContext, or None when
+    there was none to hide (Connect, no bar, internals not found)."""
     from sparkdl.spark.session import is_connect
 
     if is_connect(spark):
         return None
     try:
         sc = spark.sparkContext
-        jsc = sc._jsc.sc()
-        bar = jsc.progressBar()
-        if bar.isEmpty():
-            return None
-        field = _progress_field(jsc)
-        bar.get().stop()
-        field.set(jsc, sc._jvm.scala.Option.empty())
-        return jsc
+        return sc if internals.take_progress_bar(sc) else None
     except Exception as e:  # noqa: BLE001 - Spark internals: keep the bar rather than fail a fit
         log.debug("Spark's console progress bar stays: %s: %s", type(e).__name__, e)
         return None
 
 
-def _restore(jsc, jvm) -> None:
+def _restore(sc) -> None:
     try:
-        if jsc.isStopped():
-            return
-        bar = jvm.org.apache.spark.ui.ConsoleProgressBar(jsc)
-        _progress_field(jsc).set(jsc, jvm.scala.Option.apply(bar))
+        internals.give_progress_bar(sc)
     except Exception as e:  # noqa: BLE001
         log.debug("Spark's console progress bar could not be restored: %s: %s", type(e).__name__, e)
 
@@ -88,5 +74,5 @@ def progress_bar_hidden(spark, hide: bool = True):
         with _lock:
             _holders -= 1
             if _holders == 0 and _hidden_on is not None:
-                _restore(_hidden_on, spark.sparkContext._jvm)
+                _restore(_hidden_on)
                 _hidden_on = None

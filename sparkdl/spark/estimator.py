@@ -169,9 +169,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         driver during ``fit``, against a model holding the master weights, with the fit's global
         metrics: see :mod:`sparkdl.keras.callbacks` (``EarlyStopping`` with ``restore_best_weights``,
         ``ModelCheckpoint``, ``ReduceLROnPlateau``, ``LearningRateScheduler``, ``CSVLogger``,
-        ``TerminateOnNaN``, ``BackupAndRestore``, your own). ``self.model.stop_training = True`` stops
-        every worker after the same round. Backend ``rounds`` only (``ps`` workers run on their own).
-        Not a Param: the objects stay on the driver (tasks carry plain values only, never the
+        ``TerminateOnNaN``, ``BackupAndRestore``, your own), on backend ``rounds`` and ``ps``. In the
+        round modes ``self.model.stop_training = True`` stops every worker after the same round; in
+        the asynchronous modes (``ps``) the callbacks see each epoch's end and a stop reaches every
+        worker at its next slot. Not a Param: the objects stay on the driver (tasks carry plain values only, never the
         estimator) and are not saved. A copy of the estimator shares them, and a callback object serves
         one fit at a time: a fit started while another fit holds it (``CrossValidator`` with
         ``parallelism`` > 1) fails with ``ConfigError``. Also the ``callbacks=`` keyword of the constructor.

@@ -52,6 +52,7 @@ from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.serialization.columns import RowFaults, TensorSpec, array_faults, decoder_name, row_faults, shipped_decoder, tensor_to_numpy
 from sparkdl.spark.data import SPARK_TYPES, as_array, check_pad_value, col, input_column, map_inputs, read_dtype
+from sparkdl.spark.internals import context_stopped
 
 _TMP_FEATURES = "__sparkdl_features"
 _DENSE = 1  # VectorUDT's type code of a dense vector
@@ -344,7 +345,7 @@ def weights_broadcast(spark, spec: ModelSpec) -> Broadcast:
     if is_connect(spark):
         return share(spark, spec.weights, "the model's weights")
     sc = spark.sparkContext
-    for stale in [k for k, shared in _broadcasts.items() if getattr(shared.context, "_jsc", None) is None]:
+    for stale in [k for k, shared in _broadcasts.items() if context_stopped(shared.context)]:
         del _broadcasts[stale]  # a stopped SparkContext removed its broadcasts and temp files itself
     key = (id(sc), spec.digest)
     if key not in _broadcasts:

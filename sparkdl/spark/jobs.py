@@ -302,7 +302,7 @@ def run_on_partitions(df, produce: Callable[[Iterator], Iterator[pa.RecordBatch]
     RDD's serializer is bypassed: nothing is pickled). Classic sessions only (Spark Connect has no
     RDDs).
     """
-    from pyspark.rdd import _load_from_socket  # the reader runJob uses; here with the raw-bytes serializer
+    from sparkdl.spark.internals import run_job_raw
 
     def task(rows):
         sink = pa.BufferOutputStream()
@@ -311,10 +311,5 @@ def run_on_partitions(df, produce: Callable[[Iterator], Iterator[pa.RecordBatch]
                 writer.write_batch(batch)
         yield sink.getvalue().to_pybytes()
 
-    sc = df.sparkSession.sparkContext
-    mapped = df.rdd.mapPartitions(task)
-    mapped._bypass_serializer = True  # each task's bytes travel as they are (NoOpSerializer), not pickled
-    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, list(partitions))
-    with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
-        tables = [pa.ipc.open_stream(bytes(chunk)).read_all() for chunk in stream]
+    tables = [pa.ipc.open_stream(chunk).read_all() for chunk in run_job_raw(df.rdd, task, partitions)]
     return pa.concat_tables(tables) if tables else schema.empty_table()

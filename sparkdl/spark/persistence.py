@@ -54,6 +54,7 @@ from urllib.parse import urlparse
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 from sparkdl.errors import ConfigError, IncompleteSaveError, SavePathExistsError, StageClassError
+from sparkdl.spark import internals
 from sparkdl.spark.session import is_connect, is_local_server
 
 MODEL_FILE = "model.keras"
@@ -74,8 +75,8 @@ class _HadoopFiles:
 
     def _resolve(self, path: str):
         """``(FileSystem, qualified Path)`` of ``path`` through the JVM's Hadoop configuration."""
-        jpath = self.sc._jvm.org.apache.hadoop.fs.Path(path)
-        fs = jpath.getFileSystem(self.sc._jsc.hadoopConfiguration())
+        jpath = internals.hadoop_path(self.sc, path)
+        fs = jpath.getFileSystem(internals.hadoop_configuration(self.sc))
         return fs, fs.makeQualified(jpath)
 
     def qualify(self, path: str) -> str:
@@ -99,7 +100,7 @@ class _HadoopFiles:
         return sorted(status.getPath().getName() for status in fs.listStatus(qpath))
 
     def _local_path(self, local: str):
-        return self.sc._jvm.org.apache.hadoop.fs.Path(pathlib.Path(local).absolute().as_uri())
+        return internals.hadoop_path(self.sc, pathlib.Path(local).absolute().as_uri())
 
     def upload(self, local: str, path: str) -> None:
         fs, qpath = self._resolve(path)

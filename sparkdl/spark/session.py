@@ -27,6 +27,7 @@ import os
 import re
 
 from sparkdl.errors import ConfigError
+from sparkdl.spark import internals
 
 CONNECT_MESSAGE_CONF = "spark.connect.grpc.maxInboundMessageSize"
 DEFAULT_CONNECT_MESSAGE_BYTES = 128 * 2**20  # Spark Connect's default gRPC message limit, server and client
@@ -48,8 +49,8 @@ def is_connect(spark) -> bool:
 def _connect_host(spark) -> str | None:
     """The host of a Connect session's server URL (``sc://host:port``), or None when unknown."""
     try:
-        return str(spark.client._builder.host)
-    except Exception:  # noqa: BLE001 - a private attribute of the client: treat as unknown
+        return internals.connect_host(spark)
+    except Exception:  # noqa: BLE001 - the client's internals: treat as unknown
         return None
 
 
@@ -215,8 +216,8 @@ def inline_limit(spark) -> int:
     server = conf_size(spark, CONNECT_MESSAGE_CONF, None) or DEFAULT_CONNECT_MESSAGE_BYTES
     client = DEFAULT_CONNECT_MESSAGE_BYTES
     try:
-        options = dict(spark.client._builder._channel_options)
-        client = int(options.get("grpc.max_send_message_length", client))
+        option = internals.connect_channel_option(spark, "grpc.max_send_message_length")
+        client = client if option is None else int(option)
     except Exception:  # noqa: BLE001 - a private attribute of the client: keep Connect's default
         pass
     limit = min(server, client) if client > 0 else server

@@ -214,11 +214,6 @@ class MlflowLogger(keras.callbacks.Callback):
         self.end_run()
         return uri
 
-    def log_validation(self, epoch: int, logs: dict) -> None:
-        """Log ``val_*`` values of ``epoch`` that came after its ``on_epoch_end`` (backend ``ps``
-        validates each epoch's snapshot after the barrier stage)."""
-        self.on_epoch_end(epoch, logs)
-
     def abort(self) -> None:
         """The fit failed: end a run this logger started as ``FAILED``."""
         self.end_run("FAILED")

@@ -195,14 +195,6 @@ class TensorBoardLogger(keras.callbacks.Callback):
         for writer in self._writers.values():
             writer.flush()
 
-    def log_validation(self, epoch: int, logs: dict) -> None:
-        """Write ``val_*`` values of ``epoch`` that came after its ``on_epoch_end`` (backend ``ps``
-        validates each epoch's snapshot after the barrier stage) to ``validation/``."""
-        _, val = self._split(logs)
-        self._write_scalars(self.validation_dir, "epoch_", val, epoch)
-        for writer in self._writers.values():
-            writer.flush()
-
     def abort(self) -> None:
         """The fit failed: flush and close the event files."""
         self._close()

@@ -26,9 +26,6 @@ RUNS = {
     "multi_output": r"price mae: \d\.\d+  kind accuracy: 0\.\d+",
 }
 
-# Examples written for features that other changes of issue 23 bring (integer sequences into an
-# Embedding; a loss and metrics per output as dicts): run them once those are merged, then drop this.
-
 
 def _example_files():
     return sorted(f[:-3] for f in os.listdir(EXAMPLES) if f.endswith(".py") and f != "png_decoder.py")

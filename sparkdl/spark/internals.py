@@ -1,0 +1,200 @@
+"""Every private PySpark attribute sparkdl uses, one function each, so a Spark upgrade that changes
+one fails here and in ``tests/spark/test_internals.py``, not somewhere inside a fit.
+
+Each function names the Spark versions it was checked on (``tests/spark/test_internals.py`` run
+against them: the lowest pyspark ``setup.cfg`` allows and the one the project tests) and the
+public API used instead where one exists. The rest of the package calls these functions and never
+reaches ``_jvm``, ``_jsc``, ``_jrdd``, a Connect client's ``_builder`` or a JVM field by name
+(``tests/unit/test_layering.py`` checks that).
+
+Not here: pyspark.ml's subclassing protocol (``Params._dummy``, ``_set``, ``_setDefault``,
+``_shouldOwn``, ``_paramMap``, ``_copyValues``, ``Identifiable._resetUid``,
+``MLWriter._handleOverwrite``), which Spark's own stages and every third-party stage are written
+against; ``tests/spark/test_internals.py`` checks the parts sparkdl relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+# ---- the driver's JVM (classic sessions) ---------------------------------------------------------
+
+
+def jvm(sc) -> Any:
+    """The py4j view of the driver's JVM (``sc._jvm``): ``jvm.org.apache...`` names a class.
+
+    Checked on Spark 4.0.0 and 4.3.0. No public API: PySpark reaches its JVM only through this
+    private attribute.
+    """
+    return sc._jvm
+
+
+def jvm_context(sc) -> Any:
+    """The JVM ``org.apache.spark.SparkContext`` behind the Python ``sc`` (``sc._jsc.sc()``).
+
+    Checked on Spark 4.0.0 and 4.3.0. No public API.
+    """
+    return sc._jsc.sc()
+
+
+def context_stopped(sc) -> bool:
+    """Whether ``sc`` (a Python SparkContext) was stopped: ``SparkContext.stop`` drops its Java
+    context (``sc._jsc`` becomes None).
+
+    Checked on Spark 4.0.0 and 4.3.0. No public API: PySpark has no ``isStopped``; the JVM's
+    ``SparkContext.isStopped`` cannot be asked once the Python side let go of it.
+    """
+    return getattr(sc, "_jsc", None) is None
+
+
+def max_concurrent_tasks(sc) -> int:
+    """Tasks the cluster can run at once with the default resource profile: the JVM's
+    ``SparkContext.maxNumConcurrentTasks(defaultResourceProfile)``, which counts each executor's
+    slots from its cores, ``spark.task.cpus`` and task resources (the count Spark's own barrier
+    stages are checked against). 2 on ``local[2]``.
+
+    Checked on Spark 4.0.0 and 4.3.0 (the method is ``private[spark]`` in Scala, public in the
+    bytecode). The nearest public API, ``sc.defaultParallelism // spark.task.cpus``, is wrong when
+    executors differ in cores or tasks need GPUs: callers fall back to it when this raises.
+
+    Raises:
+        Exception: py4j's error when the JVM no longer has the method.
+    """
+    context = jvm_context(sc)
+    return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
+
+
+def run_job_raw(rdd, produce: Callable[[Iterator], Iterable[bytes]], partitions: list[int]) -> list[bytes]:
+    """Run ``produce`` as one task on each of ``partitions`` of ``rdd`` (and on no other partition,
+    each where its data is cached) and return every ``bytes`` object the tasks yielded, in the
+    order of ``partitions``, as sent: no pickle on either side.
+
+    What ``SparkContext.runJob`` does, with the mapped RDD's serializer bypassed (as PySpark's own
+    ``saveAsHadoopDataset`` path does): ``PythonRDD.runJob`` on the JVM, then
+    ``_load_from_socket`` with the RDD's ``NoOpSerializer``. Checked on Spark 4.0.0 (where
+    ``_load_from_socket`` returns the stream) and 4.3.0 (where it is a context manager that closes
+    the socket). The public ``SparkContext.runJob(rdd, f, partitions)`` pickles each result on the
+    executor and unpickles it here: not used, because these are Arrow IPC bytes that must arrive
+    as they were written.
+    """
+    from pyspark.rdd import _load_from_socket
+
+    mapped = rdd.mapPartitions(produce)
+    mapped._bypass_serializer = True  # each task's bytes travel as they are (NoOpSerializer)
+    sc = rdd.context
+    sock_info = jvm(sc).PythonRDD.runJob(jvm_context(sc), mapped._jrdd, list(partitions))
+    loaded = _load_from_socket(sock_info, mapped._jrdd_deserializer)
+    if hasattr(loaded, "__enter__"):
+        with loaded as stream:
+            return [bytes(chunk) for chunk in stream]
+    return [bytes(chunk) for chunk in loaded]
+
+
+def hadoop_path(sc, path: str) -> Any:
+    """A JVM ``org.apache.hadoop.fs.Path`` of ``path`` (a URI or a path string).
+
+    Checked on Spark 4.0.0 and 4.3.0. No public API: PySpark exposes no Hadoop ``FileSystem``
+    (Spark Connect sessions use ``pyarrow.fs`` instead).
+    """
+    return jvm(sc).org.apache.hadoop.fs.Path(path)
+
+
+def hadoop_configuration(sc) -> Any:
+    """The SparkContext's Hadoop ``Configuration`` (``sc._jsc.hadoopConfiguration()``): the one
+    Spark's own readers and writers resolve filesystems with (``spark.hadoop.*`` settings in it).
+
+    Checked on Spark 4.0.0 and 4.3.0. No public API.
+    """
+    return sc._jsc.hadoopConfiguration()
+
+
+# ---- Spark's console progress bar ----------------------------------------------------------------
+
+_PROGRESS_FIELD = "_progressBar"  # SparkContext's private var behind its ``progressBar`` getter
+
+
+def _progress_field(context):
+    field = context.getClass().getDeclaredField(_PROGRESS_FIELD)
+    field.setAccessible(True)
+    return field
+
+
+def progress_bar_running(sc) -> bool:
+    """Whether ``sc``'s JVM SparkContext has a console progress bar (``spark.ui.showConsoleProgress``
+    was true when it started, and no one took it off).
+
+    Checked on Spark 4.0.0 and 4.3.0 (``SparkContext.progressBar``, ``private[spark]``). No public
+    API: the setting is read once, at start.
+    """
+    return bool(jvm_context(sc).progressBar().isDefined())
+
+
+def take_progress_bar(sc) -> bool:
+    """Stop ``sc``'s console progress bar and take it off the context (its field set to
+    ``None``), so no stage line is drawn; False when it had none.
+
+    Checked on Spark 4.0.0 and 4.3.0: the bar is the JVM SparkContext's private field
+    ``_progressBar`` (an ``Option[ConsoleProgressBar]``), set by reflection. No public API: there is
+    no runtime switch for ``spark.ui.showConsoleProgress``.
+
+    Raises:
+        Exception: py4j's error when the field or the getter is gone.
+    """
+    context = jvm_context(sc)
+    bar = context.progressBar()
+    if bar.isEmpty():
+        return False
+    field = _progress_field(context)  # found before the bar stops, so a missing field changes nothing
+    bar.get().stop()
+    field.set(context, jvm(sc).scala.Option.empty())
+    return True
+
+
+def give_progress_bar(sc) -> bool:
+    """Give ``sc``'s JVM SparkContext a new running console progress bar
+    (``new ConsoleProgressBar(sc)``, as SparkContext makes it at start); False when the context
+    was stopped meanwhile (it gets none).
+
+    Checked on Spark 4.0.0 and 4.3.0, as :func:`take_progress_bar`.
+
+    Raises:
+        Exception: py4j's error when the field or the class is gone.
+    """
+    if context_stopped(sc):
+        return False
+    context = jvm_context(sc)
+    if context.isStopped():
+        return False
+    bar = jvm(sc).org.apache.spark.ui.ConsoleProgressBar(context)
+    _progress_field(context).set(context, jvm(sc).scala.Option.apply(bar))
+    return True
+
+
+# ---- Spark Connect's client ----------------------------------------------------------------------
+
+
+def connect_host(spark) -> str | None:
+    """The host of a Spark Connect session's server URL (``sc://host:port``), or None when the
+    client does not say.
+
+    The public ``SparkConnectClient.host`` (4.0.0 and 4.3.0 have it), else the client's channel
+    builder's ``host`` (``client._builder``, private).
+    """
+    client = getattr(spark, "client", None)
+    host = getattr(client, "host", None)
+    if host is None:
+        host = getattr(getattr(client, "_builder", None), "host", None)
+    return None if host is None else str(host)
+
+
+def connect_channel_option(spark, key: str) -> Any:
+    """A gRPC option of a Spark Connect session's channel (e.g. ``grpc.max_send_message_length``),
+    or None when it is not set.
+
+    Checked on Spark 4.0.0 and 4.3.0: the client's channel builder's option list
+    (``client._builder._channel_options``, which starts from ``ChannelBuilder.GRPC_DEFAULT_OPTIONS``).
+    No public API: ``ChannelBuilder.setChannelOption`` sets an option, nothing reads one back.
+    """
+    options = dict(spark.client._builder._channel_options)
+    return options.get(key)
