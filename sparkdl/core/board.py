@@ -393,6 +393,11 @@ class SliceBoard(RoundBoard):
             self._cond.notify_all()
             return previous
 
+    def position(self) -> tuple[int, bool]:
+        """``(the round opened last, whether it is closed)``, read together."""
+        with self._cond:
+            return self.opened, self.closed
+
     def registrations(self, owner: int) -> int:
         with self._cond:
             return self._history.get(owner, 0)

@@ -78,8 +78,8 @@ class Coordinator(FlightEndpoint):
     def accepted_version(self) -> int:
         """The version of the state the driver accepted: the open round's start, or, between rounds,
         the next round's."""
-        with self.board._cond:
-            return self.board.opened + (1 if self.board.closed else 0)
+        opened, closed = self.board.position()
+        return opened + (1 if closed else 0)
 
     def stats(self) -> dict:
         with self._lock:
@@ -122,8 +122,7 @@ class Coordinator(FlightEndpoint):
                 raise self._reject(str(exc)) from None
             self.liveness.touch(str(owner), attempt=req["attempt"])
             _, reported = self._progress(str(owner))
-            with board._cond:
-                opened, closed = board.opened, board.closed
+            opened, closed = board.position()
             return json_result({"previous": previous, "registrations": board.registrations(owner), "map": board.slice_map(),
                                 "opened": opened, "closed": closed, "version": self.accepted_version(), "reported": reported,
                                 "start": self.start_version})

@@ -254,6 +254,17 @@ class SliceServer(FlightEndpoint):
                 return options[0] if options else None
             return next((v for v in options if v.version == version), None)
 
+    def start_of(self, g: int, timeout_s: float) -> ModelState | None:
+        """Round ``g``'s start from this slice (its worker's own pull, in process), committing the
+        candidate of version ``g`` (the driver opened round g); None when it is not held within
+        ``timeout_s`` seconds."""
+        found = self.wait_version(g, timeout_s)
+        if found is None:
+            return None
+        with self._cond:
+            self._commit(g)
+        return found.start
+
     def wait_version(self, version: int, timeout_s: float) -> SliceVersion | None:
         """Wait up to ``timeout_s`` seconds until this slice holds ``version`` (-1: any)."""
         deadline = time.monotonic() + timeout_s

@@ -141,3 +141,10 @@ def test_the_pyspark_ml_subclassing_protocol_sparkdl_relies_on(spark, tmp_path):
     assert isinstance(writer, MLWriter)
     writer._handleOverwrite(str(saved))  # what overwrite().save(path) does first: the old save deleted
     assert not saved.exists()
+
+
+def test_kill_task_attempt_answers_false_for_an_attempt_spark_does_not_run(spark):
+    """The JVM method exists and says whether it found the attempt (none runs with this id)."""
+    from sparkdl.spark import internals
+
+    assert internals.kill_task_attempt(spark.sparkContext, 10**9, "test: no such attempt") is False

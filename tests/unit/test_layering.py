@@ -77,9 +77,8 @@ def test_no_private_name_is_imported_from_another_module():
 # the Connect client's channel builder, SparkContext's private progress-bar field).
 PYSPARK_PRIVATE = {"_jvm", "_jsc", "_jrdd", "_jrdd_deserializer", "_bypass_serializer", "_jdf", "_jconf", "_gateway",
                    "_active_spark_context", "_jsparkSession", "_builder", "_channel_options"}
-# Modules another change owns, which still reach one directly: spark/transports/ps.py's task_slots
-# (sc._jsc.sc().maxNumConcurrentTasks), to become sparkdl.spark.internals.max_concurrent_tasks.
-NOT_YET_MOVED = {"spark/transports/ps.py"}
+# Modules that still reach one directly (none: every use goes through sparkdl.spark.internals).
+NOT_YET_MOVED: set[str] = set()
 
 
 def pyspark_private_uses(path: pathlib.Path) -> list[str]:

@@ -467,12 +467,9 @@ class ShardedWorker:
 
         def one(owner: int) -> int:
             if owner == self.partition:
-                found = self.server.wait_version(g, 60.0)
-                if found is None:
+                piece = self.server.start_of(g, 60.0)
+                if piece is None:
                     raise SliceLost(f"slice {owner} (this worker's own) does not hold round {g}'s start")
-                with self.server._cond:
-                    self.server._commit(g)
-                piece = found.start
                 nbytes = 0
             else:
                 deadline = time.monotonic() + PATIENCE_S

@@ -128,12 +128,13 @@ def kill_task_attempt(spark, attempt: int, reason: str) -> bool:
     """Kill task attempt ``attempt`` (Spark's task id, ``TaskContext.taskAttemptId()``): Spark runs
     the task again (a killed attempt does not count toward ``spark.task.maxFailures``). Returns
     False where it cannot (Spark Connect, an attempt Spark no longer runs)."""
+    from sparkdl.spark import internals
     from sparkdl.spark.session import is_connect
 
     if is_connect(spark):
         return False
     try:
-        return bool(spark.sparkContext._jsc.sc().killTaskAttempt(int(attempt), True, reason))
+        return internals.kill_task_attempt(spark.sparkContext, attempt, reason)
     except Exception:  # noqa: BLE001 - the JVM refused it: the caller fails the fit instead
         return False
 

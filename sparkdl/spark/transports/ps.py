@@ -80,10 +80,11 @@ def task_slots(spark) -> int | None:
     if is_connect(spark):
         cores = cluster_cores(spark)
         return None if cores is None else cores // cpus
+    from sparkdl.spark import internals
+
     sc = spark.sparkContext
     try:
-        jsc = sc._jsc.sc()
-        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+        return internals.max_concurrent_tasks(sc)
     except Exception:  # noqa: BLE001 - older or other schedulers: the settings' count
         return max(0, sc.defaultParallelism // cpus)
 
