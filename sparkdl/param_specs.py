@@ -72,6 +72,7 @@ KINDS: dict[str, Kind] = {
     "fraction": Kind("a fraction in [0, 1)", ("float",), "float"),
     "rows?": Kind("None or a positive number of rows", ("int", "null"), "int | None"),
     "megabytes?": Kind("None or a number of MB > 0", ("float", "null"), "float | None"),
+    "rate?": Kind("None or a finite number > 0", ("float", "null"), "float | None"),
     "workers?": Kind("None, a count >= 1 (int) or a fraction in (0, 1] (float)", ("int", "float", "null"),
                      "int | float | None"),
     "features_cols": Kind("None, a list of column names or a dict model input name -> column(s)", ("list", "dict", "null"),
@@ -262,6 +263,11 @@ PARAMS: tuple[ParamSpec, ...] = (
        example={"class_name": "Adam", "config": {"learning_rate": 0.002}}, doc=(
            "Keras optimizer: a name (`\"adam\"`), an object (`Adam(1e-3)`) or a config dict `{class_name, config}`; "
            "a compiled `model` supplies it when it is not given")),
+    _P("learningRate", "rate?", None, config="fit", example=0.002, doc=(
+        "the optimizer's learning rate for the fit (> 0): it replaces the rate (or schedule) of `optimizer`, of the "
+        "compiled `model`'s optimizer when `optimizer` is not given, or of Keras' `adam` default; every replica trains "
+        "with it and the fitted model's optimizer state records it. None keeps the optimizer's own. A Param, so "
+        "`ParamGridBuilder().addGrid(est.learningRate, [1e-3, 1e-2])` tunes it; not BMUF's `blockLearningRate`")),
     _P("loss", "loss", NO_DEFAULT, stage=SHARED, config="fit", example="sparse_categorical_crossentropy", doc=(
         "Keras loss: a name, an object, a function or a config dict; needed unless `model` is compiled (then it "
         "supplies it). A multi-output model takes one loss per output as `keras.Model.compile` does: a dict output "

@@ -100,8 +100,9 @@ def _write_outputs(output: str, files: dict[str, str], spark) -> None:
 
 def build_estimator(config: dict):
     """The ``KerasEstimator`` of a validated ``config``: its model built, its callbacks made and
-    every fit setting checked (``FitConfig``), all without Spark. ``fit.learning_rate`` is set in
-    the optimizer: ``fit.optimizer``'s, else the compiled model's, else Keras' ``adam``.
+    every fit setting checked (``FitConfig``), all without Spark. ``fit.learning_rate`` is the
+    ``learningRate`` Param: the rate of ``fit.optimizer``, else of the compiled model's optimizer,
+    else of Keras' ``adam``.
 
     Raises:
         ConfigError: a Param out of its range, a callback that is not a Keras callback, a model
@@ -117,12 +118,7 @@ def build_estimator(config: dict):
                               f"does not have. Received: {[c['class'] for c in config['callbacks']]}")
         params["callbacks"] = callbacks
     model = build_model(config["model"])
-    learning_rate = config["fit"].get("learning_rate")
-    if learning_rate is not None:  # the optimizer's rate: fit.optimizer's, else the compiled model's, else adam's
-        from sparkdl.keras.spec import with_learning_rate
-
-        params["optimizer"] = with_learning_rate(params.get("optimizer", getattr(model, "optimizer", None)), learning_rate)
-    estimator = KerasEstimator(model=model, **params)
+    estimator = KerasEstimator(model=model, **params)  # fit.learning_rate: the learningRate Param
     estimator._fit_config()  # numWorkers, epochs, mode and backend, ...: their ranges
     return estimator
 

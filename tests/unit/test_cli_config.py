@@ -71,7 +71,7 @@ def test_unknown_fit_key_is_named_with_its_section_the_closest_key_and_all_valid
     assert "fit.epocs" in msg and "section 'fit'" in msg
     assert "Did you mean 'epochs'?" in msg
     listed = msg.split("Valid keys of section 'fit': ")[1].split(". Received")[0].split(", ")
-    assert listed == list(SCHEMA["fit"].keys)  # every valid key (the Params and learning_rate), in schema order
+    assert listed == list(SCHEMA["fit"].keys)  # every valid key (the Params' keys), in schema order
     assert path in msg
 
 
@@ -572,6 +572,7 @@ def test_fit_learning_rate_is_the_optimizers(tmp_path, optimizer, factory, expec
     assert spec["class_name"] == expected[0] and spec["config"]["learning_rate"] == 0.05
     assert expected[1].items() <= spec["config"].items()  # the optimizer's other settings kept
     assert estimator.getBlockLearningRate() == 0.7  # BMUF's own rate, apart
+    assert estimator.getLearningRate() == 0.05 and estimator.isSet("learningRate")  # the Param, one mechanism with the API
 
     import keras
 
