@@ -18,7 +18,6 @@ Pure Python: importing this module loads neither Spark nor Keras.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import re
 import textwrap
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdl.config import BACKENDS, MIXED_PRECISION, MODES
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 
 #: the stage that sets a Param: both (``fit`` copies the estimator's value into the model) ...
 SHARED = "shared"
@@ -516,18 +515,16 @@ def check_keywords(owner: str, kwargs: dict) -> None:
         kwargs: the keywords given.
 
     Raises:
-        ConfigError: naming the first unknown keyword, the closest valid one (as
-            ``difflib.get_close_matches`` finds it) and the value received.
+        ConfigError: naming the first unknown keyword, the closest valid one
+            (:func:`~sparkdl.errors.did_you_mean`) and the value received.
     """
     valid = keyword_names()
     for name, value in kwargs.items():
         if name in BY_NAME or any(k.name == name for k in KEYWORDS):
             continue
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
             f"{owner} keywords must be its Params or {', '.join(k.name for k in KEYWORDS)}; {name!r} is none of them."
-            f"{hint} Received: {name}={value!r}"
+            f"{did_you_mean(name, valid)} Received: {name}={value!r}"
         )
 
 

@@ -30,7 +30,6 @@ Pure Python: importing this module loads neither Spark nor Keras.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
@@ -41,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 from sparkdl.param_specs import KINDS, NO_DEFAULT, PARAMS
 
 # type name -> check; "float" accepts integers, "int" and "float" refuse booleans
@@ -303,10 +302,8 @@ def _check_keys(given: dict, section: str, spec: Section, prefix: str, source: s
     valid = list(spec.keys)
     for key in given:
         if key not in spec.keys:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"{source}: unknown key {prefix}{key!s} in {_where(section)} of the job config.{hint} "
+                f"{source}: unknown key {prefix}{key!s} in {_where(section)} of the job config.{did_you_mean(key, valid)} "
                 f"Valid keys of {_where(section)}: {', '.join(valid)}. Received: {key!r}"
             )
     for key, key_spec in spec.keys.items():

@@ -180,6 +180,91 @@ def import_error(module: str | None, text: str, description: str, executors: str
     )
 
 
+# Run by the executors' Python: its version, and which of the modules named after it are missing
+# (found without importing them).
+_PROBE = ("import sys, json, importlib.util as u; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+          "'executable': sys.executable, 'missing': [m for m in sys.argv[1:] if u.find_spec(m) is None]}))")
+#: the executors' Pythons that passed :func:`check_executors_python` in this process
+_PYTHONS_OK: set = set()
+
+
+def python_problem(program: str, modules: list[str], timeout_s: float = 30.0) -> str | None:
+    """What keeps ``program`` from running sparkdl's tasks, in words, or None: asked of it in a
+    subprocess (started with this process's environment, as a local master's Python workers are):
+    no program at that path, one that does not run, another Python version than this one (pyspark
+    refuses it), or ``modules`` it cannot find (:func:`importlib.util.find_spec`, nothing imported).
+    A probe that runs past ``timeout_s`` seconds tells nothing (None)."""
+    import json
+    import subprocess
+
+    try:
+        result = subprocess.run([program, "-c", _PROBE, *modules], capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return "is not a program this machine has"
+    except PermissionError:
+        return "cannot be run (permission denied)"
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " ".join((result.stderr or result.stdout).split())[-300:]
+        return f"does not run Python code (exit status {result.returncode}: {tail})"
+    ours = "%d.%d" % sys.version_info[:2]
+    if found["version"] != ours:
+        return f"is Python {found['version']} ({found['executable']}), where pyspark needs the driver's {ours}"
+    if found["missing"]:
+        return f"cannot import {', '.join(found['missing'])} ({found['executable']}, Python {found['version']})"
+    return None
+
+
+def check_executors_python(spark: SparkSession) -> None:
+    """Before any job of a ``local`` or ``local-cluster`` master, whose executors run on this machine:
+    check that the program the Python workers run (``SparkContext.pythonExec``) can run sparkdl's
+    tasks (:func:`python_problem`), so that a missing ``PYSPARK_PYTHON`` is explained first, not
+    after a failed job and its Java stack traces. sparkdl itself is not asked for when the session
+    ships files (``--py-files``, ``addPyFile``), which may hold it. Nothing is checked on another
+    master (the executors' machines decide) or on Spark Connect; the driver's own interpreter passes
+    at once, and a Python that passed is not asked again.
+
+    Raises:
+        ConfigError: naming ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` first, then the program,
+            what it lacks and the driver's Python.
+    """
+    import os
+    import shutil
+
+    from sparkdl.keras.runtime import keras_backend
+    from sparkdl.spark.session import python_exec
+
+    program = python_exec(spark)
+    url = spark.sparkContext.master if program is not None else ""
+    if program is None or not (url == "local" or url.startswith(("local[", "local-cluster["))):
+        return
+    resolved = shutil.which(program) or program
+    if os.path.abspath(resolved) == os.path.abspath(sys.executable):
+        return
+    ships = bool(spark.sparkContext.getConf().get("spark.submit.pyFiles", "")) or any(
+        f.endswith((".zip", ".egg", ".whl", ".py")) for f in (spark.sparkContext.listFiles or []))
+    modules = ["numpy", "pyarrow", "keras", {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}.get(keras_backend(), "keras")]
+    if not ships:
+        modules.insert(0, "sparkdl")
+    key = (resolved, tuple(modules))
+    if key in _PYTHONS_OK:
+        return
+    problem = python_problem(resolved, list(dict.fromkeys(modules)))
+    if problem is None:
+        _PYTHONS_OK.add(key)
+        return
+    raise errors.ConfigError(
+        "the executors' Python must have sparkdl and its dependencies installed, as the driver's: set PYSPARK_PYTHON to such "
+        f"a Python before the SparkSession starts (its SparkContext reads it once), e.g. PYSPARK_PYTHON={sys.executable}, "
+        f"or spark.pyspark.python with spark-submit. Checked before any job: master {url} runs its Python workers with "
+        f"{program!r}, which {problem}; the driver runs {sys.executable} (Python {sys.version.split()[0]}). "
+        f"Received: PYSPARK_PYTHON={os.environ.get('PYSPARK_PYTHON')!r} now, {program!r} when the SparkContext started"
+    )
+
+
 def executors_python(spark: SparkSession, timeout_s: float = 60.0) -> str | None:
     """``"<sys.executable> (Python <version>)"`` of an executor's Python worker, from a one-task job
     whose function needs nothing but pyspark there; None on Spark Connect or when the job fails or

@@ -165,7 +165,7 @@ def test_unknown_keyword_is_refused_naming_the_closest():
         KerasEstimator(numWorker=4)
     with pytest.raises(ConfigError, match=r"Did you mean 'initialModel'\?"):
         KerasEstimator().setParams(initialModle=None)
-    with pytest.raises(TypeError, match="forces keyword arguments"):
+    with pytest.raises(TypeError, match=r"^KerasEstimator takes keyword arguments only"):  # still a TypeError
         KerasEstimator(None)
 
 
