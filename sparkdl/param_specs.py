@@ -355,7 +355,8 @@ PARAMS: tuple[ParamSpec, ...] = (
         "worker's start and TensorFlow's import)")),
     _P("serverTls", "bool", True, config="fit", example=False, doc=(
         "`ps`: the parameter server speaks TLS with a certificate made for the fit, which the workers pin (nobody on "
-        "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic")),
+        "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic (a warning when "
+        "the server listens on an address other than loopback: the token travels in clear)")),
     _P("serverCertFile", "str?", None, config="fit", example="/etc/sparkdl/ps.pem", doc=(
         "`ps`: your own PEM certificate for the server (with `serverKeyFile`), instead of the fit's own; the workers "
         "pin it")),
