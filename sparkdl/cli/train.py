@@ -309,10 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging()
     try:
-        # The config's own errors (an unreadable file, a typo, a value out of range, a data path that is not there)
-        # before TensorFlow's import, which costs seconds: a --check of a typo answers at once.
+        # The config's own errors (an unreadable file, a typo, a value out of range; for a run, a data path that is
+        # not there) before TensorFlow's import, which costs seconds: a --check of a typo answers at once.
         config = load_config(args.config, args.overrides)
-        check_data_paths(config)
+        if not args.check:  # --check validates a config also where its data is not (a cluster's paths)
+            check_data_paths(config)
         quiet_tensorflow()
         if args.check:
             check_job(config, build_estimator(config))

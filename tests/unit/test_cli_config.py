@@ -590,7 +590,7 @@ import contextlib, io, json, sys
 from sparkdl.cli.train import main
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
-    status = main(["--config", sys.argv[1], "--check"])
+    status = main(["--config", sys.argv[1], *sys.argv[2:]])
 loaded = sorted(m for m in ("tensorflow", "keras", "pyspark", "jax", "torch") if m in sys.modules)
 print(json.dumps({"status": status, "stderr": err.getvalue(), "loaded": loaded}))
 """
@@ -598,7 +598,8 @@ print(json.dumps({"status": status, "stderr": err.getvalue(), "loaded": loaded})
 
 @pytest.mark.parametrize("case", ["yaml typo", "no config file", "no data file"])
 def test_check_reports_config_errors_before_importing_tensorflow(tmp_path, case):
-    """Issue 31: `sparkdl-train --check` of a typo took 8-12 s, TensorFlow's import, before saying so."""
+    """Issue 31: `sparkdl-train --check` of a typo took 8-12 s, TensorFlow's import, before saying so;
+    a run (no --check: --check accepts data paths this machine does not have) of a missing data file too."""
     import subprocess
 
     config = json.loads(json.dumps(BASE))
@@ -610,8 +611,9 @@ def test_check_reports_config_errors_before_importing_tensorflow(tmp_path, case)
         config["data"]["train"] = str(tmp_path / "nothere.parquet")
     path = write_config(tmp_path, config) if case != "no config file" else str(tmp_path / "absent.yaml")
     env = dict(os.environ, PYTHONPATH=ROOT)
-    result = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_KERAS, path], env=env, capture_output=True, text=True,
-                            timeout=300)
+    check = [] if case == "no data file" else ["--check"]
+    result = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_KERAS, path, *check], env=env, capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     expected = {"yaml typo": "unknown key fit.epocs in section 'fit' of the job config. Did you mean 'epochs'?",
