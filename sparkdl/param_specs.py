@@ -265,8 +265,9 @@ PARAMS: tuple[ParamSpec, ...] = (
     _P("learningRate", "rate?", None, config="fit", example=0.002, doc=(
         "the optimizer's learning rate for the fit (> 0): it replaces the rate (or schedule) of `optimizer`, of the "
         "compiled `model`'s optimizer when `optimizer` is not given, or of Keras' `adam` default; every replica trains "
-        "with it and the fitted model's optimizer state records it. None keeps the optimizer's own. A Param, so "
-        "`ParamGridBuilder().addGrid(est.learningRate, [1e-3, 1e-2])` tunes it; not BMUF's `blockLearningRate`")),
+        "with it and the fitted model's `optimizer` and optimizer state record it. None keeps the optimizer's own. "
+        "A Param, so `ParamGridBuilder().addGrid(est.learningRate, [1e-3, 1e-2])` tunes it; not BMUF's "
+        "`blockLearningRate`")),
     _P("loss", "loss", NO_DEFAULT, stage=SHARED, config="fit", example="sparse_categorical_crossentropy", doc=(
         "Keras loss: a name, an object, a function or a config dict; needed unless `model` is compiled (then it "
         "supplies it). A multi-output model takes one loss per output as `keras.Model.compile` does: a dict output "

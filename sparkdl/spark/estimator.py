@@ -132,7 +132,7 @@ def zero_one_warnings(request: _FitRequest, data) -> list[str]:
             f"label column {label_col!r}{output} holds only 0 and 1, and loss {info.name!r} is a regression loss: a classifier's "
             f"loss is probably meant ({meant}). As it is, the model is a regressor: transform writes no rawPrediction "
             "column, which BinaryClassificationEvaluator needs (it fails with FIELD_NOT_FOUND rawPrediction; "
-            "RegressionEvaluator reads prediction)")
+            "RegressionEvaluator reads prediction; task='classification' keeps the loss and writes it)")
     return out
 
 
@@ -644,11 +644,15 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 stacklevel=4,
             )
         if data.empty_workers:  # counted on the partitions trained (round-robin may leave more empty than workers - rows)
-            warnings.warn(
-                f"{data.empty_workers} of numWorkers={workers} workers will have no rows to train on (the input's "
-                f"{data.total_rows} rows went to {workers - data.empty_workers} partitions): lower numWorkers",
-                stacklevel=4,
-            )
+            if config.keep_partitioning:
+                warnings.warn(f"keepPartitioning=True: {data.empty_workers} of the input's {workers} partitions are empty, "
+                              "their workers have no rows to train on", stacklevel=4)
+            else:
+                warnings.warn(
+                    f"{data.empty_workers} of numWorkers={workers} workers will have no rows to train on (the input's "
+                    f"{data.total_rows} rows went to {workers - data.empty_workers} partitions): lower numWorkers",
+                    stacklevel=4,
+                )
         for warning in zero_one_warnings(request, data):
             warnings.warn(warning, stacklevel=4)
         if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
@@ -749,6 +753,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         model = KerasModel._from_fit(spec.with_weights(fit.master.weights), fit.history, fit_info, optimizer_state=fit.master.optimizer)
         self._copyValues(model)
         model._set(task=request.task)
+        if self.getLearningRate() is not None:  # the optimizer that trained: its config with the fit's rate
+            model._set(optimizer=request.compile_spec.optimizer)
         for tracker in request.trackers:
             if hasattr(tracker, "log_model"):  # MLflow: the fitted model as an artifact folder KerasModel.load reads
                 model.fitInfo["mlflow_run_id"] = tracker.run_id

@@ -274,4 +274,5 @@ def test_a_learning_rate_grid_in_cross_validator_reaches_every_replica_and_the_b
     assert fitted.getOrDefault("learningRate") == grid[best][est.learningRate] and est.getLearningRate() is None
     assert fitted.getNumWorkers() == 2 and len(fitted.history["loss"]) == fitted.getEpochs() == 1
     assert _recorded_learning_rate(fitted) == pytest.approx(0.1)
+    assert fitted.getOptimizer()["config"]["learning_rate"] == pytest.approx(0.1)  # the optimizer that trained
     assert fitted._compile_spec().optimizer["config"]["learning_rate"] == pytest.approx(0.1)  # evaluate and initialModel see it
