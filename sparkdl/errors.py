@@ -5,6 +5,22 @@ Every message states the rule that was broken, then what was received
 """
 
 
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` naming the entry of ``valid`` closest to ``name`` (as
+    ``difflib.get_close_matches`` finds it, case-insensitively for a close enough one), or ``""``
+    when none is close: the hint of every "unknown name" message (Params, job config keys, columns)."""
+    valid = [str(v) for v in valid]
+    close = difflib.get_close_matches(str(name), valid, n=1)
+    if not close:  # 'Label' for 'label': a case slip is a typo too
+        by_lower = {v.lower(): v for v in valid}
+        close = [by_lower[c] for c in difflib.get_close_matches(str(name).lower(), list(by_lower), n=1)]
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 class SparkDLError(Exception):
     """Base class of every error sparkdl raises on purpose."""
 
@@ -15,6 +31,11 @@ class SchemaError(SparkDLError, ValueError):
 
 class ConfigError(SparkDLError, ValueError):
     """A Param or setting is out of its allowed range or of the wrong kind."""
+
+
+class KeywordArgumentsError(ConfigError, TypeError):
+    """A call that takes keyword arguments only (``KerasEstimator(...)``, ``setParams``) was given
+    positional ones (a ``TypeError`` too, as pyspark's ``keyword_only`` raised)."""
 
 
 class CodecError(SparkDLError, ValueError):

@@ -18,7 +18,6 @@ Pure Python: importing this module loads neither Spark nor Keras.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import re
 import textwrap
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdl.config import BACKENDS, MIXED_PRECISION, MODES
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 
 #: the stage that sets a Param: both (``fit`` copies the estimator's value into the model) ...
 SHARED = "shared"
@@ -72,6 +71,7 @@ KINDS: dict[str, Kind] = {
     "fraction": Kind("a fraction in [0, 1)", ("float",), "float"),
     "rows?": Kind("None or a positive number of rows", ("int", "null"), "int | None"),
     "megabytes?": Kind("None or a number of MB > 0", ("float", "null"), "float | None"),
+    "rate?": Kind("None or a finite number > 0", ("float", "null"), "float | None"),
     "workers?": Kind("None, a count >= 1 (int) or a fraction in (0, 1] (float)", ("int", "float", "null"),
                      "int | float | None"),
     "features_cols": Kind("None, a list of column names or a dict model input name -> column(s)", ("list", "dict", "null"),
@@ -262,6 +262,12 @@ PARAMS: tuple[ParamSpec, ...] = (
        example={"class_name": "Adam", "config": {"learning_rate": 0.002}}, doc=(
            "Keras optimizer: a name (`\"adam\"`), an object (`Adam(1e-3)`) or a config dict `{class_name, config}`; "
            "a compiled `model` supplies it when it is not given")),
+    _P("learningRate", "rate?", None, config="fit", example=0.002, doc=(
+        "the optimizer's learning rate for the fit (> 0): it replaces the rate (or schedule) of `optimizer`, of the "
+        "compiled `model`'s optimizer when `optimizer` is not given, or of Keras' `adam` default; every replica trains "
+        "with it and the fitted model's `optimizer` and optimizer state record it. None keeps the optimizer's own. "
+        "A Param, so `ParamGridBuilder().addGrid(est.learningRate, [1e-3, 1e-2])` tunes it; not BMUF's "
+        "`blockLearningRate`")),
     _P("loss", "loss", NO_DEFAULT, stage=SHARED, config="fit", example="sparse_categorical_crossentropy", doc=(
         "Keras loss: a name, an object, a function or a config dict; needed unless `model` is compiled (then it "
         "supplies it). A multi-output model takes one loss per output as `keras.Model.compile` does: a dict output "
@@ -350,7 +356,8 @@ PARAMS: tuple[ParamSpec, ...] = (
         "worker's start and TensorFlow's import)")),
     _P("serverTls", "bool", True, config="fit", example=False, doc=(
         "`ps`: the parameter server speaks TLS with a certificate made for the fit, which the workers pin (nobody on "
-        "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic")),
+        "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic (a warning when "
+        "the server listens on an address other than loopback: the token travels in clear)")),
     _P("serverCertFile", "str?", None, config="fit", example="/etc/sparkdl/ps.pem", doc=(
         "`ps`: your own PEM certificate for the server (with `serverKeyFile`), instead of the fit's own; the workers "
         "pin it")),
@@ -510,18 +517,16 @@ def check_keywords(owner: str, kwargs: dict) -> None:
         kwargs: the keywords given.
 
     Raises:
-        ConfigError: naming the first unknown keyword, the closest valid one (as
-            ``difflib.get_close_matches`` finds it) and the value received.
+        ConfigError: naming the first unknown keyword, the closest valid one
+            (:func:`~sparkdl.errors.did_you_mean`) and the value received.
     """
     valid = keyword_names()
     for name, value in kwargs.items():
         if name in BY_NAME or any(k.name == name for k in KEYWORDS):
             continue
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
             f"{owner} keywords must be its Params or {', '.join(k.name for k in KEYWORDS)}; {name!r} is none of them."
-            f"{hint} Received: {name}={value!r}"
+            f"{did_you_mean(name, valid)} Received: {name}={value!r}"
         )
 
 

@@ -22,7 +22,7 @@ import glob
 import os
 import re
 
-from sparkdl.errors import ConfigError, SchemaError
+from sparkdl.errors import ConfigError, SchemaError, did_you_mean
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
 _GLOB = re.compile(r"[*?[]")
@@ -117,7 +117,8 @@ def label_shape(path: str, column: str) -> tuple | None:
 
     dataset = ds.dataset(path, format="parquet")
     if column not in dataset.schema.names:
-        raise SchemaError(f"label column {column!r} is not in the file. Received columns: {dataset.schema.names}")
+        raise SchemaError(f"label column {column!r} is not in the file.{did_you_mean(column, dataset.schema.names)} "
+                          f"Received columns: {dataset.schema.names}")
     data_type = dataset.schema.field(column).type
     if pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or pa.types.is_boolean(data_type):
         return ()

@@ -30,7 +30,6 @@ Pure Python: importing this module loads neither Spark nor Keras.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
@@ -41,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 from sparkdl.param_specs import KINDS, NO_DEFAULT, PARAMS
 
 # type name -> check; "float" accepts integers, "int" and "float" refuse booleans
@@ -134,24 +133,11 @@ MODEL = Section(
 )
 
 
-def _fit_keys() -> dict[str, Key]:
-    """The Param keys of ``fit``, with ``learning_rate`` (no Param: it sets the optimizer's) after ``optimizer``."""
-    keys = {}
-    for key, spec in param_keys("fit").items():
-        keys[key] = spec
-        if key == "optimizer":
-            keys["learning_rate"] = Key(
-                ("float", "null"), "the optimizer's learning rate: set in the `optimizer` config (or the compiled "
-                "model's optimizer, or Keras' `adam` when neither is given), replacing its own; null keeps it. Not "
-                "BMUF's block learning rate (`block_learning_rate`)", None, 0.002)
-    return keys
-
-
 FIT = Section(
-    "`KerasEstimator` Params in snake_case (each key's Param in brackets), and `learning_rate`; a key left "
+    "`KerasEstimator` Params in snake_case (each key's Param in brackets); a key left "
     "out keeps the estimator's default, shown here. The Params' keys, types, defaults and meanings come from "
     "their declarations (`sparkdl/param_specs.py`), as README.md's Params table does.",
-    _fit_keys(),
+    param_keys("fit"),
 )
 
 CALLBACK = Section(
@@ -194,7 +180,7 @@ TOP = Section(
 SCHEMA: dict[str, Section] = {"": TOP, "data": DATA, "model": MODEL, "fit": FIT, "callbacks[]": CALLBACK,
                               "output": OUTPUT}
 
-#: ``fit`` key -> KerasEstimator Param, as jobs/train.py had it (plus the keys added since); not ``learning_rate``
+#: ``fit`` key -> KerasEstimator Param, as jobs/train.py had it (plus the keys added since)
 FIT_KEYS = {key: spec.param for key, spec in FIT.keys.items() if spec.param}
 #: the config keys that hold a path (``section.key``): relative ones are made absolute by :func:`load_config`
 PATH_KEYS = ("data.train", "data.test", "data.validation", "model.json", "output.dir", "fit.checkpoint_dir",
@@ -316,10 +302,8 @@ def _check_keys(given: dict, section: str, spec: Section, prefix: str, source: s
     valid = list(spec.keys)
     for key in given:
         if key not in spec.keys:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"{source}: unknown key {prefix}{key!s} in {_where(section)} of the job config.{hint} "
+                f"{source}: unknown key {prefix}{key!s} in {_where(section)} of the job config.{did_you_mean(key, valid)} "
                 f"Valid keys of {_where(section)}: {', '.join(valid)}. Received: {key!r}"
             )
     for key, key_spec in spec.keys.items():
@@ -459,8 +443,7 @@ def build_callbacks(config: dict) -> list:
 
 
 def estimator_params(config: dict, accepted: Iterable[str] | None = None) -> dict:
-    """``KerasEstimator`` keywords of ``config``: the ``fit`` keys given (but ``learning_rate``, which
-    :func:`sparkdl.cli.train.build_estimator` sets in the optimizer), ``featuresCol``,
+    """``KerasEstimator`` keywords of ``config``: the ``fit`` keys given, ``featuresCol``,
     ``labelCol`` and the ``data`` keys that are Params (when not null). Keys not in the config are
     left out, so the estimator keeps its defaults.
 
@@ -469,7 +452,7 @@ def estimator_params(config: dict, accepted: Iterable[str] | None = None) -> dic
             whose Param is not among them is refused, naming it, rather than failing in the
             constructor.
     """
-    params = {FIT_KEYS[key]: value for key, value in config["fit"].items() if key in FIT_KEYS}  # not learning_rate
+    params = {FIT_KEYS[key]: value for key, value in config["fit"].items() if key in FIT_KEYS}
     data = config["data"]
     params.update({param: data[key] for key, param in DATA_KEYS.items() if data.get(key) is not None})
     if data.get("features_cols") is not None:  # it replaces features_col (whose default is always filled in)

@@ -32,7 +32,7 @@ import time
 
 from sparkdl.cli import is_user_error, quiet_tensorflow, spark_session
 from sparkdl.cli.train import is_uri, setup_logging
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 
 MODES = ("errorifexists", "overwrite", "append")
 
@@ -151,8 +151,8 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
         if columns:
             missing = [c for c in columns if c not in df.columns]
             if missing:
-                raise ConfigError(f"--columns: the input has no column(s) {missing}; its columns: {df.columns}. "
-                                  f"Received: {','.join(columns)}")
+                raise ConfigError(f"--columns: the input has no column(s) {missing}.{did_you_mean(missing[0], df.columns)} "
+                                  f"Its columns: {df.columns}. Received: {','.join(columns)}")
         fitted = load_stage(model, spark)
         if batch_size is not None:
             stages = keras_stages(fitted)

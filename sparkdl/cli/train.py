@@ -4,7 +4,7 @@ Usage::
 
     sparkdl-train --config conf/mnist_cnn.yaml [--master 'local[*]'] [--output DIR] [--set fit.epochs=1 ...]
     spark-submit --master 'local[*]' jobs/train.py --config conf/mnist_cnn.yaml [...]   # the same job
-    sparkdl-train --config conf/mnist_cnn.yaml --check     # validate the config, print it, no Spark
+    sparkdl-train --config conf/mnist_cnn.yaml --check     # validate the config, print it, no Spark (config errors: no Keras either)
 
 The model is saved first, then evaluated. Writes under ``runs/<config name>/`` (or ``output.dir``, or ``--output``; a URI such as
 ``hdfs://``, ``s3a://`` or ``dbfs:/`` goes through Spark's Hadoop filesystem):
@@ -98,10 +98,27 @@ def _write_outputs(output: str, files: dict[str, str], spark) -> None:
             shutil.copyfile(local, os.path.join(output, name))
 
 
+def check_data_paths(config: dict) -> None:
+    """Each local path of ``data.train``, ``data.test`` and ``data.validation`` names a file or a
+    folder (a glob matches one); URIs are left to Spark. Imports neither Spark nor Keras.
+
+    Raises:
+        ConfigError: naming the key, the path and the folder it was read against.
+    """
+    data = config["data"]
+    for key in ("train", "test", "validation"):
+        path = data.get(key)
+        if path and not is_uri(path) and not glob.glob(path):
+            raise ConfigError(f"data.{key}: no file or folder at {path!r} (a config file's relative paths are read from its "
+                              f"folder, those of --set and of a config dict from the working directory {os.getcwd()!r}). "
+                              f"Received: {path!r}")
+
+
 def build_estimator(config: dict):
     """The ``KerasEstimator`` of a validated ``config``: its model built, its callbacks made and
-    every fit setting checked (``FitConfig``), all without Spark. ``fit.learning_rate`` is set in
-    the optimizer: ``fit.optimizer``'s, else the compiled model's, else Keras' ``adam``.
+    every fit setting checked (``FitConfig``), all without Spark. ``fit.learning_rate`` is the
+    ``learningRate`` Param: the rate of ``fit.optimizer``, else of the compiled model's optimizer,
+    else of Keras' ``adam``.
 
     Raises:
         ConfigError: a Param out of its range, a callback that is not a Keras callback, a model
@@ -117,12 +134,7 @@ def build_estimator(config: dict):
                               f"does not have. Received: {[c['class'] for c in config['callbacks']]}")
         params["callbacks"] = callbacks
     model = build_model(config["model"])
-    learning_rate = config["fit"].get("learning_rate")
-    if learning_rate is not None:  # the optimizer's rate: fit.optimizer's, else the compiled model's, else adam's
-        from sparkdl.keras.spec import with_learning_rate
-
-        params["optimizer"] = with_learning_rate(params.get("optimizer", getattr(model, "optimizer", None)), learning_rate)
-    estimator = KerasEstimator(model=model, **params)
+    estimator = KerasEstimator(model=model, **params)  # fit.learning_rate: the learningRate Param
     estimator._fit_config()  # numWorkers, epochs, mode and backend, ...: their ranges
     return estimator
 
@@ -219,14 +231,9 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
         output = os.path.abspath(output)  # this process's working directory, not the JVM's (Spark's writer resolves against that)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+    check_data_paths(config)  # before the model is built: no TensorFlow import for a missing file
     estimator = build_estimator(config)  # everything that can fail on the config, before Spark starts
     data = config["data"]
-    for key in ("train", "test", "validation"):
-        path = data.get(key)
-        if path and not is_uri(path) and not glob.glob(path):
-            raise ConfigError(f"data.{key}: no file or folder at {path!r} (a config file's relative paths are read from its "
-                              f"folder, those of --set and of a config dict from the working directory {os.getcwd()!r}). "
-                              f"Received: {path!r}")
     check_job(config, estimator)
     if not is_uri(output):
         os.makedirs(output, exist_ok=True)  # after the checks: a refused config leaves no folder behind
@@ -301,9 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     a ``ConfigError`` (a bad config or Param) and status 2."""
     args = parse_args(argv)
     setup_logging()
-    quiet_tensorflow()
     try:
+        # The config's own errors (an unreadable file, a typo, a value out of range; for a run, a data path that is
+        # not there) before TensorFlow's import, which costs seconds: a --check of a typo answers at once.
         config = load_config(args.config, args.overrides)
+        if not args.check:  # --check validates a config also where its data is not (a cluster's paths)
+            check_data_paths(config)
+        quiet_tensorflow()
         if args.check:
             check_job(config, build_estimator(config))
             print(json.dumps(config, indent=2, default=repr))

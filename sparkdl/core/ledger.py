@@ -24,10 +24,20 @@ class ApplyLedger:
 
     Args:
         marks: per worker ``[attempt, seq]`` to start from (a resumed fit).
+        max_seq: the fit's last slot (its slot count): a push of a higher ``seq`` is refused
+            (:meth:`refusal`), since marked it would drop every real push of the worker as a
+            duplicate; None: unbounded (a ledger not told).
     """
 
-    def __init__(self, marks: Mapping[str, Sequence[int]] | None = None) -> None:
+    def __init__(self, marks: Mapping[str, Sequence[int]] | None = None, max_seq: int | None = None) -> None:
         self._marks: dict[str, list[int]] = {str(w): [int(a), int(q)] for w, (a, q) in (marks or {}).items()}
+        self.max_seq = max_seq
+
+    def refusal(self, seq: int) -> str | None:
+        """Why a push's ``seq`` is none of the fit's slots (rule and what was received), or None."""
+        if self.max_seq is not None and not 0 <= seq <= self.max_seq:
+            return f"seq must be a slot of the fit, in [0, {self.max_seq}]. Received: {seq}"
+        return None
 
     def verdict(self, worker: str, attempt: int, seq: int) -> str | None:
         """Why a push would be dropped (:data:`SUPERSEDED`, :data:`DUPLICATE`), or None: it may apply."""

@@ -19,6 +19,10 @@ from collections.abc import Iterable
 # A task's first heartbeat comes once Spark has scheduled it and its Python worker has started and
 # read the task (importing TensorFlow on a cold one): a worker not heard from yet gets this long.
 STARTUP_GRACE_S = 180.0
+# How far a task attempt id (Spark's taskAttemptId: unique in the application and rising) may be
+# ahead of the highest one a fit's server has heard: the tasks Spark may launch meanwhile. A far
+# higher one is no task of this application (it would supersede a worker's real attempts for good).
+ATTEMPT_LEAD = 1 << 20
 
 
 class Contacts:
@@ -26,17 +30,57 @@ class Contacts:
     the message it sent with it and the task attempt it came from; and every attempt heard.
 
     A contact from an attempt older than the last one heard is ignored (a zombie of a superseded
-    attempt says nothing of the worker)."""
+    attempt says nothing of the worker).
 
-    def __init__(self) -> None:
+    Args:
+        workers: the fit's worker count: only the ids ``"0"`` .. ``str(workers - 1)`` (its
+            partitions) are workers; None: any id (a server not told).
+        attempt_lead: with ``workers``, an attempt more than this above the highest heard is
+            refused (:meth:`refusal`; the first attempt heard sets the reference).
+    """
+
+    def __init__(self, workers: int | None = None, attempt_lead: int = ATTEMPT_LEAD) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a positive integer or None. Received: {workers!r}")
+        self.workers, self.attempt_lead = workers, attempt_lead
         self._lock = threading.Lock()
         self._contacts: dict[str, list] = {}  # worker -> [time.monotonic(), state, message, attempt]
         self._attempts: dict[str, set[int]] = {}
+        self._highest: int | None = None  # the highest attempt heard from any worker
+
+    def known(self, worker: str) -> bool:
+        """Whether ``worker`` is one of the fit's workers (any id when the count is not known)."""
+        worker = str(worker)
+        if self.workers is None:
+            return True
+        return worker.isdigit() and worker == str(int(worker)) and int(worker) < self.workers
+
+    def refusal(self, worker: str, attempt: int | None = None) -> str | None:
+        """Why a call naming ``worker`` (and ``attempt``) is not one of the fit's workers', as a
+        rule and what was received, or None: an id that is not a partition of the fit, or an
+        attempt more than ``attempt_lead`` above the highest heard (no task of this application:
+        accepted, it would make every real attempt of the worker look superseded)."""
+        if self.workers is None:  # a server not told the fit's workers: no bounds
+            return None
+        if not self.known(worker):
+            return (f"worker must be one of the fit's {self.workers} partitions, '0' to '{self.workers - 1}'. "
+                    f"Received: {str(worker)[:40]!r}")
+        with self._lock:
+            highest = self._highest
+        if attempt is not None and highest is not None and attempt > highest + self.attempt_lead:
+            return (f"attempt must be at most {self.attempt_lead} above the highest task attempt heard ({highest}). "
+                    f"Received: {attempt}")
+        return None
 
     def touch(self, worker: str, state: str = "alive", message: str = "", attempt: int | None = None) -> bool:
-        """Record a contact; returns False when it came from a superseded attempt (ignored)."""
+        """Record a contact; returns False when it came from a superseded attempt or is refused
+        (:meth:`refusal`), and is ignored."""
         worker = str(worker)
+        if self.refusal(worker, attempt) is not None:
+            return False
         with self._lock:
+            if attempt is not None:
+                self._highest = attempt if self._highest is None else max(self._highest, attempt)
             previous = self._contacts.get(worker)
             if attempt is None and previous is not None:
                 attempt = previous[3]

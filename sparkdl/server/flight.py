@@ -131,6 +131,12 @@ class ParameterServer(FlightEndpoint):
         marks: per worker ``[attempt, last applied seq]`` to start from (a resumed fit).
         local: per worker the own state it had after its last applied slot
             (:class:`~sparkdl.core.state.WorkerLocal`, a resumed fit), served on ``local:<worker>``.
+        workers: the fit's worker count: pushes, pulls and actions naming another worker id than
+            its partitions (``"0"`` ..), or a task attempt far above those heard, are refused and
+            nothing is recorded of them (a holder of the token could otherwise register any
+            number of ids, or supersede a worker's real attempts for good); None: any id.
+        max_seq: the fit's slot count: a push of a higher ``seq`` is refused (marked, it would drop
+            the worker's real pushes as duplicates); None: any seq.
 
     Raises:
         ConfigError: on an argument out of range (port, sizes), a rule that is not callable.
@@ -172,10 +178,17 @@ class ParameterServer(FlightEndpoint):
         tls: TLSIdentity | None = None,
         marks: Mapping[str, Sequence[int]] | None = None,
         local: Mapping[str, WorkerLocal] | None = None,
+        workers: int | None = None,
+        max_seq: int | None = None,
     ) -> None:
         if not callable(rule):
             raise ConfigError(f"rule must be callable as rule(master, update, meta). Received: {type(rule).__name__}")
-        super().__init__(token=token, host=host, advertise=advertise, port=port, tls=tls, what="parameter server")
+        if max_seq is not None and (isinstance(max_seq, bool) or not isinstance(max_seq, int) or max_seq < 0):
+            raise ConfigError(f"max_seq must be an integer >= 0 (the fit's slots) or None. Received: {max_seq!r}")
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers must be a positive integer (the fit's partitions) or None. Received: {workers!r}")
+        super().__init__(token=token, host=host, advertise=advertise, port=port, tls=tls, what="parameter server",
+                         workers=workers)
         if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
             raise ConfigError(f"chunk_bytes must be an integer >= 1024 bytes. Received: {chunk_bytes!r}")
         self._specs = specs_of(initial, names, optimizer_names)
@@ -194,7 +207,7 @@ class ParameterServer(FlightEndpoint):
         # self._lock (the base's): bookkeeping: version, dedupe, stats, state reference
         self._apply_lock = threading.Lock() if self.lock else None
         self._version = 0
-        self._ledger = ApplyLedger(marks)
+        self._ledger = ApplyLedger(marks, max_seq=max_seq)
         self._local: dict[str, WorkerLocal] = {str(w): v for w, v in (local or {}).items()}
         self._counts = {"updates_applied": 0, "duplicates_dropped": 0, "rejected": 0, "pulls": 0, "pushes": 0,
                         "bytes_pushed": 0, "bytes_pulled": 0, "late_dropped": 0, "local_puts": 0, "bytes_local": 0}
@@ -313,12 +326,15 @@ class ParameterServer(FlightEndpoint):
         raw = bytes(ticket.ticket)
         control = None
         if raw.startswith(LOCAL_PREFIX):
-            return self._serve_local(raw[len(LOCAL_PREFIX):].decode("utf-8", "replace"))
+            worker = raw[len(LOCAL_PREFIX):].decode("utf-8", "replace")
+            self._check_worker("ticket local:<worker>", worker)
+            return self._serve_local(worker)
         if raw.startswith(WORKER_STATE_PREFIX):
             served = getattr(self.rule, "served", None)
             worker = raw[len(WORKER_STATE_PREFIX):].decode("utf-8", "replace")
             if served is None or not 0 < len(worker) <= 256:
                 raise flight.FlightServerError(f"ticket {raw[:40]!r} needs a round rule serving each worker's start state and a worker id")
+            self._check_worker("ticket state:<worker>", worker)
             with self._lock:
                 version, master = self._version, self._state
             state = served(worker, master)
@@ -378,6 +394,11 @@ class ParameterServer(FlightEndpoint):
         if meta["nbytes"] > self.max_message_bytes:
             raise self._reject(f"push body must be at most max_message_bytes={self.max_message_bytes} bytes. "
                                f"Received: a declared body of {meta['nbytes']} bytes; nothing was read")
+        # a worker id, attempt or seq out of the fit's bounds: refused before the body is read, nothing recorded
+        self._check_worker("push", meta["worker"], meta["attempt"])
+        out_of_range = self._ledger.refusal(meta["seq"])
+        if out_of_range is not None:
+            raise self._reject(f"push: {out_of_range}; nothing was read")
         try:
             received = specs_from_schema(reader.schema)
             if meta["kind"] == "update":

@@ -12,9 +12,11 @@ Nothing here imports Spark, TensorFlow or Keras.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import threading
+import warnings
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -33,6 +35,17 @@ SHUTDOWN_TIMEOUT_S = 30.0  # seconds shutdown waits for calls in progress
 def json_result(obj) -> list[flight.Result]:
     """A ``DoAction`` answer: one result holding ``obj`` as JSON."""
     return [flight.Result(json.dumps(obj).encode())]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only (``127.0.0.1``, ``::1``,
+    ``localhost``); ``0.0.0.0`` binds every interface, a host name may resolve anywhere."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def netloc(host: str, port: int) -> str:
@@ -70,8 +83,13 @@ class FlightEndpoint:
         host: the interface to bind (``"0.0.0.0"`` binds every one).
         advertise: the address clients dial (:attr:`location`), when it is not ``host``.
         port: TCP port; 0 picks a free one.
-        tls: a :class:`~sparkdl.server.tls.TLSIdentity`: the server speaks ``grpc+tls``.
+        tls: a :class:`~sparkdl.server.tls.TLSIdentity`: the server speaks ``grpc+tls``. Without
+            it on an address other than loopback, :meth:`start` warns that the token and the
+            bodies travel in clear.
         what: the server in words, for messages (``"parameter server"``).
+        workers: the fit's worker count: a call naming another worker id than its partitions
+            (``"0"`` ..), or a task attempt far ahead of those heard, is refused
+            (:meth:`~sparkdl.core.liveness.Contacts.refusal`); None: any id.
 
     Raises:
         ConfigError: a port out of range, an empty host.
@@ -82,7 +100,7 @@ class FlightEndpoint:
     PORT_SETTING = "port"  # the setting that chooses the port, for messages
 
     def __init__(self, *, token: str | None, host: str, advertise: str | None, port: int, tls: TLSIdentity | None,
-                 what: str) -> None:
+                 what: str, workers: int | None = None) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ConfigError(f"port must be an integer in [0, 65535] (0 picks a free port). Received: {port!r}")
         for name, value in (("host", host), ("advertise", advertise if advertise is not None else host)):
@@ -99,7 +117,7 @@ class FlightEndpoint:
         self._closing = False
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self.liveness = Contacts()
+        self.liveness = Contacts(workers)
         self._counts: dict[str, int] = {"rejected": 0}
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -126,6 +144,13 @@ class FlightEndpoint:
         self._closing = False
         self._server = server
         self._port = server.port
+        if self._tls is None and not is_loopback(self.host):
+            warnings.warn(
+                f"{self.what} listens on {netloc(self.host, self._port)} without TLS (serverTls=False): the fit's bearer "
+                "token and the weights travel in clear, readable by anyone on that network, and the token lets its holder "
+                "push updates; keep serverTls=True (the default) unless the network is private",
+                stacklevel=2,
+            )
         return self
 
     def _on_shutdown(self) -> None:
@@ -222,7 +247,16 @@ class FlightEndpoint:
         except (UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError, CodecError) as exc:
             raise self._reject(f"{kind} body must be a JSON object with {list(keys)} (see the protocol). "
                                f"Received: {len(body)} bytes starting {body[:16]!r} ({type(exc).__name__})") from None
+        if "worker" in req:
+            self._check_worker(kind, req["worker"], req.get("attempt"))
         return req
+
+    def _check_worker(self, what: str, worker: str, attempt: int | None = None) -> None:
+        """Refuse a call naming a worker that is not one of the fit's, or an attempt far ahead
+        (:meth:`~sparkdl.core.liveness.Contacts.refusal`): nothing is recorded of it."""
+        problem = self.liveness.refusal(worker, attempt)
+        if problem is not None:
+            raise self._reject(f"{what}: {problem}")
 
     def _heartbeat(self, body: bytes) -> tuple[dict, bool, bool]:
         """A ``heartbeat`` action's body recorded in :attr:`liveness`: returns ``(request, superseded,

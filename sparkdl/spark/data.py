@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from sparkdl.errors import ConfigError, InvariantError, SchemaError
+from sparkdl.errors import ConfigError, InvariantError, SchemaError, did_you_mean
 from sparkdl.keras.losses import losses_for_outputs
 from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder
 
@@ -54,16 +54,29 @@ class PreparedData:
             by a job over ``df`` itself: ``len(partition_rows)`` is the number of partitions (workers).
         columns: how tasks read the columns (model inputs, outputs, weights).
         skipped: rows dropped as invalid (``handleInvalid="skip"``).
+        label_ranges: per model output, ``(lowest, highest, values not whole)`` of its labels as
+            the check job counted them (a loss's ``ignore_class`` left out), or None without any.
     """
 
     df: DataFrame
     partition_rows: tuple[int, ...]
     columns: ModelColumns
     skipped: int = 0
+    label_ranges: tuple = ()
 
     @property
     def total_rows(self) -> int:
         return sum(self.partition_rows)
+
+    @property
+    def empty_workers(self) -> int:
+        """Partitions (workers) with no rows to train on."""
+        return sum(1 for n in self.partition_rows if n == 0)
+
+    def zero_one_labels(self) -> list[int]:
+        """The outputs (indices) whose labels are all 0 or 1, both present: a classifier's labels."""
+        return [i for i, found in enumerate(self.label_ranges)
+                if found is not None and found[0] == 0 and found[1] == 1 and found[2] == 0]
 
 
 FEATURES, LABEL, WEIGHT = "features", "label", "__sparkdl_weight"  # column names inside the prepared DataFrame
@@ -85,9 +98,41 @@ def _is_numeric_array(data_type) -> bool:
     return isinstance(data_type, T.ArrayType) and isinstance(data_type.elementType, (T.NumericType, T.BooleanType))
 
 
+def check_dataframe(dataset, who: str) -> None:
+    """Refuse anything but a Spark DataFrame (classic or Spark Connect), before anything else: a
+    pandas DataFrame, a numpy array, a path.
+
+    Args:
+        dataset: what was passed.
+        who: the method, for the message (``"KerasEstimator.fit"``).
+
+    Raises:
+        ConfigError: naming the way to a Spark DataFrame for what was received
+            (``spark.createDataFrame(pandas_df)`` for a pandas DataFrame).
+    """
+    if isinstance(dataset, DataFrame):
+        return
+    kind = type(dataset)
+    received = f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__
+    root = kind.__module__.split(".")[0]
+    if root == "pyspark" and hasattr(dataset, "to_spark"):  # pandas-on-Spark
+        how = "turn a pandas-on-Spark DataFrame into one with psdf.to_spark()"
+    elif root == "pandas":
+        how = "make one from a pandas DataFrame with spark.createDataFrame(pandas_df)"
+    elif root == "polars":
+        how = "make one from a polars DataFrame with spark.createDataFrame(polars_df.to_pandas())"
+    elif isinstance(dataset, str):
+        how = "read the file into one first, e.g. spark.read.parquet(path)"
+    else:
+        how = ("make one with spark.createDataFrame(rows) (a pandas DataFrame, or a list of tuples or Rows, with a "
+               "schema) or read one with spark.read")
+    raise ConfigError(f"{who} needs a Spark DataFrame (pyspark.sql.DataFrame): {how}. Received: {received}")
+
+
 def _field(df: DataFrame, name: str, role: str) -> T.StructField:
     if name not in df.columns:
-        raise SchemaError(f"{role} column {name!r} must exist in the DataFrame. Received columns: {df.columns}")
+        raise SchemaError(f"{role} column {name!r} must exist in the DataFrame.{did_you_mean(name, df.columns)} "
+                          f"Received columns: {df.columns}")
     return df.schema[name]
 
 
@@ -665,7 +710,15 @@ def prepare_training_data(
     except BaseException:
         selected.unpersist()
         raise
-    return PreparedData(df=selected, partition_rows=tuple(int(s["rows"]) for s in rows), columns=columns, skipped=skipped)
+    ranges = tuple(_label_range(stats, y.name) for y in ys)
+    return PreparedData(df=selected, partition_rows=tuple(int(s["rows"]) for s in rows), columns=columns, skipped=skipped,
+                        label_ranges=ranges)
+
+
+def _label_range(stats, name: str) -> tuple | None:
+    """``(lowest, highest, values not whole)`` of a label column over every partition, or None."""
+    lows, highs = _values(stats, name, "min"), _values(stats, name, "max")
+    return (min(lows), max(highs), _total(stats, name, "fractional")) if lows else None
 
 
 def _total(stats, name: str, key: str) -> int:

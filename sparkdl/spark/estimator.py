@@ -9,7 +9,6 @@ import uuid
 import warnings
 
 import numpy as np
-from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -20,12 +19,12 @@ from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, ASYNC_MODES, FitConfig
 from sparkdl.core.modes import get_policy
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import FitState, ModelState
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
-from sparkdl.spark.data import col, prepare_training_data, request_columns, validation_split
-from sparkdl.spark.jobs import run_job
+from sparkdl.spark.data import check_dataframe, col, prepare_training_data, request_columns, validation_split
+from sparkdl.spark.jobs import check_executors_python, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
@@ -92,6 +91,51 @@ def fit_seconds(marks: dict, first_round: float, rounds_total: float, first_roun
     }
 
 
+def keyword_only(func):
+    """pyspark's ``keyword_only`` (the keywords kept in ``self._input_kwargs``) with a message that
+    names the keyword form: positional arguments raise :class:`~sparkdl.errors.KeywordArgumentsError`
+    (a ``TypeError`` too, as pyspark's bare "forces keyword arguments" was)."""
+
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        if args:
+            owner = type(self).__name__
+            call = owner if func.__name__ == "__init__" else f"{owner}.{func.__name__}"
+            example = (f"{owner}(model=model, loss='mse', featuresCol='features', labelCol='label', epochs=5)"
+                       if func.__name__ == "__init__" else f"est.{func.__name__}(epochs=5, batchSize=64)")
+            shown = ", ".join(type(a).__name__ if hasattr(a, "get_config") else repr(a)[:40] for a in args)
+            raise KeywordArgumentsError(
+                f"{call} takes keyword arguments only, each Param by its name: {example} (every keyword: the class "
+                f"docstring, docs/reference/params.md). Received: {len(args)} positional argument{'s' if len(args) > 1 else ''} "
+                f"({shown})"
+            )
+        self._input_kwargs = kwargs
+        return func(self, **kwargs)
+
+    return wrapper
+
+
+def zero_one_warnings(request: _FitRequest, data) -> list[str]:
+    """What to say of outputs trained with a regression loss on labels that are all 0/1 (the check
+    job's counts): a classifier's loss is probably meant, and Spark's BinaryClassificationEvaluator
+    needs the rawPrediction column that a regression's transform does not write."""
+    out = []
+    for i in data.zero_one_labels():
+        (name, shape, label_col), info = request.request.outputs[i], request.loss[i]
+        if info.is_classifier or info.infer_task(request.task) != "regression":
+            continue
+        units = int(np.prod(shape)) if len(shape) else 1
+        meant = ("binary_crossentropy (one sigmoid unit), or sparse_categorical_crossentropy over 2 softmax units"
+                 if units == 1 else "categorical_crossentropy (softmax) or binary_crossentropy (multi-label, sigmoid)")
+        output = f" of output {name!r}" if len(request.request.outputs) > 1 else ""
+        out.append(
+            f"label column {label_col!r}{output} holds only 0 and 1, and loss {info.name!r} is a regression loss: a classifier's "
+            f"loss is probably meant ({meant}). As it is, the model is a regressor: transform writes no rawPrediction "
+            "column, which BinaryClassificationEvaluator needs (it fails with FIELD_NOT_FOUND rawPrediction; "
+            "RegressionEvaluator reads prediction; task='classification' keeps the loss and writes it)")
+    return out
+
+
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     """Spark ML Estimator that trains a Keras 3 model on a DataFrame across Spark executors.
 
@@ -121,6 +165,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
     Raises (from the constructor and :meth:`setParams`):
         ConfigError: an unknown keyword (named with the closest valid one), or a Param value of the
             wrong type (named with its rule and the value received).
+        KeywordArgumentsError: positional arguments (a ``ConfigError`` and a ``TypeError``),
+            naming the keyword form.
 
     Example:
         >>> est = KerasEstimator(model=model, optimizer="adam", loss="sparse_categorical_crossentropy",
@@ -338,10 +384,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         :meth:`setValidationData`): the history gets ``val_*`` keys.
 
         Raises:
-            ConfigError: ``dataset`` is a streaming DataFrame (checked first, before any job), and
-                the errors listed in the class docstring.
+            ConfigError: ``dataset`` is not a Spark DataFrame (a pandas one: the message says
+                ``spark.createDataFrame(pandas_df)``) or is a streaming one (both checked first,
+                before any job), and the errors listed in the class docstring.
         """
-        if getattr(dataset, "isStreaming", False):
+        check_dataframe(dataset, "KerasEstimator.fit")  # a pandas DataFrame, a path: before anything else
+        if dataset.isStreaming:
             raise ConfigError(
                 "KerasEstimator.fit needs a batch DataFrame: training makes several passes (epochs) over a fixed set of "
                 "rows, which a stream does not have. To train on a stream, fit each micro-batch in "
@@ -366,7 +414,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         """
         from pyspark.sql import types as T
 
-        from sparkdl.errors import SchemaError
+        from sparkdl.errors import SchemaError, did_you_mean
 
         given = getattr(self, "_validation_data", None)
         column, fraction = self.getValidationCol(), self.getValidationSplit()
@@ -378,7 +426,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             return dataset, given
         if column is not None:
             if column not in dataset.columns:
-                raise SchemaError(f"validationCol {column!r} must exist in the DataFrame. Received columns: {dataset.columns}")
+                raise SchemaError(f"validationCol {column!r} must exist in the DataFrame.{did_you_mean(column, dataset.columns)} "
+                                  f"Received columns: {dataset.columns}")
             data_type = dataset.schema[column].dataType
             if not isinstance(data_type, T.BooleanType):
                 raise SchemaError(f"validationCol {column!r} must be boolean (true: a validation row). Received: {data_type.simpleString()}")
@@ -497,6 +546,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
             output_columns(spec, self.getOutputCols())
         spark = dataset.sparkSession
+        check_executors_python(spark)  # a local master's workers without sparkdl: said now, not after a failed job
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=3)
         for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks
@@ -594,12 +644,18 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 "partitions: AQE does not coalesce it)",
                 stacklevel=4,
             )
-        if data.total_rows < workers:
-            warnings.warn(
-                f"numWorkers={workers} is larger than the {data.total_rows} rows of the input: "
-                f"{workers - data.total_rows} workers will have no rows to train on",
-                stacklevel=4,
-            )
+        if data.empty_workers:  # counted on the partitions trained (round-robin may leave more empty than workers - rows)
+            if config.keep_partitioning:
+                warnings.warn(f"keepPartitioning=True: {data.empty_workers} of the input's {workers} partitions are empty, "
+                              "their workers have no rows to train on", stacklevel=4)
+            else:
+                warnings.warn(
+                    f"{data.empty_workers} of numWorkers={workers} workers will have no rows to train on (the input's "
+                    f"{data.total_rows} rows went to {workers - data.empty_workers} partitions): lower numWorkers",
+                    stacklevel=4,
+                )
+        for warning in zero_one_warnings(request, data):
+            warnings.warn(warning, stacklevel=4)
         if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
             warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
                           "waits for every worker (no straggler is dropped)", stacklevel=4)
@@ -699,6 +755,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         model = KerasModel._from_fit(spec.with_weights(fit.master.weights), fit.history, fit_info, optimizer_state=fit.master.optimizer)
         self._copyValues(model)
         model._set(task=request.task)
+        if self.getLearningRate() is not None:  # the optimizer that trained: its config with the fit's rate
+            model._set(optimizer=request.compile_spec.optimizer)
         for tracker in request.trackers:
             if hasattr(tracker, "log_model"):  # MLflow: the fitted model as an artifact folder KerasModel.load reads
                 model.fitInfo["mlflow_run_id"] = tracker.run_id

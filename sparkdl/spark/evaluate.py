@@ -76,7 +76,7 @@ def evaluate(
     from sparkdl.spark.training.tasks import TaskSpec
     from sparkdl.spark.training.validation import evaluation_job, summed_evaluation
     from sparkdl.spark.data import prepare_training_data, request_columns
-    from sparkdl.spark.jobs import run_job
+    from sparkdl.spark.jobs import check_executors_python, run_job
     from sparkdl.spark.partitions import task_budget
     from sparkdl.spark.session import check_inline
 
@@ -97,6 +97,7 @@ def evaluate(
         [s for s, _ in label_specs], [d for _, d in label_specs], weighted=request.weight is not None,
     )
     spark = df.sparkSession
+    check_executors_python(spark)  # a local master's workers without sparkdl: said before any job
     check_inline(spark, len(spec.weights), "the model's weights to evaluate")  # Spark Connect: before any job
     evaluation_id = uuid.uuid4().hex
     tag = f"sparkdl-evaluate-{evaluation_id}"

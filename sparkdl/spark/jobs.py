@@ -30,30 +30,64 @@ from pyspark.sql import SparkSession
 
 import sparkdl.errors as errors
 from sparkdl.errors import FitCancelledError, RoundTimeoutError, SparkDLError, WorkerError
-from sparkdl.spark.session import cancel_tag, tag_jobs
+from sparkdl.spark.session import cancel_tag, conf_get, tag_jobs
+from sparkdl.spark.session import master as master_url
 
 T = TypeVar("T")
 
-# (pattern in Spark's failure text, what happened, the setting that changes it)
+# (pattern in Spark's failure text, what happened, the setting that changes it, whether another attempt may pass)
 _CAUSES = (
     (
         r"maxResultSize",
         "the results of the job's tasks exceed spark.driver.maxResultSize",
         "raise spark.driver.maxResultSize (e.g. --conf spark.driver.maxResultSize=4g) or lower numWorkers",
+        False,
     ),
     (
         r"Python worker exited unexpectedly|crashed|EOFException",
         "a Python worker died (killed by a signal, which is how an out-of-memory kill looks, or by a native crash or "
-        "os._exit), and the task's retries (spark.task.maxFailures) were spent",
+        "os._exit)",
         "if it ran out of memory, give Python workers more: spark.executor.pyspark.memory or spark.executor.memoryOverhead; "
         "the executor's log tells the signal",
+        True,
     ),
     (
         r"ExecutorLostFailure|[Ee]xecutor \S* ?lost|Container killed|exit code 137|OutOfMemoryError",
         "an executor was lost (often killed for memory)",
         "raise spark.executor.memory / spark.executor.memoryOverhead, or check the executor's log",
+        True,
     ),
 )
+# Spark's count of a failed task's attempts, in its abort reason ("Task 1 in stage 7.0 failed 4 times")
+_ATTEMPTS = re.compile(r"\bfailed (\d+) times?\b")
+# Lines that wrap the cause without saying it (a py4j call's first line, a thread's awaitResult)
+_WRAPPER = re.compile(r"Exception thrown in awaitResult|^An error occurred while calling")
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|[0-9]+)(?:,([0-9]+))?\])?$")
+
+
+def retry_advice(master: str, max_failures: str | None, text: str = "") -> str:
+    """How often Spark ran the failed task on ``master`` and the setting that gives it more
+    attempts: ``local`` and ``local[N]`` run each task once (no retry: ``spark.task.maxFailures``
+    does not apply to local masters, ``local[N,F]`` sets F attempts); other masters make
+    ``spark.task.maxFailures`` attempts (4 by default).
+
+    Args:
+        master: the master URL (``"local[2]"``, ``"yarn"``, ``""`` when unknown).
+        max_failures: ``spark.task.maxFailures`` as set, or None.
+        text: Spark's failure text, for the attempts it counted (``failed 4 times``).
+    """
+    counted = _ATTEMPTS.search(text)
+    ran = f"the task ran {counted.group(1)} time{'' if counted.group(1) == '1' else 's'}" if counted else "the task's attempts were spent"
+    local = _LOCAL_MASTER.match(master or "")
+    if local is not None and local.group(2) is None:
+        threads = local.group(1) or "1"
+        return (f"{ran}: a {master} master runs each task once, without retries (spark.task.maxFailures does not apply to "
+                f"local masters); the master local[{threads},4] gives each task 4 attempts")
+    if local is not None:
+        return (f"{ran}: the master {master} gives each task {local.group(2)} attempts; raise its second number for more "
+                "(spark.task.maxFailures does not apply to local masters)")
+    return (f"{ran}: spark.task.maxFailures={max_failures or 4} attempts per task; raise it (e.g. --conf "
+            "spark.task.maxFailures=8) for more")
 _CANCELLED = re.compile(r"cancell?ed", re.IGNORECASE)
 # A task that could not import a module, or whose Python cannot run pyspark's worker.
 _MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([\w.]+)'")  # on a last exception line
@@ -66,7 +100,8 @@ SPARKDL_MODULES = frozenset({"sparkdl", "pyspark", "py4j", "numpy", "pyarrow", "
 _TASK_ERROR = re.compile(r"sparkdl\.errors\.(\w+): (.+)")
 
 
-def task_error(exc: BaseException, description: str, executors: str | None = None) -> BaseException:
+def task_error(exc: BaseException, description: str, executors: str | None = None, master: str | None = None,
+               max_failures: str | None = None) -> BaseException:
     """The sparkdl error to raise for ``exc``, a failure of the Spark job ``description``.
 
     A sparkdl error raised inside a task (``SchemaError`` while scoring, say) comes back as its own
@@ -81,6 +116,8 @@ def task_error(exc: BaseException, description: str, executors: str | None = Non
         description: the job's description, e.g. ``"sparkdl fit 1a2b: round 3/8"``.
         executors: the Python an executor runs (:func:`executors_python`), named by an import
             failure's message; None: the configured one is named instead.
+        master, max_failures: the session's master URL and ``spark.task.maxFailures``, for how the
+            failed task was retried (:func:`retry_advice`); None: not said.
     """
     if isinstance(exc, SparkDLError) or not _is_spark_failure(exc):
         return exc
@@ -96,10 +133,12 @@ def task_error(exc: BaseException, description: str, executors: str | None = Non
         return import_error(module, text, description, executors)
     if _CANCELLED.search(text) and "Job aborted due to stage failure" not in text:
         return FitCancelledError(f"{description} was cancelled; the master weights are unchanged. Received: {_first_line(text)}")
-    for pattern, what, setting in _CAUSES:
+    retries = f"; {retry_advice(master, max_failures, text)}" if master is not None else ""
+    for pattern, what, setting, retried in _CAUSES:
         if re.search(pattern, text):
-            return WorkerError(f"{description} failed: {what}. To fix: {setting}. Received: {_reason(text)}")
-    return WorkerError(f"{description} failed on an executor. Received: {_reason(text)}")
+            return WorkerError(f"{description} failed: {what}{retries if retried else ''}. To fix: {setting}. "
+                               f"Received: {_reason(text)}")
+    return WorkerError(f"{description} failed on an executor{retries}. Received: {_reason(text)}")
 
 
 def is_import_failure(exc: BaseException) -> bool:
@@ -180,6 +219,91 @@ def import_error(module: str | None, text: str, description: str, executors: str
     )
 
 
+# Run by the executors' Python: its version, and which of the modules named after it are missing
+# (found without importing them).
+_PROBE = ("import sys, json, importlib.util as u; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+          "'executable': sys.executable, 'missing': [m for m in sys.argv[1:] if u.find_spec(m) is None]}))")
+#: the executors' Pythons that passed :func:`check_executors_python` in this process
+_PYTHONS_OK: set = set()
+
+
+def python_problem(program: str, modules: list[str], timeout_s: float = 30.0) -> str | None:
+    """What keeps ``program`` from running sparkdl's tasks, in words, or None: asked of it in a
+    subprocess (started with this process's environment, as a local master's Python workers are):
+    no program at that path, one that does not run, another Python version than this one (pyspark
+    refuses it), or ``modules`` it cannot find (:func:`importlib.util.find_spec`, nothing imported).
+    A probe that runs past ``timeout_s`` seconds tells nothing (None)."""
+    import json
+    import subprocess
+
+    try:
+        result = subprocess.run([program, "-c", _PROBE, *modules], capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return "is not a program this machine has"
+    except PermissionError:
+        return "cannot be run (permission denied)"
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " ".join((result.stderr or result.stdout).split())[-300:]
+        return f"does not run Python code (exit status {result.returncode}: {tail})"
+    ours = "%d.%d" % sys.version_info[:2]
+    if found["version"] != ours:
+        return f"is Python {found['version']} ({found['executable']}), where pyspark needs the driver's {ours}"
+    if found["missing"]:
+        return f"cannot import {', '.join(found['missing'])} ({found['executable']}, Python {found['version']})"
+    return None
+
+
+def check_executors_python(spark: SparkSession) -> None:
+    """Before any job of a ``local`` or ``local-cluster`` master, whose executors run on this machine:
+    check that the program the Python workers run (``SparkContext.pythonExec``) can run sparkdl's
+    tasks (:func:`python_problem`), so that a missing ``PYSPARK_PYTHON`` is explained first, not
+    after a failed job and its Java stack traces. sparkdl itself is not asked for when the session
+    ships files (``--py-files``, ``addPyFile``), which may hold it. Nothing is checked on another
+    master (the executors' machines decide) or on Spark Connect; the driver's own interpreter passes
+    at once, and a Python that passed is not asked again.
+
+    Raises:
+        ConfigError: naming ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` first, then the program,
+            what it lacks and the driver's Python.
+    """
+    import os
+    import shutil
+
+    from sparkdl.keras.runtime import keras_backend
+    from sparkdl.spark.session import python_exec
+
+    program = python_exec(spark)
+    url = spark.sparkContext.master if program is not None else ""
+    if program is None or not (url == "local" or url.startswith(("local[", "local-cluster["))):
+        return
+    resolved = shutil.which(program) or program
+    if os.path.abspath(resolved) == os.path.abspath(sys.executable):
+        return
+    ships = bool(spark.sparkContext.getConf().get("spark.submit.pyFiles", "")) or any(
+        f.endswith((".zip", ".egg", ".whl", ".py")) for f in (spark.sparkContext.listFiles or []))
+    modules = ["numpy", "pyarrow", "keras", {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}.get(keras_backend(), "keras")]
+    if not ships:
+        modules.insert(0, "sparkdl")
+    key = (resolved, tuple(modules))
+    if key in _PYTHONS_OK:
+        return
+    problem = python_problem(resolved, list(dict.fromkeys(modules)))
+    if problem is None:
+        _PYTHONS_OK.add(key)
+        return
+    raise errors.ConfigError(
+        "the executors' Python must have sparkdl and its dependencies installed, as the driver's: set PYSPARK_PYTHON to such "
+        f"a Python before the SparkSession starts (its SparkContext reads it once), e.g. PYSPARK_PYTHON={sys.executable}, "
+        f"or spark.pyspark.python with spark-submit. Checked before any job: master {url} runs its Python workers with "
+        f"{program!r}, which {problem}; the driver runs {sys.executable} (Python {sys.version.split()[0]}). "
+        f"Received: PYSPARK_PYTHON={os.environ.get('PYSPARK_PYTHON')!r} now, {program!r} when the SparkContext started"
+    )
+
+
 def executors_python(spark: SparkSession, timeout_s: float = 60.0) -> str | None:
     """``"<sys.executable> (Python <version>)"`` of an executor's Python worker, from a one-task job
     whose function needs nothing but pyspark there; None on Spark Connect or when the job fails or
@@ -227,10 +351,16 @@ def _first_line(text: str) -> str:
 
 def _reason(text: str) -> str:
     """Spark's abort reason plus the task's last Python exception (with up to two following lines,
-    where TensorFlow puts the detail), if any."""
+    where TensorFlow puts the detail), if any. The abort reason is the line that says "Job
+    aborted", else the deepest Spark cause that is not a wrapper ("Exception thrown in
+    awaitResult:", a py4j call's first line), else the first line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    abort = next((line for line in lines if "Job aborted" in line or "SparkException" in line), _first_line(text))
-    reason = abort[:600]
+    abort = next((line for line in lines if "Job aborted" in line), None)
+    if abort is None:
+        causes = [line for line in lines if ("SparkException" in line or line.startswith("Caused by:")) and not _WRAPPER.search(line)]
+        plain = [line for line in lines if not _WRAPPER.search(line) and not line.startswith("at ")]
+        abort = causes[-1] if causes else plain[0][:500] if plain else _first_line(text)
+    reason = abort.removeprefix("Caused by: ")[:600]
     raised = [i for i, line in enumerate(lines) if re.match(r"^[\w.]+(Error|Exception|Exit)\b:?", line) and not line.startswith("at ")]
     if raised:
         i = raised[-1]
@@ -285,7 +415,11 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
     if "error" in outcome:
         error = outcome["error"]
         executors = executors_python(spark) if explain_imports and is_import_failure(error) else None
-        mapped = task_error(error, description, executors)
+        try:
+            url, max_failures = master_url(spark), conf_get(spark, "spark.task.maxFailures")
+        except Exception:  # noqa: BLE001 - a stopped session: the message goes without the retries
+            url, max_failures = None, None
+        mapped = task_error(error, description, executors, url or None, max_failures)
         if mapped is error:
             raise error
         raise mapped from error

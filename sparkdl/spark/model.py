@@ -214,6 +214,9 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         return info, info.infer_task(self.getTask())
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
+        from sparkdl.spark.data import check_dataframe
+
+        check_dataframe(dataset, "KerasModel.transform")  # a pandas DataFrame: say how to make a Spark one
         self._require_model("transform")
         info, task = self._loss_and_task()
         columns = OutputColumns(
@@ -253,7 +256,7 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
             ``{"accuracy": 0.75, "loss": 0.5423}``.
 
         Raises:
-            ConfigError: an empty KerasModel; a model without a loss (``fromKeras`` of an uncompiled
+            ConfigError: ``df`` is not a Spark DataFrame; an empty KerasModel; a model without a loss (``fromKeras`` of an uncompiled
                 model: pass ``loss=``); a ``batchSize`` that is not a positive integer; compile
                 arguments that do not fit these labels. All before any Spark job.
             SchemaError: a missing or mistyped feature, label or weight column, or an output without a
@@ -261,8 +264,10 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
                 range, negative weights or no rows (the check job, before the evaluation job).
             WorkerError: the evaluation job failed on an executor.
         """
+        from sparkdl.spark.data import check_dataframe
         from sparkdl.spark.evaluate import evaluate
 
+        check_dataframe(df, "KerasModel.evaluate")
         self._require_model("evaluate")
         if not self.isDefined(self.loss):
             raise ConfigError(

@@ -102,6 +102,13 @@ def _megabytes(spec: ParamSpec, value):
     return value
 
 
+def _rate(spec: ParamSpec, value):
+    value = _number(spec, value)
+    if not value > 0 or math.isinf(value):
+        raise ConfigError(f"{spec.name} must be a finite number > 0, or None. Received: {spec.name}={value!r}")
+    return value
+
+
 def _workers(spec: ParamSpec, value):
     """An int count (kept an int) or a float fraction (kept a float): the type carries the meaning."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -199,6 +206,7 @@ CONVERTERS: dict[str, Callable] = {
     "fraction": _fraction,
     "rows?": _optional(_rows),
     "megabytes?": _optional(_megabytes),
+    "rate?": _optional(_rate),
     "workers?": _optional(_workers),
     "features_cols": _optional(_columns),
     "label_cols": _optional(_named_columns),
@@ -345,11 +353,21 @@ class KerasSharedParams(_SharedBase, _SharedSetters):
         return max(self.getBatchSize(), min(INFERENCE_BATCH_MAX, INFERENCE_BATCH_BYTES // max(1, row_bytes)))
 
     def _compile_spec(self):
-        """The :class:`~sparkdl.keras.spec.CompileSpec` of every kept compile Param (``loss`` must be defined)."""
-        from sparkdl.keras.spec import CompileSpec, frozen_metrics
+        """The :class:`~sparkdl.keras.spec.CompileSpec` of every kept compile Param (``loss`` must be
+        defined), its optimizer's learning rate set to ``learningRate`` when that is not None
+        (:func:`~sparkdl.keras.spec.with_learning_rate`, as the job config's ``fit.learning_rate``).
 
+        Raises:
+            ConfigError: an optimizer Keras cannot resolve, with ``learningRate`` set.
+        """
+        from sparkdl.keras.spec import CompileSpec, frozen_metrics, with_learning_rate
+
+        optimizer = self.getOrDefault("optimizer")
+        learning_rate = self.getOrDefault("learningRate") if self.hasParam("learningRate") else None
+        if learning_rate is not None:
+            optimizer = with_learning_rate(optimizer, learning_rate)
         return CompileSpec(
-            self.getOrDefault("optimizer"), self.getOrDefault("loss"), frozen_metrics(self.getOrDefault("metrics")),
+            optimizer, self.getOrDefault("loss"), frozen_metrics(self.getOrDefault("metrics")),
             frozen_metrics(self.getWeightedMetrics()), self.getLossWeights(), self.getJitCompile(),
         )
 

@@ -43,12 +43,15 @@ memory, so overwriting the path it was loaded from is safe.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
@@ -260,9 +263,68 @@ def download_file(path: str, local: str, spark) -> bool:
     return _files(spark).download(path, local)
 
 
+#: the name of a driver-local scratch folder (a file on its way to or from the session's filesystem) starts
+#: with this, then the pid of the process that made it: ``sparkdl-io-<pid>-<random>``
+SCRATCH_PREFIX = "sparkdl-io-"
+_SCRATCH_NAME = re.compile(rf"^{re.escape(SCRATCH_PREFIX)}([0-9]+)-")
+
+
+@contextlib.contextmanager
+def scratch_folder() -> Iterator[str]:
+    """A driver-local temporary folder named after this process (:data:`SCRATCH_PREFIX`), removed
+    when the block ends; a driver killed inside the block (while it writes a snapshot: the whole
+    state's bytes) leaves it behind for :func:`remove_scratch_leftovers`."""
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as tmp:
+        yield tmp
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: is there such a process (POSIX only: on Windows it would send CTRL_C_EVENT)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process (EPERM), or a question the system does not answer: keep its folder
+        return True
+    return True
+
+
+def remove_scratch_leftovers(folder: str | None = None) -> list[str]:
+    """Remove the scratch folders (:func:`scratch_folder`) of processes that are gone: a driver killed
+    while it wrote a snapshot or a model left the bytes there (108 MB for a 9M-parameter Adam state),
+    and no later run would. A folder of a live process (another driver on this machine, this one) is
+    kept; nothing is removed where the system cannot tell (not POSIX).
+
+    Args:
+        folder: where to look; default the driver's temporary folder (``tempfile.gettempdir()``).
+
+    Returns:
+        The paths removed.
+    """
+    if os.name != "posix":
+        return []
+    folder = folder or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        found = _SCRATCH_NAME.match(entry.name)
+        if found is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(found.group(1))
+        if pid == os.getpid() or _process_alive(pid):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.exists(entry.path):
+            removed.append(entry.path)
+    return removed
+
+
 def write_bytes(path: str, data: bytes, spark) -> None:
-    """Write ``data`` to ``path`` through the session's filesystem (via a driver-local temporary file)."""
-    with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
+    """Write ``data`` to ``path`` through the session's filesystem (via a driver-local temporary file,
+    in a :func:`scratch_folder`)."""
+    with scratch_folder() as tmp:
         local = os.path.join(tmp, "data")
         with open(local, "wb") as f:
             f.write(data)
@@ -271,7 +333,7 @@ def write_bytes(path: str, data: bytes, spark) -> None:
 
 def read_bytes(path: str, spark) -> bytes | None:
     """The bytes of the file at ``path`` read through the session's filesystem, or ``None`` when no file is there."""
-    with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
+    with scratch_folder() as tmp:
         local = os.path.join(tmp, "data")
         if not download_file(path, local, spark):
             return None
@@ -460,7 +522,7 @@ class KerasStageWriter(MLWriter):
         root = path.rstrip("/")
         spec = self.instance._spec
         if spec is not None:
-            with tempfile.TemporaryDirectory(prefix="sparkdl-") as tmp:
+            with scratch_folder() as tmp:
                 local = os.path.join(tmp, MODEL_FILE)
                 spec.to_keras_file(local)
                 upload_file(local, f"{root}/{MODEL_FILE}", self.sparkSession)

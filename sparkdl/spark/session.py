@@ -129,6 +129,14 @@ def master(spark) -> str:
     return conf_get(spark, "spark.master", "") or ""
 
 
+def python_exec(spark) -> str | None:
+    """The program the session's Python workers run (``SparkContext.pythonExec``: ``PYSPARK_PYTHON``
+    when the context started, else ``python3``), or None on Spark Connect (the server decides)."""
+    if is_connect(spark):
+        return None
+    return getattr(spark.sparkContext, "pythonExec", None)
+
+
 def local_mode(spark) -> bool:
     """Whether the master is ``local`` (``local``, ``local[N]``, ``local[N,F]``, ``local[*]``): task
     slots fixed for the session, no executors to come or go (``local-cluster`` is not)."""

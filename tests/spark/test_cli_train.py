@@ -124,5 +124,7 @@ def test_a_shipped_config_copied_out_with_its_data_runs_from_another_directory(s
     run = tmp_path / "elsewhere" / "runs" / "mnist_quick"
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["train_rows"] == 64 and metrics["rounds"] == 1
-    optimizer = KerasModel.load(str(run / "model")).getOptimizer()
+    loaded = KerasModel.load(str(run / "model"))
+    optimizer = loaded.getOptimizer()
     assert optimizer["class_name"].lower() == "adam" and optimizer["config"]["learning_rate"] == pytest.approx(0.01)
+    assert loaded.getLearningRate() == pytest.approx(0.01)  # the learningRate Param, saved with the model

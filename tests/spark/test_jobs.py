@@ -71,6 +71,68 @@ def test_a_killed_python_worker_becomes_a_worker_error_naming_round_and_setting(
     message = str(info.value)
     assert "round 1/1" in message and "Python worker died" in message and "spark.executor.pyspark.memory" in message
     assert "Py4JJavaError" not in type(info.value).__name__
+    # local[2] runs a task once: the advice is local[N,F], not spark.task.maxFailures (issue 31)
+    assert "the task ran 1 time: a local[2] master runs each task once, without retries" in message
+    assert "the master local[2,4] gives each task 4 attempts" in message and "raise it (e.g. --conf" not in message
+    assert "Job aborted due to stage failure" in message and "awaitResult" not in message
+
+
+# Spark's failure text as a thread's job raises it: the cause below a wrapper line (issue 31).
+AWAIT_RESULT = """An error occurred while calling o1234.toArrow.
+: org.apache.spark.SparkException: Exception thrown in awaitResult: 
+	at org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)
+	at org.apache.spark.util.ThreadUtils$.awaitResult(ThreadUtils.scala:310)
+Caused by: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 7.0 failed {n} times, most \
+recent failure: Lost task 1.3 in stage 7.0 (TID 12) (10.0.0.7 executor 2): org.apache.spark.SparkException: Python worker \
+exited unexpectedly (crashed)
+	at org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:612)
+"""
+
+
+def _spark_failure(text):
+    from pyspark.errors.exceptions.connect import PythonException
+
+    return PythonException(message=text)
+
+
+@pytest.mark.parametrize("master, max_failures, n, advice", [
+    ("local[2]", None, 1, "the task ran 1 time: a local[2] master runs each task once, without retries (spark.task.maxFailures "
+                          "does not apply to local masters); the master local[2,4] gives each task 4 attempts"),
+    ("local", "8", 1, "the task ran 1 time: a local master runs each task once, without retries (spark.task.maxFailures does "
+                      "not apply to local masters); the master local[1,4] gives each task 4 attempts"),
+    ("local[*,3]", None, 3, "the task ran 3 times: the master local[*,3] gives each task 3 attempts; raise its second number "
+                            "for more (spark.task.maxFailures does not apply to local masters)"),
+    ("yarn", None, 4, "the task ran 4 times: spark.task.maxFailures=4 attempts per task; raise it (e.g. --conf "
+                      "spark.task.maxFailures=8) for more"),
+    ("local-cluster[2,1,1024]", "6", 6, "the task ran 6 times: spark.task.maxFailures=6 attempts per task; raise it"),
+])
+def test_a_spent_retries_message_gives_each_masters_setting_and_keeps_sparks_cause(master, max_failures, n, advice):
+    from sparkdl.spark.jobs import task_error
+
+    text = AWAIT_RESULT.format(n=n)
+    error = task_error(_spark_failure(text), "sparkdl fit 1a2b: round 3/8", master=master, max_failures=max_failures)
+    message = str(error)
+    assert isinstance(error, WorkerError)
+    assert message.startswith("sparkdl fit 1a2b: round 3/8 failed: a Python worker died (killed by a signal")
+    assert f"; {advice}" in message
+    assert (f"Received: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 7.0 failed {n} "
+            "time") in message
+    assert "awaitResult" not in message
+
+
+def test_a_failure_without_an_abort_line_keeps_its_deepest_cause_not_the_wrapper():
+    from sparkdl.spark.jobs import task_error
+
+    text = ("An error occurred while calling o88.collectToPython.\n: org.apache.spark.SparkException: Exception thrown in "
+            "awaitResult: \n\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)\n"
+            "Caused by: org.apache.spark.SparkException: Checkpoint block rdd_7_1 not found! Either the executor that "
+            "originally checkpointed this partition is no longer alive\n\tat org.apache.spark.rdd.X.compute(X.scala:1)\n")
+    message = str(task_error(_spark_failure(text), "sparkdl fit 1a2b: round 2/8", master="yarn"))
+    assert message.startswith("sparkdl fit 1a2b: round 2/8 failed on an executor; the task's attempts were spent: "
+                              "spark.task.maxFailures=4 attempts per task")
+    assert message.endswith("Received: org.apache.spark.SparkException: Checkpoint block rdd_7_1 not found! Either "
+                            "the executor that originally checkpointed this partition is no longer alive")
+    assert str(task_error(_spark_failure(text), "job")).startswith("job failed on an executor. Received: ")  # no master: no advice
 
 
 def _slow_fit(spark):

@@ -66,7 +66,7 @@ DEFAULTS_BEFORE = {
 # A value of the wrong type for each kind of Param (a kind without one fails test_every_kind_has_a_wrong_value).
 WRONG = {
     "int": "2x", "int?": "2x", "float": "1.5x", "float?": "1.5x", "bool": "yes", "bool?": "yes", "str": 12, "str?": 12,
-    "choice": 12, "fraction": "a tenth", "rows?": "many", "megabytes?": "2 GB", "workers?": "1", "features_cols": 12,
+    "choice": 12, "fraction": "a tenth", "rows?": "many", "megabytes?": "2 GB", "rate?": "fast", "workers?": "1", "features_cols": 12,
     "label_cols": 12, "output_cols": 12, "decoders": 12, "class_weight": "x", "optimizer": 12, "loss": 12, "metrics": 12,
     "loss_weights": "heavy", "jit_compile": "yes",
 }
@@ -103,6 +103,8 @@ def test_a_value_of_the_wrong_type_raises_config_error_naming_the_param(spec):
     ("validationSplit", 1.5, "validationSplit must be a fraction in [0, 1). Received: validationSplit=1.5"),
     ("maxTaskMemoryMB", 0, "maxTaskMemoryMB must be > 0 (MB), a finite number. Received: maxTaskMemoryMB=0.0"),
     ("lossWeights", "heavy", "lossWeights: loss_weights must hold finite numbers. Received: 'heavy'"),
+    ("learningRate", 0, "learningRate must be a finite number > 0, or None. Received: learningRate=0.0"),
+    ("learningRate", "fast", "learningRate must be None or a finite number > 0. Received: learningRate='fast'"),
 ])
 def test_converter_messages_state_the_rule_then_what_was_received(name, value, message):
     with pytest.raises(ConfigError) as info:
@@ -137,7 +139,9 @@ def test_params_are_pyspark_params_with_the_old_accessors_and_defaults():
     assert ESTIMATOR_ACCESSORS_BEFORE <= set(dir(KerasEstimator))
     assert MODEL_ACCESSORS_BEFORE <= set(dir(KerasModel))
     added = {"checkpointDir": None, "checkpointEvery": None, "dataTimeout": 86400.0, "serverTls": True, "serverCertFile": None,
-             "serverKeyFile": None, "padValue": 0.0}  # issue 21's Params, after the declaration moved; issue 23's padValue
+             "serverKeyFile": None, "padValue": 0.0,  # issue 21's Params, after the declaration moved; issue 23's padValue
+             "keepLocalOptimizer": False, "outerLearningRate": 0.7, "outerMomentum": 0.9,  # backend sharded's
+             "learningRate": None}  # issue 31's
     assert {p.name: est.getOrDefault(p) for p in est.params if est.hasDefault(p)} == {**DEFAULTS_BEFORE, **added}
     assert sorted(p.name for p in est.params) == sorted(p.name for p in model.params) == sorted(BY_NAME)
     assert not est.isDefined("loss")
@@ -161,7 +165,7 @@ def test_unknown_keyword_is_refused_naming_the_closest():
         KerasEstimator(numWorker=4)
     with pytest.raises(ConfigError, match=r"Did you mean 'initialModel'\?"):
         KerasEstimator().setParams(initialModle=None)
-    with pytest.raises(TypeError, match="forces keyword arguments"):
+    with pytest.raises(TypeError, match=r"^KerasEstimator takes keyword arguments only"):  # still a TypeError
         KerasEstimator(None)
 
 
@@ -242,12 +246,33 @@ def test_a_fitted_model_carries_its_estimators_params_also_after_save_and_load(s
     assert loaded.copy().getEpochs() == 2
 
 
-def test_cross_validator_best_model_reports_its_grid_point(spark, rows):
-    est = _estimator(numWorkers=1)
-    grid = ParamGridBuilder().addGrid(est.epochs, [1, 4]).build()
+def _recorded_learning_rate(fitted) -> float:
+    """The learning rate held in a fitted model's optimizer state (its ``learning_rate`` variable)."""
+    model = fitted.getKerasModel()
+    optimizer = keras.optimizers.get(fitted.getOptimizer())
+    optimizer.build(model.trainable_variables)
+    index = [v.path.rsplit("/", 1)[-1] for v in optimizer.variables].index("learning_rate")
+    return float(np.asarray(fitted.optimizerState[index]))
+
+
+def test_a_learning_rate_grid_in_cross_validator_reaches_every_replica_and_the_best_models_state(spark):
+    """Issue 31 item 5: learningRate is a Param, so CrossValidator tunes it (the docs' tuning page shows
+    this grid); each fit's replicas train with it and the fitted optimizer state records it (2 workers:
+    a replica left at SGD's own 0.01 would pull the averaged rate away from the grid's)."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 2))
+    df = spark.createDataFrame([(x[i].tolist(), float(x[i] @ [2.0, -1.0])) for i in range(48)], "x array<double>, y double")
+    est = KerasEstimator(model=_linear(), optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", batchSize=4,
+                         numWorkers=2, epochs=1, verbose=0)
+    grid = ParamGridBuilder().addGrid(est.learningRate, [0.001, 0.1]).build()
     evaluator = RegressionEvaluator(labelCol="y", predictionCol="prediction", metricName="rmse")
-    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=7).fit(rows)
+    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, evaluator=evaluator, numFolds=2, seed=7).fit(df)
+    assert abs(cv.avgMetrics[0] - cv.avgMetrics[1]) > 0.1 * max(cv.avgMetrics)  # the rate changed what was learned
     best = int(np.argmin(cv.avgMetrics))  # rmse: smaller is better
-    assert cv.bestModel.getOrDefault("epochs") == grid[best][est.epochs]
-    assert cv.bestModel.getEpochs() in (1, 4) and cv.bestModel.getNumWorkers() == 1
-    assert len(cv.bestModel.history["loss"]) == cv.bestModel.getEpochs()
+    assert grid[best][est.learningRate] == 0.1  # 6 SGD steps at 0.001 barely move the weights
+    fitted = cv.bestModel  # refitted on all rows with the best map: it reports its grid point
+    assert fitted.getOrDefault("learningRate") == grid[best][est.learningRate] and est.getLearningRate() is None
+    assert fitted.getNumWorkers() == 2 and len(fitted.history["loss"]) == fitted.getEpochs() == 1
+    assert _recorded_learning_rate(fitted) == pytest.approx(0.1)
+    assert fitted.getOptimizer()["config"]["learning_rate"] == pytest.approx(0.1)  # the optimizer that trained
+    assert fitted._compile_spec().optimizer["config"]["learning_rate"] == pytest.approx(0.1)  # evaluate and initialModel see it

@@ -130,14 +130,27 @@ def test_diverging_training_fails_loudly_instead_of_returning_nan_weights(spark)
         est.fit(df)
 
 
-def test_more_workers_than_rows_warns_and_trains(spark):
-    df = spark.createDataFrame([([1.0], 2.0), ([2.0], 4.0), ([3.0], 6.0)], "x array<float>, y double")
+def test_more_workers_than_rows_and_zero_one_labels_under_mse_warn_with_the_fits_own_counts(spark):
+    """Issue 31: the empty workers are counted on the partitions trained (round-robin over 4 partitions
+    from 2 input partitions left 2 of 4 empty where "workers - rows" said 1); labels all 0/1 under a
+    regression loss warn, after the check job counted them, that a classifier's loss is probably meant."""
+    df = spark.createDataFrame([([1.0], 0.0), ([2.0], 1.0), ([3.0], 1.0)], "x array<float>, y double")
     est = KerasEstimator(model=_linear(), optimizer=keras.optimizers.SGD(LR), loss="mse", featuresCol="x", labelCol="y",
                          numWorkers=4, epochs=1, batchSize=4, verbose=0)
-    with pytest.warns(UserWarning, match="numWorkers=4 is larger than the 3 rows"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         fitted = est.fit(df)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     rows = fitted.fitInfo["partition_rows"]
     assert len(rows) == 4 and sum(rows) == 3 and rows.count(0) >= 1
+    empty = [m for m in messages if "no rows to train on" in m]
+    assert empty == [f"{rows.count(0)} of numWorkers=4 workers will have no rows to train on (the input's 3 rows went to "
+                     f"{4 - rows.count(0)} partitions): lower numWorkers"]
+    zero_one = [m for m in messages if "holds only 0 and 1" in m]
+    assert len(zero_one) == 1 and zero_one[0].startswith("label column 'y' holds only 0 and 1, and loss 'mean_squared_error' "
+                                                         "is a regression loss: a classifier's loss is probably meant")
+    assert "BinaryClassificationEvaluator needs" in zero_one[0] and "rawPrediction" in zero_one[0]
+    assert "rawPrediction" not in fitted.transform(df).columns  # what the warning says
 
 
 def test_a_seeded_fit_on_a_shuffled_input_repeats_exactly(spark):

@@ -154,3 +154,46 @@ def test_checkpoint_dir_on_sharded_each_owner_writes_its_slice_and_resumes_equal
         _estimator(settings, checkpointDir=str(tmp_path / "again"), callbacks=[Crash()]).fit(df)
     on_ps = _estimator({**settings, "backend": "ps"}, checkpointDir=str(tmp_path / "again")).fit(df)
     _assert_equal_fits(on_ps, whole)
+
+
+KILLED_MID_WRITE = r"""
+import os, signal, sys
+from sparkdl.spark.persistence import scratch_folder
+with scratch_folder() as folder:  # as write_bytes stages a snapshot's bytes before they go up
+    with open(os.path.join(folder, "data"), "wb") as f:
+        f.write(b"\0" * 1_000_000)
+    print(folder, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the driver killed mid-write
+"""
+
+
+def test_a_resumed_run_removes_the_snapshot_bytes_a_killed_driver_left_in_its_temp_folder(spark, tmp_path, monkeypatch):
+    """Issue 31 item 14: a driver killed while writing a snapshot left its bytes in the driver's temp
+    folder (108 MB for a 9M-parameter Adam state), never removed. The store of the next run removes the
+    scratch folders of processes that are gone, and keeps those of live ones (another driver's)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from sparkdl.spark import persistence
+    from sparkdl.spark.training.checkpoint import FitStateStore
+    from tests.conftest import ROOT
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch), PYTHONPATH=ROOT)
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE], env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9
+    left = killed.stdout.strip()
+    assert os.path.getsize(os.path.join(left, "data")) == 1_000_000 and os.path.dirname(left) == str(scratch)
+    mine = scratch / f"{persistence.SCRATCH_PREFIX}{os.getpid()}-live"  # this driver's, in use
+    mine.mkdir()
+    other = scratch / "sparkdl-train-abc"  # not a scratch folder: not ours to judge
+    other.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    FitStateStore(spark, str(tmp_path / "checkpoints"))  # what the resumed fit builds for its checkpointDir
+    assert sorted(p.name for p in scratch.iterdir()) == sorted([mine.name, other.name])
+    persistence.write_bytes(str(tmp_path / "checkpoints" / "x.bin"), b"abc", spark)  # a write leaves nothing either
+    assert persistence.read_bytes(str(tmp_path / "checkpoints" / "x.bin"), spark) == b"abc"
+    assert sorted(p.name for p in scratch.iterdir()) == sorted([mine.name, other.name])

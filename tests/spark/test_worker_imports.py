@@ -1,7 +1,8 @@
 """A task that cannot import a module says which setting ships it and which Python ran: a decoder's
 module missing on the executors (here: on the driver's sys.path only) names the module, --py-files /
 addPyFile and the executor's sys.executable; sparkdl missing in the executors' Python (a real session
-whose PYSPARK_PYTHON is a bare virtualenv) names PYSPARK_PYTHON / spark.pyspark.python and that Python."""
+whose PYSPARK_PYTHON is a bare virtualenv) names PYSPARK_PYTHON / spark.pyspark.python and that Python,
+before any job on a local master."""
 
 import json
 import os
@@ -104,7 +105,7 @@ json.dump(out, open(sys.argv[1], "w"))
 
 
 @pytest.mark.slow  # a second JVM and a TensorFlow import: 64 s measured on 2 shared, loaded cores
-def test_a_session_whose_executors_run_a_python_without_sparkdl_says_to_set_pyspark_python(tmp_path):
+def test_a_session_whose_executors_run_a_python_without_sparkdl_says_to_set_pyspark_python_before_any_job(tmp_path):
     venv.create(tmp_path / "bare", with_pip=False)  # this Python's version, none of its packages
     bare = str(tmp_path / "bare" / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
@@ -114,11 +115,12 @@ def test_a_session_whose_executors_run_a_python_without_sparkdl_says_to_set_pysp
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     raised = json.loads(out.read_text())
-    assert raised["type"] == "WorkerError"
+    assert raised["type"] == "ConfigError"  # a local master's Python workers: checked before any job (issue 31)
     message = raised["message"]
     assert len(message.splitlines()) == 1
     assert message.startswith("the executors' Python must have sparkdl and its dependencies installed, as the driver's: "
-                              "set PYSPARK_PYTHON or spark.pyspark.python to such a Python on every executor")
-    version = sys.version.split()[0]
-    assert f"an executor cannot import 'sparkdl'; an executor runs {bare} (Python {version}); the driver runs {sys.executable}" in message
-    assert message.endswith("ModuleNotFoundError: No module named 'sparkdl'")
+                              "set PYSPARK_PYTHON to such a Python before the SparkSession starts")
+    minor = "%d.%d" % sys.version_info[:2]
+    assert (f"master local[1] runs its Python workers with {bare!r}, which cannot import sparkdl, numpy, pyarrow, keras, "
+            f"tensorflow ({bare}, Python {minor}); the driver runs {sys.executable}") in message
+    assert message.endswith(f"Received: PYSPARK_PYTHON={bare!r} now, {bare!r} when the SparkContext started")

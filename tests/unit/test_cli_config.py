@@ -71,7 +71,7 @@ def test_unknown_fit_key_is_named_with_its_section_the_closest_key_and_all_valid
     assert "fit.epocs" in msg and "section 'fit'" in msg
     assert "Did you mean 'epochs'?" in msg
     listed = msg.split("Valid keys of section 'fit': ")[1].split(". Received")[0].split(", ")
-    assert listed == list(SCHEMA["fit"].keys)  # every valid key (the Params and learning_rate), in schema order
+    assert listed == list(SCHEMA["fit"].keys)  # every valid key (the Params' keys), in schema order
     assert path in msg
 
 
@@ -572,6 +572,7 @@ def test_fit_learning_rate_is_the_optimizers(tmp_path, optimizer, factory, expec
     assert spec["class_name"] == expected[0] and spec["config"]["learning_rate"] == 0.05
     assert expected[1].items() <= spec["config"].items()  # the optimizer's other settings kept
     assert estimator.getBlockLearningRate() == 0.7  # BMUF's own rate, apart
+    assert estimator.getLearningRate() == 0.05 and estimator.isSet("learningRate")  # the Param, one mechanism with the API
 
     import keras
 
@@ -582,3 +583,40 @@ def test_fit_learning_rate_is_the_optimizers(tmp_path, optimizer, factory, expec
 def test_fit_learning_rate_must_be_a_number(tmp_path):
     with pytest.raises(ConfigError, match=r"fit\.learning_rate must be float or null"):
         load_config(write_config(tmp_path, with_fit(learning_rate="fast")))
+
+
+CHECK_WITHOUT_KERAS = r"""
+import contextlib, io, json, sys
+from sparkdl.cli.train import main
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    status = main(["--config", sys.argv[1], *sys.argv[2:]])
+loaded = sorted(m for m in ("tensorflow", "keras", "pyspark", "jax", "torch") if m in sys.modules)
+print(json.dumps({"status": status, "stderr": err.getvalue(), "loaded": loaded}))
+"""
+
+
+@pytest.mark.parametrize("case", ["yaml typo", "no config file", "no data file"])
+def test_check_reports_config_errors_before_importing_tensorflow(tmp_path, case):
+    """Issue 31: `sparkdl-train --check` of a typo took 8-12 s, TensorFlow's import, before saying so;
+    a run (no --check: --check accepts data paths this machine does not have) of a missing data file too."""
+    import subprocess
+
+    config = json.loads(json.dumps(BASE))
+    config["data"]["train"] = os.path.join(ROOT, "data", "mnist10k", "train.parquet")
+    config["data"]["test"] = os.path.join(ROOT, "data", "mnist10k", "test.parquet")
+    if case == "yaml typo":
+        config["fit"]["epocs"] = 2
+    if case == "no data file":
+        config["data"]["train"] = str(tmp_path / "nothere.parquet")
+    path = write_config(tmp_path, config) if case != "no config file" else str(tmp_path / "absent.yaml")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    check = [] if case == "no data file" else ["--check"]
+    result = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_KERAS, path, *check], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = {"yaml typo": "unknown key fit.epocs in section 'fit' of the job config. Did you mean 'epochs'?",
+                "no config file": "cannot read the job config", "no data file": "data.train: no file or folder at"}[case]
+    assert out["status"] == 2 and expected in out["stderr"] and out["stderr"].startswith("sparkdl-train: error: ")
+    assert out["loaded"] == []  # reported before TensorFlow (and Keras, Spark) were imported

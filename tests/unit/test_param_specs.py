@@ -76,7 +76,8 @@ def test_compression_choices_are_the_core_ones():
 def test_config_fit_and_data_keys_come_from_the_declarations():
     fit, data = SCHEMA["fit"].keys, SCHEMA["data"].keys
     assert [k for k, key in fit.items() if key.param] == [spec.key for spec in PARAMS if spec.config == "fit"]
-    assert [k for k, key in fit.items() if not key.param] == ["learning_rate"]  # the optimizer's rate: no Param
+    assert [k for k, key in fit.items() if not key.param] == []  # learning_rate too is a Param's key (learningRate)
+    assert fit["learning_rate"].param == "learningRate" and list(fit).index("learning_rate") == list(fit).index("optimizer") + 1
     assert [k for k, key in data.items() if key.param] == [spec.key for spec in PARAMS if spec.config == "data"]
     for section in (fit, data):
         for key, k in section.items():

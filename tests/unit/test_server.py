@@ -635,3 +635,63 @@ def test_the_location_advertises_another_address_than_the_bound_one():
             assert c.pull()[0] == 0
     with pytest.raises(ConfigError, match="advertise must be a non-empty string"):
         ParameterServer(_initial(), DownpourRule(), advertise="")
+
+
+# ---------------------------------------------------------------------------- bounds (issue 31)
+def test_a_token_holder_cannot_push_past_the_fits_slots_or_supersede_a_workers_real_attempts():
+    """Marked, a push of seq 10**9 dropped every real push of its worker as a duplicate, and one of a
+    far-ahead attempt every real one as superseded: both are refused now, and the real pushes apply."""
+    with ParameterServer(_initial(), DownpourRule(), names=NAMES, workers=2, max_seq=4) as srv:
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+            with pytest.raises(ServerError, match=r"push: seq must be a slot of the fit, in \[0, 4\]\. Received: 1000000000"):
+                _push(c, worker="0", attempt=7, seq=10**9)
+            assert _push(c, worker="0", attempt=7, seq=1)["applied"]  # not a "duplicate" of the refused push
+            far = 7 + (1 << 20) + 1
+            with pytest.raises(ServerError, match=rf"push: attempt must be at most 1048576 above the highest task attempt "
+                                                  rf"heard \(7\)\. Received: {far}"):
+                _push(c, worker="0", attempt=far, seq=2)
+            with pytest.raises(ServerError, match="attempt must be at most"):
+                c.heartbeat(0, attempt=far)
+            assert _push(c, worker="0", attempt=7, seq=2)["applied"]  # not "superseded" by the refused attempt
+            assert _push(c, worker="1", attempt=9, seq=4)["applied"]  # the last slot, a retry's higher attempt: fine
+            assert srv.marks() == {"0": [7, 2], "1": [9, 4]} and srv.version == 3
+            assert srv.contacts()["0"]["attempt"] == 7
+
+
+def test_a_token_holder_cannot_register_worker_ids_beyond_the_fits_partitions():
+    with ParameterServer(_initial(), DownpourRule(), names=NAMES, workers=2, max_seq=4) as srv:
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+            for worker in ("2", "w0", "01", "-1", "1" * 200):
+                with pytest.raises(ServerError, match=r"heartbeat: worker must be one of the fit's 2 partitions, '0' to '1'"):
+                    c.heartbeat(worker, attempt=1)
+            with pytest.raises(ServerError, match="progress: worker must be one of the fit's 2 partitions"):
+                c.progress("5")
+            with pytest.raises(ServerError, match="push: worker must be one of the fit's 2 partitions"):
+                _push(c, worker="5", seq=1)
+            with pytest.raises(ServerError, match=r"ticket local:<worker>: worker must be one of the fit's 2 partitions"):
+                c.pull_local("9")
+            c.heartbeat(1, attempt=3)
+            assert set(srv.contacts()) == {"1"} and srv.marks() == {} and srv.version == 0  # nothing of the others recorded
+    with ParameterServer(_initial(), DownpourRule(), names=NAMES) as srv:  # a server not told the fit: any id, as before
+        with ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+            c.heartbeat("w0", attempt=1)
+            assert _push(c, worker="w0", attempt=10**12, seq=10**9)["applied"]
+
+
+def test_a_plain_server_on_a_non_loopback_address_warns_that_the_token_travels_in_clear():
+    import warnings
+
+    from sparkdl.server.service import is_loopback
+
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost")] == [True] * 5
+    assert [is_loopback(h) for h in ("0.0.0.0", "10.0.0.5", "::", "driver.example.test")] == [False] * 4
+    with pytest.warns(UserWarning, match=r"^parameter server listens on 0\.0\.0\.0:\d+ without TLS \(serverTls=False\): the "
+                                         r"fit's bearer token and the weights travel in clear"):
+        with ParameterServer(_initial(), DownpourRule(), host="0.0.0.0", advertise="127.0.0.1"):
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: loopback, or TLS
+        with ParameterServer(_initial(), DownpourRule(), host="127.0.0.1"):
+            pass
+        with ParameterServer(_initial(), DownpourRule(), host="0.0.0.0", advertise="127.0.0.1", tls=self_signed()):
+            pass

@@ -14,7 +14,8 @@ Two kinds of folders hold them, written the same way (:class:`FitStateStore`):
 Each snapshot is ``snapshot-<round>.arrow`` (the arrays, Arrow IPC), ``snapshot-<round>.json``
 (everything else) and, written last, ``snapshot-<round>.done`` holding the SHA-256 of the first
 two: a snapshot without its marker, or whose bytes do not match it, is ignored (a driver killed
-mid-write). A snapshot of another model, mode, schedule or data is refused, naming the
+mid-write). Such a driver also left the bytes in a driver-local temporary folder; a store removes
+those of processes that are gone (:func:`~sparkdl.spark.persistence.remove_scratch_leftovers`). A snapshot of another model, mode, schedule or data is refused, naming the
 difference (:func:`~sparkdl.core.state.check_identity`).
 
 Workers' own state (1bit/threshold residuals, the optimizer states they keep) is collected into
@@ -125,6 +126,11 @@ class FitStateStore:
 
     def __init__(self, spark, folder: str, keep: int = 2, keep_sliced: bool = False) -> None:
         self.spark, self.folder, self.keep, self.keep_sliced = spark, folder, keep, keep_sliced
+        # Snapshots go up through a driver-local temporary file: a driver killed mid-write left one
+        # (the whole state's bytes) that nothing else removes. The run that resumes does.
+        removed = persistence.remove_scratch_leftovers()
+        if removed:
+            log.info("removed %d temporary folders of killed drivers: %s", len(removed), ", ".join(removed))
 
     def _names(self) -> list[str]:
         """The snapshots with a marker, oldest first."""

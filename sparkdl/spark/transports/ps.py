@@ -199,7 +199,8 @@ class PSTransport:
             self.rule = EpochLedger(self.policy.rule(), config.epochs)
         self.fit = fit
         self.server = ParameterServer(fit.master, self.rule, names=list(job.names), host=self.bind, advertise=self.advertise,
-                                      port=config.server_port, tls=self.identity, local={str(p): v for p, v in fit.local.items()})
+                                      port=config.server_port, tls=self.identity, local={str(p): v for p, v in fit.local.items()},
+                                      workers=job.workers, max_seq=self.total_slots)  # ids and slots of this fit only
         try:
             self.server.start()
         except ServerError as exc:
