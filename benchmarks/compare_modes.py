@@ -6,21 +6,32 @@ workers on ``local[2]``, the same epochs for every mode, one after the other in 
 ``sync``, ``sync`` with each compression (``fp16``, ``1bit``, ``threshold`` with t = 0.01),
 ``bmuf``, ``easgd`` and ``gossip`` (``conf/mnist_cnn_{bmuf,easgd,gossip}.yaml``) and the
 asynchronous modes of backend ``ps`` (``conf/mnist_cnn_{async,hogwild,staleness_aware,ssp}.yaml``),
-as Jin, Yuan, Iandola and Keutzer ("How to scale distributed deep learning?", 2016) compare theirs.
+and the runs of backend ``sharded`` (the state in one slice per worker, owned by the workers' tasks):
+``sharded`` (``sync``, ``conf/mnist_cnn_sharded.yaml``), ``sharded_lean`` (the same with
+``keepLocalOptimizer=True`` and ``compression="fp16"``: each worker puts its fp16 weights alone) and
+``diloco`` (``conf/mnist_cnn_diloco.yaml``: τ = 32 inner Adam steps, an outer Nesterov step η = 0.7,
+μ = 0.9 on the averaged delta, the workers keeping their optimizers), as Jin, Yuan, Iandola and
+Keutzer ("How to scale distributed deep learning?", 2016) compare theirs.
 
 The 2,000 test rows are the fit's ``validationData``, so each epoch's test accuracy comes from
 the history (``val_accuracy``, exact over all test rows) and is plotted against the fit's
 cumulative seconds (``epoch_seconds``) and the update bytes the workers sent (backend ``rounds``:
 ``fitInfo["update_bytes_per_epoch"]``; backend ``ps``: ``bytes_pushed`` per epoch). On ``rounds`` an
 epoch's seconds include its validation job (about 0.5 s); on ``ps`` the epochs are validated after
-the barrier stage, outside the epoch seconds (``fit_s`` includes both).
+the barrier stage, outside the epoch seconds (``fit_s`` includes both). Backend ``sharded`` takes no
+validation data (its workers' tasks hold the state for the whole fit): a driver callback evaluates
+the master on the same 2,000 test rows at each epoch's end (the slices' weights read into the
+driver's model, the accuracy computed in this process) and adds ``val_accuracy`` to the epoch's
+logs, outside the epoch seconds (``fit_s`` includes it; ``eval_s`` says how much); its bytes are
+the contributions the workers put to the slice owners (``fitInfo["worker_bytes_pushed"]``, also
+``bytes_pulled``: what they read back, the all-gather).
 
 Prints one JSON line per mode, e.g. ``{"mode": "bmuf", "compression": null, "test_accuracy": 0.981,
 "fit_s": 40.2, "update_bytes": 123456}``, then a Markdown table, and writes a PNG
 (``--plot``, default ``benchmarks/compare_modes.png``) when matplotlib is installed
 (``pip install matplotlib``; it is not a dependency of sparkdl).
 
-Usage: python benchmarks/compare_modes.py [--epochs 8] [--modes sync,sync_fp16,sync_1bit,...] [--plot PATH]
+Usage: python benchmarks/compare_modes.py [--epochs 8] [--modes sync,sync_fp16,sync_1bit,...,sharded,diloco] [--plot PATH] [--out FILE]
 """
 
 from __future__ import annotations
@@ -44,7 +55,36 @@ RUNS = {  # name -> (config file, extra fit settings)
     "hogwild": ("conf/mnist_cnn_hogwild.yaml", {}),
     "staleness_aware": ("conf/mnist_cnn_staleness_aware.yaml", {}),
     "ssp": ("conf/mnist_cnn_ssp.yaml", {}),
+    "sharded": ("conf/mnist_cnn_sharded.yaml", {}),
+    "sharded_lean": ("conf/mnist_cnn_sharded.yaml", {"keepLocalOptimizer": True, "compression": "fp16"}),
+    "diloco": ("conf/mnist_cnn_diloco.yaml", {}),
 }
+
+
+def test_accuracy_callback(test):
+    """A driver callback adding ``val_accuracy`` (the master's accuracy on the test rows, computed
+    in this process) to each epoch's logs: for backend ``sharded``, which takes no validation data."""
+    import keras
+    import numpy as np
+
+    rows = test.select("pixels", "label").toArrow()
+    x = np.asarray(rows.column("pixels").combine_chunks().flatten(), dtype=np.float32).reshape(rows.num_rows, -1)
+    y = np.asarray(rows.column("label"), dtype=np.int64)
+
+    class TestAccuracy(keras.callbacks.Callback):
+        seconds = 0.0
+
+        def on_epoch_end(self, epoch, logs=None):
+            started = time.perf_counter()
+            predicted = np.concatenate([np.argmax(np.asarray(self.model(x[i : i + 500], training=False)), axis=1)
+                                        for i in range(0, len(x), 500)])
+            accuracy = float(np.mean(predicted == y))
+            if logs is not None:
+                logs["val_accuracy"] = accuracy
+            self.accuracies = [*getattr(self, "accuracies", []), accuracy]
+            self.seconds += time.perf_counter() - started
+
+    return TestAccuracy()
 
 
 def run(spark, name: str, epochs: int) -> dict:
@@ -64,12 +104,24 @@ def run(spark, name: str, epochs: int) -> dict:
         model = build_model(config["model"])
     finally:
         os.chdir(cwd)
+    sharded = params.get("backend") == "sharded"
+    probe = test_accuracy_callback(test) if sharded else None
+    if probe is not None:
+        params["callbacks"] = [*params.get("callbacks", []), probe]
     estimator = KerasEstimator(model=model, featuresCol=data["features_col"], labelCol=data["label_col"], **params)
     started = time.perf_counter()
-    fitted = estimator.fit(train, validationData=test)
+    fitted = estimator.fit(train, validationData=None if sharded else test)
     fit_s = time.perf_counter() - started
-    info, history = fitted.fitInfo, fitted.history
-    per_epoch = info.get("update_bytes_per_epoch") or [int(b) for b in history.get("bytes_pushed", [])]
+    info, history = fitted.fitInfo, dict(fitted.history)
+    extra = {}
+    if sharded:
+        history.setdefault("val_accuracy", probe.accuracies)
+        pushed, pulled = sum(info["worker_bytes_pushed"]), sum(info["worker_bytes_pulled"])
+        per_epoch = [pushed / epochs] * epochs  # the workers count their bytes per fit; a round's are the same in every epoch
+        extra = {"eval_s": round(probe.seconds, 2), "bytes_pulled": pulled, "reported_update_bytes": info.get("update_bytes"),
+                 "keep_local_optimizer": info.get("keep_local_optimizer"), "final_evaluate_accuracy": None}
+    else:
+        per_epoch = info.get("update_bytes_per_epoch") or [int(b) for b in history.get("bytes_pushed", [])]
     seconds, total = [], 0.0
     for s in info["epoch_seconds"]:
         total += s
@@ -78,10 +130,12 @@ def run(spark, name: str, epochs: int) -> dict:
     for b in per_epoch:
         total_bytes += int(b)
         bytes_sent.append(total_bytes)
+    if sharded:  # the fitted model on the test rows, through Spark: the callback's last value, checked
+        extra["final_evaluate_accuracy"] = round(float(fitted.evaluate(test)["accuracy"]), 4)
     return {
         "mode": estimator.getMode(), "run": name, "compression": estimator.getCompression(), "backend": info["backend"],
         "test_accuracy": round(history["val_accuracy"][-1], 4), "fit_s": round(fit_s, 2), "update_bytes": total_bytes,
-        "epochs": epochs, "curve": {"seconds": seconds, "bytes": bytes_sent, "test_accuracy": [round(a, 4) for a in history["val_accuracy"]]},
+        "epochs": epochs, "rounds": info["rounds"], **extra, "curve": {"seconds": seconds, "bytes": bytes_sent, "test_accuracy": [round(a, 4) for a in history["val_accuracy"]]},
     }
 
 
@@ -119,6 +173,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--modes", default=",".join(RUNS))
     parser.add_argument("--plot", default=os.path.join(ROOT, "benchmarks", "compare_modes.png"))
+    parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
@@ -131,6 +186,9 @@ def main() -> None:
         result = run(spark, name, args.epochs)
         results.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "curve"}), flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps({"benchmark": "compare_modes", **result}) + "\n")
     spark.stop()
     drawn = plot(results, args.plot)
     print(json.dumps({"summary": True, "plot": args.plot if drawn else None, "curves": {r["run"]: r["curve"] for r in results}}))

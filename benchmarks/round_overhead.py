@@ -2,7 +2,9 @@
 
 For each model size (an MLP ``784 → h → 10`` with ``h`` chosen for about 1M, 10M or 100M float32
 parameters, Adam, or SGD with ``--optimizer sgd``) and each backend of ``--backends`` (``rounds``: a Spark job per round; ``ps``: the
-parameter server, no job per round), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on
+parameter server, no job per round; ``sharded``: the state in one slice per worker, owned by the workers' long-lived tasks, the
+driver coordinating, no job per round; ``sharded_lean``: ``sharded`` with ``keepLocalOptimizer=True`` and ``compression="fp16"``,
+each worker putting its fp16 weights alone), sparkdl fits ``--rounds`` rounds of τ = 1 step per epoch on
 ``local[2]`` with 2 workers, two epochs; the second epoch's seconds per round (replicas built, TensorFlow warm) minus
 one training step's compute (the same model and batch trained in this process on one thread, as
 each task has one CPU) is the round's fixed cost: scheduling, broadcast, reduction, transfers.
@@ -32,7 +34,8 @@ process alone: the model, the master, the broadcast's bytes, both updates, their
 24 GB machine the kernel killed the driver (7.9 GB) in the first round, at 22.5 GB in use. With
 ``--optimizer sgd`` (no moments) the state is 0.4 GB, a third.
 
-Usage: python benchmarks/round_overhead.py [--params 1e6 1e7 1e8] [--rounds 10] [--batch-size 32] [--backends rounds,ps] [--optimizer adam|sgd]
+Usage: python benchmarks/round_overhead.py [--params 1e6 1e7 1e8] [--rounds 10] [--batch-size 32] [--backends rounds,ps,sharded]
+       [--optimizer adam|sgd] [--out FILE]
 """
 
 from __future__ import annotations
@@ -96,6 +99,15 @@ def training_rows(spark, rounds: int, batch_size: int, workers: int):
     return spark.createDataFrame([(row.tolist(), float(label)) for row, label in zip(x, y)], "features array<float>, label double")
 
 
+# backend name of --backends -> the fit's settings (``sharded``, ``ps`` and ``auto`` hold a task slot per worker)
+BACKENDS = {
+    "rounds": {"backend": "rounds"},
+    "ps": {"backend": "ps"},
+    "sharded": {"backend": "sharded"},
+    "sharded_lean": {"backend": "sharded", "keepLocalOptimizer": True, "compression": "fp16"},
+}
+
+
 def round_seconds(df, params: int, rounds: int, batch_size: int, workers: int, backend: str = "rounds",
                   optimizer_name: str = "adam") -> dict:
     import keras
@@ -105,15 +117,21 @@ def round_seconds(df, params: int, rounds: int, batch_size: int, workers: int, b
     estimator = KerasEstimator(
         model=build_model(params), optimizer=optimizer(optimizer_name),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=workers, epochs=2,
-        batchSize=batch_size, localSteps=1, verbose=0, roundTimeout=1800.0, backend=backend,
+        batchSize=batch_size, localSteps=1, verbose=0, roundTimeout=1800.0, **BACKENDS[backend],
     )
     started = time.perf_counter()
     model = estimator.fit(df)
     fit_s = time.perf_counter() - started
     info = model.fitInfo
     assert info["rounds_per_epoch"] == rounds, info
+    if info["backend"] == "sharded":
+        combined_on = "slice owners"
+    elif info["backend"] == "ps":
+        combined_on = "server"
+    else:
+        combined_on = "executors" if info.get("reduced_on_executors") else "driver"
     return {"fit_s": fit_s, "first_epoch_s": info["epoch_seconds"][0], "round_s": info["epoch_seconds"][1] / rounds,
-            "combined_on": "executors" if info.get("reduced_on_executors") else "driver"}
+            "combined_on": combined_on, "driver_bytes_fetched": info.get("driver_bytes_fetched")}
 
 
 def _drain(batches):
@@ -192,7 +210,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
-    parser.add_argument("--backends", default="rounds,ps", help="comma-separated: rounds, ps (the fit's rounds: a job each on rounds, none on ps)")
+    parser.add_argument("--out", help="also append the JSON lines to this file")
+    parser.add_argument("--backends", default="rounds,ps", help="comma-separated: rounds, ps, sharded, sharded_lean (the fit's "
+                        "rounds: a job each on rounds, none on ps and sharded)")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -207,6 +227,9 @@ def main() -> None:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     results = []
+    unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
+    if unknown:
+        parser.error(f"--backends: unknown {unknown}; known: {sorted(BACKENDS)}")
     for params in (int(p) for p in args.params):
         df = training_rows(spark, args.rounds, args.batch_size, args.workers)
         floor_before = empty_job_seconds(df, args.workers)
@@ -227,10 +250,16 @@ def main() -> None:
                 "overhead_per_empty_job": round((m["round_s"] - step) / floor, 2),
                 "data_job_s": round(data_floor, 4), "overhead_per_data_job": round((m["round_s"] - step) / data_floor, 2),
                 "first_epoch_s": round(m["first_epoch_s"], 2), "fit_s": round(m["fit_s"], 2),
-                "combined_on": m["combined_on"] if backend == "rounds" else "server",
+                "combined_on": m["combined_on"],
             }
+            if BACKENDS[backend]["backend"] == "sharded":
+                result.update({k: v for k, v in BACKENDS[backend].items() if k != "backend"})
+                result["driver_bytes_fetched"] = m["driver_bytes_fetched"]
             results.append(result)
             print(json.dumps(result), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(result) + "\n")
     spark.stop()
     print("\n| parameters | backend | round s | step s | round overhead s | empty job s | overhead / empty job | data job s | "
           "overhead / data job | first epoch s | combined on |\n|---|---|---|---|---|---|---|---|---|---|---|")

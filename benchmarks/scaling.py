@@ -12,6 +12,10 @@ plus two moments, 12 MB for 1M parameters) in mode ``sync``, ``--epochs`` epochs
   forced onto the executors (``reduce=executors``: the benchmark sets
   ``sparkdl.spark.training.reduce.EXECUTOR_REDUCE_MIN_BYTES`` to 0 in the driver, as the tests do);
 - ``ps`` (parameter server on the driver, one long-lived task per worker);
+- ``sharded`` (the state in N slices owned and served by the workers' own long-lived tasks, the
+  driver a coordinator: per round it should see only the workers' reports, a few hundred bytes
+  each); ``sharded_lean``: ``sharded`` with ``keepLocalOptimizer=True`` (each worker puts its
+  weights alone, not Adam's moments);
 - each without compression and with ``--compression`` (default ``fp16``).
 
 The machine has fewer cores than executors (on 2 cores, N = 8 is 4× oversubscribed), so the
@@ -29,6 +33,14 @@ it records:
 - ``result_mb``: the task results Spark delivered to the driver (the stages' ``resultSize``,
   REST API at the UI port), ``broadcast_mb``: one start state (Arrow IPC of weights and optimizer
   state), what a round broadcasts (``rounds``) or what each worker pulls (``ps``);
+- ``exec_cross_mb``: TCP bytes sent in the round by the executors' processes (their JVMs and
+  the Python workers under them, from the same ``ss`` snapshots) to a process of another
+  executor, summed over the executors (what a cluster's network would carry between executors:
+  the slices' puts, pulls and backups on ``sharded``, the torrent broadcast's blocks on
+  ``rounds``), ``exec_py_cross_mb`` the Python workers' share of it, ``exec_to_driver_mb``
+  what they sent to the driver's processes; divide by N for one executor's. Bytes a process
+  sends to itself (a worker pulling its own slice) or to its own executor's JVM (the task's
+  Arrow input and results) are not counted;
 - ``jobs`` and ``tasks`` started in the round (REST API ``/api/v1/applications/<id>/jobs``);
 - ``driver_peak_mb`` / ``jvm_peak_mb``: peak resident memory of the driver's Python process and of
   its JVM during the round (``VmHWM`` of ``/proc/<pid>/status``, reset at the round's start by
@@ -50,7 +62,7 @@ written to FILE (``benchmarks/scaling_model.py --measured FILE`` fits its model 
 Needs Linux (``/proc``) and ``ss`` (iproute2); the Spark UI must be enabled (it is by default).
 
 Usage: python benchmarks/scaling.py [--executors 2 4 8] [--params 1e6] [--rounds 3] [--epochs 2]
-       [--local-steps 4] [--backends rounds ps] [--compression fp16] [--reduce] [--out FILE]
+       [--local-steps 4] [--backends rounds ps sharded sharded_lean] [--compression fp16] [--reduce] [--out FILE]
 """
 
 from __future__ import annotations
@@ -91,9 +103,12 @@ def reset_peak(pid: int) -> None:
 _SOCK = re.compile(r"^\S+\s+\d+\s+\d+\s+(\S+)\s+(\S+)\s+users:\(\(.*?pid=(\d+)")
 
 
-def tcp_counters(pids: set[int]) -> dict[tuple[str, str], tuple[int, int]]:
-    """Per established TCP connection of a process in ``pids`` whose peer is another process:
-    ``(local, peer) -> (bytes sent and acknowledged, bytes received)``, from ``ss -tinpH``."""
+def tcp_sockets() -> tuple[dict[tuple[str, str], tuple[int, int, int]], dict[str, int]]:
+    """Every established TCP connection the kernel shows with its process: ``(local, peer) ->
+    (pid, bytes sent and acknowledged, bytes received)``, and ``(local, peer) -> the peer's pid``
+    (the process holding the socket ``(peer, local)``), from ``ss -tinpH``. A listening port's
+    accepted connections share their local address, so a peer is found by the connection's both
+    ends; a JVM's ``[::ffff:a.b.c.d]`` addresses are read as ``a.b.c.d``."""
     out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=30).stdout.splitlines()
     owner: dict[str, int] = {}
     conns: dict[tuple[str, str], tuple[int, int, int]] = {}
@@ -101,12 +116,80 @@ def tcp_counters(pids: set[int]) -> dict[tuple[str, str], tuple[int, int]]:
         m = _SOCK.match(head)
         if not m:
             continue
-        local, peer, pid = m.group(1), m.group(2), int(m.group(3))
-        owner[local] = pid
+        local, peer, pid = _address(m.group(1)), _address(m.group(2)), int(m.group(3))
         sent = re.search(r"bytes_acked:(\d+)", info)
         received = re.search(r"bytes_received:(\d+)", info)
         conns[(local, peer)] = (pid, int(sent.group(1)) if sent else 0, int(received.group(1)) if received else 0)
-    return {key: (s, r) for key, (pid, s, r) in conns.items() if pid in pids and owner.get(key[1]) not in pids}
+    for (local, peer) in conns:  # the process at the other end: the socket (peer, local), when this machine has it
+        other = conns.get((peer, local))
+        if other is not None:
+            owner[(local, peer)] = other[0]
+    return conns, owner
+
+
+def _address(text: str) -> str:
+    """``[::ffff:127.0.0.1]:5000`` (a JVM's IPv4-mapped socket) as ``127.0.0.1:5000`` (Python's), so
+    that both ends of a loopback connection name each other alike."""
+    m = re.match(r"^\[::ffff:([0-9.]+)\](:\d+)$", text)
+    return m.group(1) + m.group(2) if m else text
+
+
+def tcp_counters(pids: set[int], sockets=None) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per established TCP connection of a process in ``pids`` whose peer is another process:
+    ``(local, peer) -> (bytes sent and acknowledged, bytes received)``, from ``ss -tinpH``."""
+    conns, owner = sockets if sockets is not None else tcp_sockets()
+    return {key: (s, r) for key, (pid, s, r) in conns.items() if pid in pids and owner.get(key) not in pids}
+
+
+def executor_processes(driver_jvm: int) -> dict[int, tuple[int, bool]]:
+    """The executors' processes on this machine: ``pid -> (its executor's JVM pid, is Python)``
+    for every descendant of the driver's JVM (local-cluster: the executor JVMs are its children,
+    their Python daemons and workers under them)."""
+    parent, python = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        parent[int(name)], python[int(name)] = int(rest[1]), comm.startswith("python")
+    groups: dict[int, tuple[int, bool]] = {}
+    for pid in parent:
+        chain, p = [], pid
+        while p in parent and p != driver_jvm and p > 1:
+            chain.append(p)
+            p = parent[p]
+        if p == driver_jvm and chain:
+            groups[pid] = (chain[-1], python[pid])  # chain[-1]: the driver JVM's child, the executor's JVM
+    return groups
+
+
+def executor_tcp(groups: dict[int, tuple[int, bool]], driver_pids: set[int], sockets) -> dict[tuple[str, str], tuple[int, str]]:
+    """Per connection of an executor process: ``(local, peer) -> (bytes sent, class)``, class one of
+    ``py_cross`` / ``jvm_cross`` (to another executor's process, from a Python worker / a JVM),
+    ``driver`` (to the driver's processes); connections within one executor are left out."""
+    conns, owner = sockets
+    out = {}
+    for key, (pid, sent, _) in conns.items():
+        if pid not in groups:
+            continue
+        peer = owner.get(key)
+        if peer in driver_pids:
+            out[key] = (sent, "driver")
+        elif peer in groups and groups[peer][0] != groups[pid][0]:
+            out[key] = (sent, "py_cross" if groups[pid][1] else "jvm_cross")
+    return out
+
+
+def executor_delta(before: dict, after: dict) -> dict[str, int]:
+    """Bytes sent per class between two :func:`executor_tcp` snapshots (new connections count from 0)."""
+    totals = {"py_cross": 0, "jvm_cross": 0, "driver": 0}
+    for key, (sent, kind) in after.items():
+        totals[kind] += max(0, sent - before.get(key, (0, kind))[0])
+    return totals
 
 
 def tcp_delta(before: dict, after: dict) -> tuple[int, int]:
@@ -142,7 +225,7 @@ class SparkRest:
 
 # ---- one fit --------------------------------------------------------------------------------------
 
-def make_probe(spark, pids: set[int], rest: SparkRest):
+def make_probe(spark, pids: set[int], rest: SparkRest, jvm_pid: int):
     """A Keras callback measuring each round between its batch hooks (see the module docstring)."""
     import keras
 
@@ -159,12 +242,18 @@ def make_probe(spark, pids: set[int], rest: SparkRest):
             for pid in pids:
                 reset_peak(pid)
             self._jobs = set(rest.jobs())
-            self._tcp = tcp_counters(pids)
+            sockets = tcp_sockets()
+            self._groups = executor_processes(jvm_pid)
+            self._tcp = tcp_counters(pids, sockets)
+            self._exec = executor_tcp(self._groups, pids, sockets)
             self._t0 = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):
             seconds = time.perf_counter() - self._t0
-            tcp = tcp_counters(pids)
+            sockets = tcp_sockets()
+            tcp = tcp_counters(pids, sockets)
+            groups = {**self._groups, **executor_processes(jvm_pid)}  # workers started within the round too
+            executors = executor_delta(self._exec, executor_tcp(groups, pids, sockets))
             peaks = {pid: peak_rss_mb(pid) for pid in pids}
             time.sleep(0.3)  # the status store follows the listener bus
             jobs = rest.jobs()
@@ -175,7 +264,8 @@ def make_probe(spark, pids: set[int], rest: SparkRest):
                 "epoch": self.epoch, "round": batch, "round_s": seconds, "driver_out": out, "driver_in": inn,
                 "result": rest.result_bytes(stages) if stages else 0, "jobs": len(new),
                 "tasks": sum(j["numTasks"] - j.get("numSkippedTasks", 0) for j in new.values()),
-                "peaks": peaks,
+                "peaks": peaks, "exec_cross": executors["py_cross"] + executors["jvm_cross"],
+                "exec_py_cross": executors["py_cross"], "exec_to_driver": executors["driver"],
             })
 
     return Probe()
@@ -226,17 +316,19 @@ def run_child(n: int, args) -> None:
     settings = []
     for backend in args.backends:
         for compression in (None, *args.compression):
+            if backend.startswith("sharded") and compression not in (None, "fp16"):
+                continue  # sharded sends full precision or fp16
             settings.append((backend, compression, "auto"))
             if backend == "rounds" and args.reduce and n > 2 and compression is None and n * state_mb * MB <= default_min:
                 settings.append((backend, compression, "executors"))
     for backend, compression, reduce in settings:
         reduce_module.EXECUTOR_REDUCE_MIN_BYTES = 0 if reduce == "executors" else default_min
-        probe = make_probe(spark, pids, rest)
+        probe = make_probe(spark, pids, rest, jvm_pid)
         est = KerasEstimator(
             model=ro.build_model(params), optimizer=keras.optimizers.Adam(1e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=n, epochs=args.epochs,
-            batchSize=batch, localSteps=tau, verbose=0, roundTimeout=1800.0, backend=backend, mode="sync",
-            compression=compression, callbacks=[probe],
+            batchSize=batch, localSteps=tau, verbose=0, roundTimeout=1800.0, mode="sync",
+            compression=compression, callbacks=[probe], **BACKENDS[backend],
         )
         for pid in pids:
             reset_peak(pid)
@@ -244,7 +336,7 @@ def run_child(n: int, args) -> None:
         fitted = est.fit(df)
         fit_s = time.perf_counter() - started
         info = fitted.fitInfo
-        per_round = [{k: (v / MB if k in ("driver_out", "driver_in", "result") else v) for k, v in r.items() if k != "peaks"}
+        per_round = [{k: (v / MB if k in BYTE_KEYS else v) for k, v in r.items() if k != "peaks"}
                      for r in probe.rounds]
         warm = warm_rounds(probe.rounds)
         result = {
@@ -261,6 +353,15 @@ def run_child(n: int, args) -> None:
             "load_average": round(os.getloadavg()[0], 1),  # the machine's, with whatever else runs on it
         }
         result["overhead_s"] = round(result["round_s"] - compute_s, 4)
+        result["driver_in_out_per_state"] = round((result["driver_in_mb"] + result["driver_out_mb"]) / state_mb, 5)
+        if info["backend"] == "sharded":
+            total_rounds = args.epochs * args.rounds
+            result["keep_local_optimizer"] = info.get("keep_local_optimizer")
+            result["slice_mb"] = round(info["slice_bytes"] / MB, 3)
+            result["worker_pushed_mb"] = round(statistics.fmean(info["worker_bytes_pushed"]) / total_rounds / MB, 3)
+            result["worker_pulled_mb"] = round(statistics.fmean(info["worker_bytes_pulled"]) / total_rounds / MB, 3)
+            result["driver_fetched_mb_at_end"] = round(info["driver_bytes_fetched"] / MB, 3)
+            result["coordinator"] = info.get("coordinator")
         if backend == "ps":
             total_rounds = args.epochs * args.rounds
             result["server_pushed_mb"] = round(info["bytes_pushed"] / total_rounds / MB, 3)
@@ -269,6 +370,15 @@ def run_child(n: int, args) -> None:
         print(json.dumps(result), flush=True)
     reduce_module.EXECUTOR_REDUCE_MIN_BYTES = default_min
     spark.stop()
+
+
+BACKENDS = {  # --backends name -> the fit's settings
+    "rounds": {"backend": "rounds"},
+    "ps": {"backend": "ps"},
+    "sharded": {"backend": "sharded"},
+    "sharded_lean": {"backend": "sharded", "keepLocalOptimizer": True},
+}
+BYTE_KEYS = ("driver_out", "driver_in", "result", "exec_cross", "exec_py_cross", "exec_to_driver")
 
 
 def warm_rounds(rounds: list[dict]) -> list[dict]:
@@ -283,7 +393,8 @@ def summarize(per_round: list[dict]) -> dict:
     seconds their median."""
     warm = warm_rounds(per_round)
     mean = lambda key: statistics.fmean(r[key] for r in warm)  # noqa: E731
-    return {"driver_in_mb": round(mean("driver_in"), 3), "driver_out_mb": round(mean("driver_out"), 3),
+    executors = {f"{k}_mb": round(mean(k), 3) for k in ("exec_cross", "exec_py_cross", "exec_to_driver") if k in warm[0]}
+    return {**executors, "driver_in_mb": round(mean("driver_in"), 3), "driver_out_mb": round(mean("driver_out"), 3),
             "result_mb": round(mean("result"), 3), "jobs": round(mean("jobs"), 2), "tasks": round(mean("tasks"), 2),
             "round_s": round(statistics.median(r["round_s"] for r in warm), 4), "warm_rounds": len(warm)}
 
@@ -313,13 +424,19 @@ def load_lines(path: str) -> list[dict]:
 
 
 def print_table(results: list[dict]) -> None:
-    print("\n| N | backend | compression | combined on | driver in MB/round | driver out MB/round | results MB | jobs | tasks "
-          "| driver peak MB | JVM peak MB | round s | compute s | overhead s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| N | backend | compression | combined on | state MB | driver in MB/round | driver out MB/round | (in + out) / state "
+          "| executors' cross MB/round (per executor) | results MB | jobs | tasks | driver peak MB | JVM peak MB | round s | compute s "
+          "| overhead s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        where = "" if r["backend"] == "ps" else ("executors" if r["reduced_on_executors"] else "driver")
-        print(f"| {r['executors']} | {r['backend']} | {r['compression'] or '-'} | {where} | {r['driver_in_mb']} | {r['driver_out_mb']} "
-              f"| {r['result_mb']} | {r['jobs']:g} | {r['tasks']:g} | {r['driver_peak_mb']} | {r['jvm_peak_mb']} | {r['round_s']} "
-              f"| {r['compute_s']} | {r['overhead_s']} |")
+        if r["backend"] == "rounds":
+            where = "executors" if r["reduced_on_executors"] else "driver"
+        else:
+            where = "slice owners" if r["backend"].startswith("sharded") else "server"
+        per_state = r.get("driver_in_out_per_state", round((r["driver_in_mb"] + r["driver_out_mb"]) / r["state_mb"], 5))
+        cross = f"{r['exec_cross_mb']} ({r['exec_cross_mb'] / r['executors']:.3f})" if "exec_cross_mb" in r else "-"
+        print(f"| {r['executors']} | {r['backend']} | {r['compression'] or '-'} | {where} | {r['state_mb']} | {r['driver_in_mb']} "
+              f"| {r['driver_out_mb']} | {per_state:.2%} | {cross} | {r['result_mb']} | {r['jobs']:g} | {r['tasks']:g} | {r['driver_peak_mb']} "
+              f"| {r['jvm_peak_mb']} | {r['round_s']} | {r['compute_s']} | {r['overhead_s']} |")
 
 
 def main() -> None:
@@ -330,7 +447,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--local-steps", type=int, default=4, help="τ")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--backends", nargs="+", default=["rounds", "ps"], choices=["rounds", "ps"])
+    parser.add_argument("--backends", nargs="+", default=["rounds", "ps"], choices=list(BACKENDS))
     parser.add_argument("--compression", nargs="*", default=["fp16"], help="compressions besides none")
     parser.add_argument("--reduce", action="store_true", help="also rounds with the updates forced onto the executors (N > 2)")
     parser.add_argument("--out", help="also write the JSON lines to this file")

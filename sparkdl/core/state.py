@@ -127,8 +127,10 @@ class FitState:
             completed; ``epoch``: the epoch in progress (:class:`EpochProgress`).
         history: per-epoch metrics, ``{"loss": [...], "val_loss": [...]}``.
         info: facts for ``fitInfo`` that accumulate over the fit (JSON-able).
-        server: the parameter server's bookkeeping for the asynchronous modes (JSON-able: each
-            worker's last applied ``[attempt, seq]``, SSP clocks).
+
+    The asynchronous modes snapshot at epoch ends only, where every worker stands at the same place,
+    so no parameter server bookkeeping (applied slots, SSP clocks) needs to be kept: a resumed fit
+    starts a new stage, and a new server, at the epoch's boundary.
     """
 
     identity: dict
@@ -140,7 +142,6 @@ class FitState:
     epoch: EpochProgress = field(default_factory=EpochProgress)
     history: dict[str, list[float]] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
-    server: dict = field(default_factory=dict)
 
     # ---- snapshot ------------------------------------------------------------------------------
 
@@ -186,7 +187,6 @@ class FitState:
             "epoch": {"rows": self.epoch.rows, "dropped": self.epoch.dropped, "nbytes": self.epoch.nbytes, "expected": self.epoch.expected},
             "history": self.history,
             "info": self.info,
-            "server": self.server,
         }
         json.dumps(meta)  # fails here, not in a writer, when something is not JSON
         return encode_arrays(arrays, names), copy.deepcopy(meta)
@@ -242,7 +242,6 @@ class FitState:
             epoch=EpochProgress(take("epoch.sums"), **{k: int(v) for k, v in meta["epoch"].items()}),
             history={k: [float(x) for x in v] for k, v in meta["history"].items()},
             info=copy.deepcopy(meta["info"]),
-            server=copy.deepcopy(meta["server"]),
         )
         if by_name:
             raise CodecError(f"a fit state snapshot must hold only the arrays its metadata lists. Received: also {sorted(by_name)[:5]}")

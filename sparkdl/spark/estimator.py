@@ -59,6 +59,7 @@ class _FitRequest:
     trackers: list
     budget: int
     spark: object
+    cluster: object
 
 def fit_seconds(marks: dict, first_round: float, rounds_total: float, first_round_end: float | None,
                 round_seconds: list[float]) -> dict:
@@ -582,7 +583,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        choice = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
+        choice, cluster = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if validation_df is not None:
             check_inline(spark, len(spec.weights), "the master weights to validate")
         if start.optimizer is None and choice.backend != "sharded":  # a fresh optimizer's state to begin with
@@ -591,7 +592,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             fit_id=uuid.uuid4().hex, config=config, backend=choice.backend, backend_reason=choice.reason, spec=spec,
             compile_spec=compile_spec, start=start, task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
             validation_df=validation_df, callbacks=user_callbacks, trackers=trackers,
-            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark,
+            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark, cluster=cluster,
         )
 
     # ---- step 2: the data -------------------------------------------------------------------
@@ -684,7 +685,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
         job = TrainJob(fit_id, request.spec, request.compile_spec, data, plan, config, request.reader,
                        names=tuple(decode_arrays(request.spec.weights, copy=False).names), trainable=request.trainable,
-                       validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active())
+                       validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active(),
+                       cluster=request.cluster)
         asynchronous = config.mode in ASYNC_MODES
         snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings()), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,

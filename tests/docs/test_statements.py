@@ -71,7 +71,7 @@ def test_the_quoted_limits_of_ps_connect_pieces_and_snapshots():
     from sparkdl.core.pieces import DEFAULT_PIECE_BYTES
     from sparkdl.spark.session import DEFAULT_CONNECT_MESSAGE_BYTES, INLINE_RESERVE_BYTES
     from sparkdl.spark.training.checkpoint import FitStateStore
-    from sparkdl.spark.transports.ps import SLOT_WAIT_S
+    from sparkdl.spark.cluster import SLOT_WAIT_S
 
     assert says("docs/user-guide/failures.md", "A `ps` fit on a cluster waits up to 60 s for executors still registering")
     assert SLOT_WAIT_S == 60.0
@@ -184,13 +184,14 @@ def test_the_shipped_configs_are_what_the_pages_say():
 
 def test_auto_picks_ps_on_local_2_with_the_line_the_pages_quote(spark):
     from sparkdl.config import FitConfig
+    from sparkdl.spark.cluster import ClusterFacts
     from sparkdl.spark.transports import choose_backend
 
-    choice = choose_backend(spark, FitConfig(num_workers=2))
+    choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=2))
     assert (choice.backend, choice.reason) == ("ps", "auto: static allocation, 2 task slots for 2 workers and a driver the executors reach")
     line = f"backend {choice.backend} ({choice.reason})"
     for page in ("README.md", "docs/getting-started.md"):
         assert re.search(rf"sparkdl fit [0-9a-f]{{8}}: {re.escape(line)}", text(page)), page
     assert says("docs/user-guide/backend-auto.md", f"sparkdl fit 1a2b3c4d: {line}")
-    assert choose_backend(spark, FitConfig(num_workers=3)).backend == "rounds"  # a slot per worker, or rounds
+    assert choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=3)).backend == "rounds"  # a slot per worker, or rounds
     assert says("docs/user-guide/backend-auto.md", "The cluster has a task slot per worker right now.")

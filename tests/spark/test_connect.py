@@ -235,7 +235,7 @@ def test_sizes_are_read_as_spark_reads_them():
 
 
 def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remote):
-    from sparkdl.spark.transports.ps import task_slots
+    from sparkdl.spark.cluster import task_slots
     from sparkdl.spark.session import default_parallelism, is_connect, is_local_server
 
     assert is_connect(_session()) and not is_connect(object())
@@ -249,14 +249,15 @@ def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remo
 
 
 def test_ps_on_a_remote_connect_server_needs_a_host_the_executors_reach(no_local_remote):
-    from sparkdl.config import FitConfig
-    from sparkdl.spark.transports.ps import check_ready, server_addresses
+    from sparkdl.spark.cluster import ClusterFacts
 
     def check_barrier_ready(session, workers):
-        check_ready(session, FitConfig(num_workers=workers, mode="sync", backend="ps"))
+        facts = ClusterFacts.read(session)
+        facts.check_slots(workers, "ps")
+        facts.server_addresses()
 
     def server_host(session):
-        return server_addresses(session)[1]
+        return ClusterFacts.read(session).server_addresses()[1]
 
     assert server_host(_session("local[2]", "localhost")) == "127.0.0.1"
     remote = _session("spark://master:7077", "connect.example.com", **{"spark.executor.instances": "2", "spark.executor.cores": "2"})

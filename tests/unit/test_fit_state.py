@@ -49,7 +49,6 @@ def _full_state() -> FitState:
         identity=copy.deepcopy(IDENTITY), master=master, mode=mode, local=local, rounds=7, epochs=2, epoch=epoch,
         history={"loss": [0.5, 1 / 3], "val_loss": [0.75, 0.1 + 0.2]},
         info={"learning_rates": [[0, 0.1, None]], "stopped": {"epoch": 2, "round": 7}, "local_state_resets": 0},
-        server={"marks": {"0": [1, 5], "1": [0, 4]}, "clocks": {"0": 3}},
     )
 
 
@@ -70,7 +69,7 @@ def _assert_fit_states_equal(a: FitState, b: FitState) -> None:
     assert (a.rounds, a.epochs) == (b.rounds, b.epochs)
     assert_arrays_equal(a.epoch.sums, b.epoch.sums)
     assert (a.epoch.rows, a.epoch.dropped, a.epoch.nbytes, a.epoch.expected) == (b.epoch.rows, b.epoch.dropped, b.epoch.nbytes, b.epoch.expected)
-    assert a.history == b.history and a.info == b.info and a.server == b.server
+    assert a.history == b.history and a.info == b.info
 
 
 # ---- round trip ----------------------------------------------------------------------------------
@@ -89,9 +88,9 @@ def test_snapshot_and_restore_round_trip_bit_for_bit():
     assert isinstance(restored.history["loss"][1], float) and restored.history["val_loss"][1] == 0.1 + 0.2
     # what restore returns is the restoring fit's own: changing it changes neither the meta nor a second restore
     restored.info["stopped"]["epoch"] = 99
-    restored.server["marks"]["0"][1] = 99
+    restored.info["learning_rates"][0][1] = 99
     again = FitState.restore(payload, meta)
-    assert again.info == state.info and again.server == state.server and meta["info"]["stopped"]["epoch"] == 2
+    assert again.info == state.info and meta["info"]["stopped"]["epoch"] == 2 and meta["info"]["learning_rates"][0][1] == 0.1
     # a snapshot of the restored state is the same snapshot
     payload_2, meta_2 = FitState.restore(payload, meta).snapshot()
     assert payload_2 == payload and meta_2 == meta

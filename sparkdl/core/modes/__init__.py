@@ -64,6 +64,22 @@ class RoundPolicy(Protocol):
         """The new master and mode state after one round; ``fit`` is not changed."""
 
 
+def policy_class(mode: str) -> type:
+    """The policy class of mode ``mode`` (its ``per_worker`` and other class facts, without settings).
+
+    Raises:
+        ConfigError: for an unknown mode.
+    """
+    from sparkdl.core.modes import asynchronous, averaging, worker_models
+
+    classes = {"sync": averaging.SyncAveraging, "bmuf": averaging.BlockMomentum, "diloco": averaging.DiLoCo,
+               "easgd": worker_models.ElasticAveraging, "gossip": worker_models.GossipAveraging,
+               **{name: asynchronous.AsyncPolicy for name in ASYNC_MODES}}
+    if mode not in classes:
+        raise ConfigError(f"mode must be one of {sorted(classes)}. Received: mode={mode!r}")
+    return classes[mode]
+
+
 def get_policy(mode: str, **settings) -> RoundPolicy:
     """A new policy object of a mode name; ``settings`` go to its constructor:
 
@@ -77,19 +93,9 @@ def get_policy(mode: str, **settings) -> RoundPolicy:
     Raises:
         ConfigError: for an unknown mode or a setting out of range.
     """
-    from sparkdl.core.modes import asynchronous, averaging, worker_models
-
-    policies = {
-        "sync": averaging.SyncAveraging,
-        "bmuf": averaging.BlockMomentum,
-        "diloco": averaging.DiLoCo,
-        "easgd": worker_models.ElasticAveraging,
-        "gossip": worker_models.GossipAveraging,
-        **{name: (lambda name=name, **kw: asynchronous.AsyncPolicy(name, **kw)) for name in ASYNC_MODES},
-    }
-    if mode not in policies:
-        raise ConfigError(f"mode must be one of {sorted(policies)}. Received: mode={mode!r}")
-    return policies[mode](**settings)
+    cls = policy_class(mode)
+    return cls(mode, **settings) if mode in ASYNC_MODES else cls(**settings)
 
 
-__all__ = ["ASYNC_MODES", "LOCAL_OPTIMIZER_MODES", "MODES", "ROUND_MODES", "SLICED_MODES", "RoundPolicy", "Transition", "get_policy"]
+__all__ = ["ASYNC_MODES", "LOCAL_OPTIMIZER_MODES", "MODES", "ROUND_MODES", "SLICED_MODES", "RoundPolicy", "Transition", "get_policy",
+           "policy_class"]

@@ -282,6 +282,17 @@ class AsyncPolicy:
         return fit.master
 
     def apply(self, fit: FitState, round_: RoundUpdates):
+        """The server's master after the epoch (``round_.master``); its optimizer state the workers'
+        latest ones (``round_.updates``: each worker's ``state.optimizer``, weighted by its
+        ``rows``), since the server applies weight deltas only and each worker keeps its own."""
+        from sparkdl.core.aggregation import WeightedMean
         from sparkdl.core.modes import Transition
 
-        return Transition(round_.master if round_.master is not None else fit.master, fit.mode)
+        master = round_.master if round_.master is not None else fit.master
+        kept = [u for u in round_.updates or [] if u.state is not None and u.state.optimizer is not None]
+        if kept:
+            mean = WeightedMean()
+            for update in kept:
+                mean.add(update.state.optimizer, max(1, update.rows))
+            master = ModelState(master.weights, [np.asarray(a) for a in mean.result()])
+        return Transition(master, fit.mode)

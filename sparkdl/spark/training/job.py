@@ -37,6 +37,7 @@ class TrainJob:
         budget_bytes: a task's memory budget for its partition (bytes); larger ones stay on disk.
         custom_objects: the driver's registered Keras objects, shipped to every task.
         hooks: fault-injection hooks (tests, ``benchmarks/chaos.py``), None in a production fit.
+        cluster: the cluster's facts, read once before any job (:class:`~sparkdl.spark.cluster.ClusterFacts`).
     """
 
     fit_id: str
@@ -52,6 +53,7 @@ class TrainJob:
     budget_bytes: int = 2**62
     custom_objects: dict | None = None
     hooks: TaskHooks | None = None
+    cluster: object | None = None
 
     @property
     def spark(self):

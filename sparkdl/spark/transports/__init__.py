@@ -158,32 +158,36 @@ class BackendChoice(NamedTuple):
     reason: str
 
 
-def choose_backend(spark, config) -> BackendChoice:
-    """The transport of a fit with ``config`` on ``spark``, and why; no job runs.
+def choose_backend(cluster, config) -> BackendChoice:
+    """The transport of a fit with ``config`` on a cluster (:class:`~sparkdl.spark.cluster.ClusterFacts`), and why; no job runs.
 
     ``backend="rounds"``, ``"ps"`` or ``"sharded"`` set by the user is kept. ``backend="auto"`` (the default):
 
     - an asynchronous mode (:data:`~sparkdl.core.modes.ASYNC_MODES`) runs only on ``ps``, ``diloco``
       (and ``keepLocalOptimizer``) only on ``sharded``;
-    - a round mode runs on ``ps``, the faster transport (no Spark job per round), when the cluster
+    - a round mode runs on a long-lived-task backend (no Spark job per round) when the cluster
       allows it, and on ``rounds`` otherwise, the first rule that fails naming why:
 
-      1. ``spark.dynamicAllocation.enabled`` is false (``ps`` holds its task slots for the whole
-         fit; executors that come and go suit ``rounds``);
+      1. ``spark.dynamicAllocation.enabled`` is false (those backends hold their task slots for the
+         whole fit; executors that come and go suit ``rounds``);
       2. ``keepPartitioning`` is off (the worker count is then ``numWorkers``, known before any job);
-      3. the cluster has a task slot per worker now (:func:`~sparkdl.spark.transports.ps.task_slots`,
-         counted without waiting for executors still registering);
-      4. the executors can reach the parameter server in this process: always on a classic session
-         (its executors already connect to the driver) and on Spark Connect with a server on this
+      3. the cluster has a task slot per worker now (counted without waiting for executors still
+         registering);
+      4. the executors can reach a server in this process: always on a classic session (its
+         executors already connect to the driver) and on Spark Connect with a server on this
          machine; with a remote Connect server only when ``spark.sparkdl.ps.host`` names this
-         machine's address (its reachability cannot be judged from here).
+         machine's address (its reachability cannot be judged from here);
+
+      then ``sharded`` when the mode can be sliced (:data:`~sparkdl.core.modes.SLICED_MODES`) and
+      the state or the worker count is large enough that the driver's parameter server would be
+      the bottleneck (:func:`prefers_sharded`), else ``ps``.
 
     Args:
-        spark: the fit's session (classic or Connect).
+        cluster: the fit's :class:`~sparkdl.spark.cluster.ClusterFacts`.
         config: the fit's :class:`~sparkdl.config.FitConfig`.
     """
     from sparkdl.core.modes import ASYNC_MODES, LOCAL_OPTIMIZER_MODES
-    from sparkdl.spark.session import conf_get, is_connect, is_local_server
+    from sparkdl.spark.cluster import PS_HOST_CONF
 
     if config.backend != "auto":
         return BackendChoice(config.backend, f"backend={config.backend!r} was set")
@@ -192,23 +196,20 @@ def choose_backend(spark, config) -> BackendChoice:
     if config.mode in LOCAL_OPTIMIZER_MODES or config.keep_local_optimizer:
         return BackendChoice("sharded", f"auto: {'mode ' + repr(config.mode) if config.mode in LOCAL_OPTIMIZER_MODES else 'keepLocalOptimizer'} "
                                         "keeps each worker's optimizer and runs only on backend 'sharded'")
-    from sparkdl.spark.transports.ps import PS_HOST_CONF, task_slots
-
-    if conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
-        return BackendChoice("rounds", "auto: spark.dynamicAllocation.enabled is true, and backend 'ps' holds a task slot per "
-                                       "worker for the whole fit")
+    if cluster.dynamic_allocation:
+        return BackendChoice("rounds", "auto: spark.dynamicAllocation.enabled is true, and backends 'ps' and 'sharded' hold a task "
+                                       "slot per worker for the whole fit")
     if config.keep_partitioning:
         return BackendChoice("rounds", "auto: keepPartitioning=True, so the worker count (the input's partitions) is not "
                                        "known before the data is cached, and backend 'ps' needs a task slot per worker")
-    workers = config.num_workers
-    slots = task_slots(spark)
+    workers, slots = config.num_workers, cluster.slots
     if slots is None:
         return BackendChoice("rounds", f"auto: the task slots of this Spark Connect cluster are unknown (its settings do not "
                                        f"tell its cores), and backend 'ps' needs one per worker ({workers})")
     if slots < workers:
         return BackendChoice("rounds", f"auto: too few task slots for backend 'ps': {slots} for numWorkers={workers} "
                                        "(it runs every worker at once)")
-    if is_connect(spark) and not is_local_server(spark) and conf_get(spark, PS_HOST_CONF) is None:
+    if not cluster.driver_reachable:
         return BackendChoice("rounds", f"auto: a remote Spark Connect server, whose executors may not reach this client's "
                                        f"parameter server; set {PS_HOST_CONF} to an address of this machine they can reach "
                                        "to use backend 'ps'")
@@ -216,31 +217,34 @@ def choose_backend(spark, config) -> BackendChoice:
                                "executors reach")
 
 
-def preflight(spark, config, model, validation: bool = False) -> BackendChoice:
-    """The fit's transport (:func:`choose_backend`), checked before any job: ``ps`` and ``sharded``
-    need a task slot per worker and a driver the executors reach, ``sharded`` a mode it can slice
+def preflight(spark, config, model, validation: bool = False) -> tuple[BackendChoice, object]:
+    """The fit's cluster facts (:class:`~sparkdl.spark.cluster.ClusterFacts`, read once here) and
+    transport (:func:`choose_backend`), checked before any job: ``ps`` and ``sharded`` need a task
+    slot per worker (on a cluster, after waiting up to ``SLOT_WAIT_S`` seconds for executors still
+    registering) and a driver the executors reach, ``sharded`` a mode it can slice
     (:func:`~sparkdl.spark.transports.sharded.check_sliceable`); ``rounds`` needs its updates to fit
-    ``spark.driver.maxResultSize`` (and Spark Connect's message limit).
+    ``spark.driver.maxResultSize`` (and Spark Connect's message limit). Returns ``(choice, facts)``.
 
     Raises:
         ConfigError: naming the setting to change.
     """
-    choice = choose_backend(spark, config)
-    if choice.backend == "sharded":
-        from sparkdl.spark.transports.ps import check_ready
-        from sparkdl.spark.transports.sharded import check_sliceable
+    from sparkdl.spark.cluster import ClusterFacts
 
-        check_sliceable(config, validation)
-        check_ready(spark, config)
-    elif choice.backend == "ps":
-        from sparkdl.spark.transports.ps import check_ready
+    cluster = ClusterFacts.read(spark)
+    choice = choose_backend(cluster, config)
+    if choice.backend in ("ps", "sharded"):
+        if choice.backend == "sharded":
+            from sparkdl.spark.transports.sharded import check_sliceable
 
-        check_ready(spark, config)
+            check_sliceable(config, validation)
+        cluster = cluster.with_slots_for(spark, config.num_workers)
+        cluster.check_slots(config.num_workers, choice.backend)
+        cluster.server_addresses()  # on Spark Connect: the executors must be able to reach this client
     else:
         from sparkdl.spark.transports.rounds import check_results
 
         check_results(spark, config, model)
-    return choice
+    return choice, cluster
 
 
 def get_transport(name: str, job, policy, options: TransportOptions) -> Transport:
@@ -254,9 +258,9 @@ def get_transport(name: str, job, policy, options: TransportOptions) -> Transpor
 
         return RoundsTransport(job, policy)
     if name == "ps":
-        from sparkdl.spark.transports.ps import PSTransport
+        from sparkdl.spark.transports.ps import ps_transport
 
-        return PSTransport(job, policy, options)
+        return ps_transport(job, policy, options)
     if name == "sharded":
         from sparkdl.spark.transports.sharded import ShardedTransport
 

@@ -32,12 +32,8 @@ at each epoch's end, freeing every slot for the validation job, and new ones sta
 epoch (each Python worker keeps the partition and the replica, so a stage costs a Spark job, not
 a reload); otherwise one stage runs the whole fit.
 
-Spark Connect: the server runs in the Connect client's process, so the executors must reach this
-machine: with a Connect server on this machine it binds 127.0.0.1; with a remote one it binds the
-address set in ``spark.sparkdl.ps.host`` (:data:`PS_HOST_CONF`), and without one the fit is
-refused before any job. On a classic session it binds ``spark.driver.bindAddress`` (or
-``spark.driver.host``) and advertises ``spark.driver.host``: a driver in a container or behind
-NAT binds 0.0.0.0 and is reached at its published address.
+Where the server binds and what the executors dial: :meth:`~sparkdl.spark.cluster.ClusterFacts.server_addresses`
+(``spark.sparkdl.ps.host``, the driver's addresses; on Spark Connect this client's).
 """
 
 from __future__ import annotations
@@ -46,108 +42,22 @@ import logging
 import shutil
 import time
 
-import numpy as np
 import pyarrow as pa
 
 from sparkdl.config import ROUND_MODES
 from sparkdl.core.board import EpochLedger, RoundBoard
-from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal
-from sparkdl.errors import ConfigError, InvariantError, ServerError
+from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal, WorkerUpdate
+from sparkdl.errors import InvariantError, ServerError
 from sparkdl.spark.partitions import spill_dir
-from sparkdl.spark.session import cluster_cores, conf_get, describe, is_connect, is_local_server, local_mode
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.training.stage import StageWatch
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
 log = logging.getLogger("sparkdl")
-PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the parameter server binds, when set (needed on a remote Connect server)
-# How long a fit waits for executors still registering (a session's start, a lost executor's
-# replacement) before it refuses a cluster with fewer task slots than workers (not in local mode,
-# whose slots are fixed), in seconds.
-SLOT_WAIT_S = 60.0
 
 
 # ---- before any job ---------------------------------------------------------------------------
-
-
-def task_slots(spark) -> int | None:
-    """Tasks the cluster can run at once. Classic: Spark's own count with the default resource
-    profile (``defaultParallelism // spark.task.cpus`` when that is unavailable). Spark Connect:
-    the cores its settings tell (:func:`~sparkdl.spark.session.cluster_cores`) divided by
-    ``spark.task.cpus``, or None when they do not tell."""
-    cpus = max(1, int(conf_get(spark, "spark.task.cpus", "1")))
-    if is_connect(spark):
-        cores = cluster_cores(spark)
-        return None if cores is None else cores // cpus
-    from sparkdl.spark import internals
-
-    sc = spark.sparkContext
-    try:
-        return internals.max_concurrent_tasks(sc)
-    except Exception:  # noqa: BLE001 - older or other schedulers: the settings' count
-        return max(0, sc.defaultParallelism // cpus)
-
-
-def check_ready(spark, config) -> None:
-    """Fail before any job when the workers could not all run at once (on a cluster, after waiting
-    up to ``SLOT_WAIT_S`` seconds for executors still registering), or (Spark Connect) when the
-    executors could not reach the parameter server (:func:`server_addresses`).
-
-    Raises:
-        ConfigError: the cluster has fewer task slots than workers (the workers of a round wait
-            for each other), naming both numbers; on Spark Connect, a remote server and no
-            ``spark.sparkdl.ps.host``.
-    """
-    workers = config.num_workers
-    dynamic = conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
-
-    def short(slots: int | None) -> bool:
-        return slots is not None and slots < workers and not dynamic
-
-    slots = task_slots(spark)
-    if short(slots) and not is_connect(spark) and not local_mode(spark):  # executors may still be registering
-        deadline = time.monotonic() + SLOT_WAIT_S
-        while short(slots) and time.monotonic() < deadline:
-            time.sleep(1.0)
-            slots = task_slots(spark)
-    if short(slots):
-        raise ConfigError(
-            f"backend 'ps' needs one task slot per worker at once (its workers wait for each other): numWorkers={workers} "
-            f"workers, but the cluster has {slots} free task slots. Lower numWorkers to {slots} or less, add executors or "
-            f"cores, or use backend='rounds'. Received: numWorkers={workers}, task slots={slots}"
-        )
-    server_addresses(spark)  # on Spark Connect: the executors must be able to reach this client
-
-
-def server_addresses(spark) -> tuple[str, str]:
-    """``(bind, advertise)``: the address the parameter server binds and the one the executors
-    dial. ``spark.sparkdl.ps.host`` for both when set; on a classic session, loopback for a
-    ``local`` master, else ``spark.driver.bindAddress`` (or ``spark.driver.host``) bound and
-    ``spark.driver.host`` advertised; on Spark Connect (the server runs in this client process)
-    loopback when the Connect server runs on this machine.
-
-    Raises:
-        ConfigError: on Spark Connect with a remote server and no ``spark.sparkdl.ps.host``.
-    """
-    configured = conf_get(spark, PS_HOST_CONF)
-    if configured is not None:
-        return configured.strip(), configured.strip()
-    if is_connect(spark):
-        if is_local_server(spark):
-            return "127.0.0.1", "127.0.0.1"
-        raise ConfigError(
-            "backend 'ps' on Spark Connect runs its parameter server in this client process, which the executors of a "
-            f"remote Connect server must reach: set {PS_HOST_CONF} to an address of this machine they can connect to "
-            f"(spark.conf.set({PS_HOST_CONF!r}, '10.0.0.5')), or use backend='rounds' (mode 'sync'), which needs no server. "
-            f"Received: {describe(spark)} with master {conf_get(spark, 'spark.master', 'unknown')!r} and no {PS_HOST_CONF}"
-        )
-    conf = spark.sparkContext.getConf()
-    host = conf.get("spark.driver.host", None) or "127.0.0.1"
-    bind = conf.get("spark.driver.bindAddress", None)
-    if spark.sparkContext.master.startswith("local") and bind is None:
-        return "127.0.0.1", "127.0.0.1"
-    return bind or host, host
 
 
 def tls_identity(config):
@@ -163,27 +73,36 @@ def tls_identity(config):
 # ---- the stage --------------------------------------------------------------------------------
 
 
+def ps_transport(job: TrainJob, policy, options: TransportOptions) -> PSTransport:
+    """The ``ps`` transport of ``job``'s mode: :class:`PSRoundsTransport` for a round mode,
+    :class:`PSAsyncTransport` for an asynchronous one."""
+    cls = PSRoundsTransport if job.config.mode in ROUND_MODES else PSAsyncTransport
+    return cls(job, policy, options)
+
+
 class PSTransport:
-    """A parameter server on the driver and long-lived worker tasks; see the module docstring."""
+    """What both ``ps`` transports share: the parameter server on the driver and the stages of
+    long-lived worker tasks (see the module docstring). A subclass gives the server's rule
+    (:meth:`_rule`) and runs the rounds (:meth:`run_round`)."""
 
     name = "ps"
     applies_policy = False
+    rounds_mode = True  # whether the workers run round slots (a round mode) or push as they go
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
         self.job, self.policy, self.options = job, policy, options
         config = job.config
-        self.rounds_mode = config.mode in ROUND_MODES
         self.plan_rounds = job.plan.rounds_per_epoch
         self.rounds_per_epoch = self.plan_rounds if self.rounds_mode else 1
         self.total_slots = config.epochs * self.plan_rounds
         self.task = job.task_spec(per_worker=bool(policy.per_worker))
-        self.bind, self.advertise = server_addresses(job.spark)
+        self.bind, self.advertise = job.cluster.server_addresses()
         self.identity = tls_identity(config)
         self.server = None
         self.stages: StageWatch | None = None
         self.segment_end = 0
         self.results: list[pa.Table] = []
-        self._last_master = None
+        self._last_weights = None
         self._learning_rate = None
         self._epoch_done = time.monotonic()
 
@@ -193,10 +112,7 @@ class PSTransport:
         from sparkdl.server import ParameterServer
 
         job, config = self.job, self.job.config
-        if self.rounds_mode:
-            self.rule = RoundBoard(job.workers, per_worker=bool(self.policy.per_worker))
-        else:
-            self.rule = EpochLedger(self.policy.rule(), config.epochs)
+        self.rule = self._rule()
         self.fit = fit
         self.server = ParameterServer(fit.master, self.rule, names=list(job.names), host=self.bind, advertise=self.advertise,
                                       port=config.server_port, tls=self.identity, local={str(p): v for p, v in fit.local.items()},
@@ -206,16 +122,20 @@ class PSTransport:
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
         self.stages = StageWatch(job.spark, self.server.contacts, config.worker_timeout_s, config.round_timeout_s, "ps worker")
-        self._last_master = fit.master
+        self._last_weights = fit.master.weights
         self._epoch_done = time.monotonic()
 
+    def _rule(self):
+        """The server's update rule (a :class:`RoundBoard` or an :class:`EpochLedger`)."""
+        raise NotImplementedError
+
     def run_round(self, orders: RoundOrders) -> RoundReport:
+        raise NotImplementedError
+
+    def _follow_learning_rate(self, orders: RoundOrders) -> None:
         if orders.learning_rate is not None and orders.learning_rate != self._learning_rate:
             self._learning_rate = orders.learning_rate
             self.server.set_control(learning_rate=orders.learning_rate)
-        if self.rounds_mode:
-            return self._round(orders)
-        return self._epoch(orders)
 
     def pause(self) -> None:
         """Let the running stage end (its tasks end at this epoch's end) and check what it returned."""
@@ -225,12 +145,14 @@ class PSTransport:
         if self.server is None:
             return
         if stopped:
-            if self.rounds_mode:
-                self.rule.stop()
+            self._stop()
             self.server.set_control(stop=True)
         self._end_stage()
         if stopped:
             self.job.release_executors()
+
+    def _stop(self) -> None:
+        """A callback stopped the fit: no more rounds."""
 
     def close(self) -> None:
         if self.stages is not None:
@@ -264,11 +186,6 @@ class PSTransport:
             out["worker_pushes"] = [per[p]["pushes"] for p in sorted(per)]
             if self.job.config.min_workers(self.job.workers) < self.job.workers:
                 out["worker_late"] = [per[p]["late"] for p in sorted(per)]
-        if not self.rounds_mode:
-            out["ps_epochs"] = self.rule.summaries()
-            if self.job.config.mode == "ssp":
-                out["staleness"] = self.job.config.staleness
-                out["clock_gap_max"] = self.server.clock_gap_max
         return out
 
     # ---- stages ----------------------------------------------------------------------------------
@@ -286,8 +203,7 @@ class PSTransport:
                           staleness=config.staleness, first=slot, last=last, final=last == self.total_slots,
                           snapshots=snapshots, call_timeout_s=max(30.0, 2 * 5.0), retries=3,
                           heartbeat_s=config.heartbeat_s)
-        if config.mode == "ssp":
-            self.server.register_clocks({str(p): slot for p in range(job.workers) if job.plan.partition_rows[p]})
+        self._before_stage(slot)
         out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_SPARK_SCHEMA)
         tag = f"sparkdl-{job.fit_id}-ps-{slot}"
         epochs = f"epochs {slot // self.plan_rounds + 1}-{(last - 1) // self.plan_rounds + 1}"
@@ -295,6 +211,9 @@ class PSTransport:
         self.segment_end = last
         self.stages.run(out.toArrow, description, tag, config.round_timeout_s * max(1, last - slot),
                         [p for p in range(job.workers) if job.plan.partition_rows[p]])
+
+    def _before_stage(self, slot: int) -> None:
+        """A stage is about to start at ``slot``."""
 
     def _end_stage(self) -> None:
         """Wait for the running stage to end (its workers ran their slots, or were told to stop)."""
@@ -306,7 +225,23 @@ class PSTransport:
             raise InvariantError(f"the ps stage must return one result per partition 0..{self.job.workers - 1}. Received partitions {partitions}")
         self.results.append(table)
 
-    # ---- a round of a round mode -----------------------------------------------------------------
+
+
+class PSRoundsTransport(PSTransport):
+    """A round mode on the parameter server: the loop opens each round on the server's
+    :class:`RoundBoard`, the workers push, the loop closes it (see the module docstring)."""
+
+    rounds_mode = True
+
+    def _rule(self):
+        return RoundBoard(self.job.workers, per_worker=bool(self.policy.per_worker))
+
+    def _stop(self) -> None:
+        self.rule.stop()
+
+    def run_round(self, orders: RoundOrders) -> RoundReport:
+        self._follow_learning_rate(orders)
+        return self._round(orders)
 
     def _round(self, orders: RoundOrders) -> RoundReport:
         job, config, board = self.job, self.job.config, self.rule
@@ -345,11 +280,38 @@ class PSTransport:
         self.stages.wait(fresh, f"the workers' own state after {orders.description}")
         return {p: self.server.local(str(p)) for p in want}
 
-    # ---- an epoch of an asynchronous mode --------------------------------------------------------
+
+
+class PSAsyncTransport(PSTransport):
+    """An asynchronous mode on the parameter server: the server applies each push with the mode's
+    rule as it arrives (:class:`EpochLedger` records each epoch); the loop's round is an epoch."""
+
+    rounds_mode = False
+
+    def _rule(self):
+        return EpochLedger(self.policy.rule(), self.job.config.epochs)
+
+    def _before_stage(self, slot: int) -> None:
+        job = self.job
+        if job.config.mode == "ssp":
+            self.server.register_clocks({str(p): slot for p in range(job.workers) if job.plan.partition_rows[p]})
+
+    def info(self) -> dict:
+        out = super().info()
+        if self.server is not None:
+            out["ps_epochs"] = self.rule.summaries()
+            if self.job.config.mode == "ssp":
+                out["staleness"] = self.job.config.staleness
+                out["clock_gap_max"] = self.server.clock_gap_max
+        return out
+
+    def run_round(self, orders: RoundOrders) -> RoundReport:
+        self._follow_learning_rate(orders)
+        return self._epoch(orders)
 
     def _epoch(self, orders: RoundOrders) -> RoundReport:
         job, epoch, ledger = self.job, orders.epoch, self.rule
-        if orders.starts is not self._last_master:  # a callback set the weights: the server's master becomes them
+        if orders.starts.weights is not self._last_weights:  # a callback set the weights: the server's master becomes them
             self.server.set_state(orders.starts)
         self._stage_for(epoch * self.plan_rounds)
         total = job.data.total_rows
@@ -360,21 +322,16 @@ class PSTransport:
         if self.options.pause_at_epochs:
             self._end_stage()  # every worker at the epoch's end: a consistent state for validation and snapshots
         _, master = self.server.state()
-        optimizers = {int(w): o for w, o in ledger.optimizers.items()}
-        if optimizers:  # the fitted model's optimizer state: the workers' latest, weighted by their rows
-            from sparkdl.core.aggregation import WeightedMean
-
-            mean = WeightedMean()
-            for p, state in optimizers.items():
-                mean.add(state, max(1, job.plan.partition_rows[p]))
-            master = ModelState(master.weights, [np.asarray(a) for a in mean.result()])
-        self._last_master = master
+        # each worker's latest optimizer state, for the policy's fitted optimizer state (weighted by its rows)
+        optimizers = [WorkerUpdate(int(w), int(job.plan.partition_rows[int(w)]), 0, ModelState([], o))
+                      for w, o in sorted(ledger.optimizers.items(), key=lambda item: int(item[0]))]
+        self._last_weights = master.weights
         stats = ledger.epochs[epoch]
         local = {}
         if self.options.pause_at_epochs:
             local = {p: self.server.local(str(p)) for p in range(job.workers) if self.server.local(str(p)) is not None}
         sums = stats.sums.total()
         return RoundReport(
-            updates=RoundUpdates(stats.rows, master=master), workers=[(-1, stats.rows)], metrics=[sums] if sums is not None else [],
+            updates=RoundUpdates(stats.rows, master=master, updates=optimizers or None), workers=[(-1, stats.rows)], metrics=[sums] if sums is not None else [],
             nbytes=stats.bytes_pushed, local=local, rows_expected=total, seconds=seconds, logs=stats.summary(),
         )

@@ -84,7 +84,9 @@ def check_results(spark, config, model) -> None:
     Raises:
         ConfigError: naming the setting to change.
     """
-    per_worker = config.mode in ("easgd", "gossip")
+    from sparkdl.core.modes import policy_class
+
+    per_worker = policy_class(config.mode).per_worker  # each worker's update comes apart (easgd, gossip)
     _reduction(spark, config, model, config.num_workers, per_worker)
     check_inline(spark, state_nbytes(model) * (config.num_workers if per_worker else 1), "a round's start weights and optimizer state")
 

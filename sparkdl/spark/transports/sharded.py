@@ -119,7 +119,7 @@ class ShardedTransport:
     applies_policy = True  # the slice owners apply the mode's policy; the driver loop does not
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
-        from sparkdl.spark.transports.ps import server_addresses, tls_identity
+        from sparkdl.spark.transports.ps import tls_identity
 
         self.job, self.policy, self.options = job, policy, options
         config = job.config
@@ -127,7 +127,7 @@ class ShardedTransport:
         self.rounds_per_epoch = job.plan.rounds_per_epoch
         self.total_slots = config.epochs * self.rounds_per_epoch
         self.keep_local = config.keep_local_optimizer or config.mode in LOCAL_OPTIMIZER_MODES
-        self.bind, self.advertise = server_addresses(job.spark)
+        self.bind, self.advertise = job.cluster.server_addresses()
         self.identity = tls_identity(config)
         self.coordinator: Coordinator | None = None
         self.stages: StageWatch | None = None
