@@ -166,7 +166,8 @@ class SliceServer(FlightEndpoint):
         on_ready: ``on_ready(version, finite_message)``: a candidate is ready (message None) or not
             finite (the first non-finite piece named); called from the applier thread.
         persist: ``persist(version)``: keep a new version where a retried task on this executor
-            finds it (its disk), before it is reported ready (None: nowhere).
+            finds it (its disk); called from a writer thread of its own, newest version first, off
+            the round's path (None: nowhere).
         send_backup: ``send_backup(version)``: put a version to this slice's holder (None: no holder);
             called from the applier thread after each apply.
         max_message_bytes: the largest put accepted (bytes); default 4 × a slice + 1 MiB.
@@ -203,6 +204,9 @@ class SliceServer(FlightEndpoint):
                         "bytes_out": 0, "backups_in": 0, "applied": 0, "apply_s": 0.0}
         self._due = threading.Event()
         self.released = threading.Event()  # a new owner took the slice (``release``)
+        self._to_disk: SliceVersion | None = None  # the newest version the disk writer has not written yet
+        self._written = threading.Event()
+        self._writer: threading.Thread | None = None
         self._applier: threading.Thread | None = None
         self.failure: BaseException | None = None  # the applier's error, for the task to raise
 
@@ -223,10 +227,9 @@ class SliceServer(FlightEndpoint):
         if self._applier is None:
             self._applier = threading.Thread(target=self._apply_loop, name=f"sparkdl-slice-{self.owner}", daemon=True)
             self._applier.start()
-        if self.persist is not None:
-            for version in (committed, candidate):
-                if version is not None:
-                    self.persist(version)
+        for version in (committed, candidate):
+            if version is not None and self.persist is not None:
+                self.persist(version)
         if self.on_ready is not None:
             self.on_ready(committed.version, None)
             if candidate is not None:
@@ -355,16 +358,36 @@ class SliceServer(FlightEndpoint):
                 self._counts["applied"] += 1
                 self._counts["apply_s"] += time.perf_counter() - started
                 self._cond.notify_all()
-            backup = None
-            if self.send_backup is not None:  # to the holder while this executor's disk gets it too
-                backup = threading.Thread(target=self.send_backup, args=(g + 1,), name=f"sparkdl-slice-{self.owner}-backup", daemon=True)
-                backup.start()
-            if self.persist is not None:
-                self.persist(candidate)
-            if backup is not None:
-                backup.join()
+            self._keep_on_disk(candidate)
+            if self.send_backup is not None:  # its holder has it before anyone hears it is ready
+                self.send_backup(g + 1)
         if self.on_ready is not None:
             self.on_ready(g + 1, problem)
+
+    def _keep_on_disk(self, version: SliceVersion) -> None:
+        """Hand ``version`` to the disk writer thread (a newer one replaces one not written yet)."""
+        if self.persist is None:
+            return
+        with self._lock:
+            self._to_disk = version
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name=f"sparkdl-slice-{self.owner}-disk", daemon=True)
+                self._writer.start()
+        self._written.set()
+
+    def _write_loop(self) -> None:
+        while not self._closing:
+            if not self._written.wait(0.5):
+                continue
+            self._written.clear()
+            with self._lock:
+                version, self._to_disk = self._to_disk, None
+            if version is None:
+                continue
+            try:
+                self.persist(version)
+            except Exception as exc:  # noqa: BLE001 - a full disk costs the local copy, not the fit (the holder has one)
+                log.warning("sparkdl: slice %d could not keep version %d on this executor's disk: %s", self.owner, version.version, exc)
 
     # ---- backups --------------------------------------------------------------------------------
 
