@@ -34,6 +34,7 @@ from sparkdl.spark.session import cancel_tag, conf_get, tag_jobs
 from sparkdl.spark.session import master as master_url
 
 T = TypeVar("T")
+INTERRUPT_JOIN_S = 10.0  # how long an interrupted action's thread is given to return once its jobs are cancelled (seconds)
 
 # (pattern in Spark's failure text, what happened, the setting that changes it, whether another attempt may pass)
 _CAUSES = (
@@ -405,8 +406,11 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
     thread.start()
     try:
         thread.join(timeout_s)
-    except BaseException:  # KeyboardInterrupt (a notebook's interrupt): stop this action's jobs too
+    except BaseException:  # KeyboardInterrupt (a notebook's interrupt, Ctrl-C): stop this action's jobs too
         cancel_tag(spark, tag)
+        # and let the action's thread leave py4j before the interrupt ends the interpreter: a daemon thread
+        # still inside a py4j call while Python finalizes aborts it ("PyGILState_Release ... finalizing")
+        thread.join(INTERRUPT_JOIN_S)
         raise
     if thread.is_alive():
         cancel_tag(spark, tag)
