@@ -54,6 +54,7 @@ for mode in ("async", "ssp") if full else ("ssp",):
     got = fit("ps", mode=mode, fault="raise" if mode == "ssp" and not full else "exit", staleness=1)
     info = got.fitInfo
     out[mode] = {"updates": info["updates_applied"], "duplicates": info["duplicates_dropped"], "attempts": info["task_attempts"],
+                 "resets": info.get("local_state_resets"),
                  "gap": info.get("clock_gap_max"), "rows": [e["updates_applied"] for e in info["ps_epochs"]], "loss": got.history["loss"]}
 json.dump(out, open(sys.argv[1], "w"))
 spark.stop()
@@ -89,6 +90,7 @@ def _check(out, keys, modes):
         result = out[mode]
         assert result["updates"] == 2 * 2 * 2, result  # every slot applied exactly once despite the retry
         assert result["attempts"]["1"] == 2, result
+        assert result["resets"] == 0, result  # the retry found its optimizer state on its executor's disk
     assert out["ssp"]["gap"] <= 1  # the bound held after the retry (the failed worker kept its clock)
 
 

@@ -17,8 +17,8 @@ A task runs its worker's slots ``[first, last)`` of the fit's schedule (a slot i
 Every push carries (worker = partition, attempt, seq = slot + 1): the server applies each slot
 once. A retried task (Spark retries a failed one) asks the server which slot of its worker was
 applied last and skips those; its own state (1bit/threshold residual, its optimizer state) comes
-back from this executor's disk, else from the server (a resumed fit), else starts afresh
-(counted). A thread of its own sends a heartbeat every ``heartbeat_s`` seconds from the task's
+back from this executor's disk (asynchronous modes: saved after every slot), else from the
+server (a resumed fit), else starts afresh (counted in ``fitInfo["local_state_resets"]``). A thread of its own sends a heartbeat every ``heartbeat_s`` seconds from the task's
 start, so the driver's ``workerTimeout`` measures a dead or stopped worker, not a slow step, a
 TensorFlow import or a replica build.
 """
@@ -196,7 +196,7 @@ class Worker:
         if local is None:
             served = self.client.pull_local(self.partition)
             local = served if served is not None and served.version == version else None
-        if local is None and self.quantized:
+        if local is None:  # a retry on another executor: it starts afresh (counted in fitInfo["local_state_resets"])
             self.counts["local_resets"] = 1
         return local
 
@@ -319,8 +319,7 @@ class Worker:
                              extra=extra, names=names, encoding=encoding)
         self._applied(pushed)
         self.local = WorkerLocal(g, residual, list(state.optimizer))
-        if self.quantized:
-            worker_state.save(task.fit_id, self.partition, self.local)
+        worker_state.save(task.fit_id, self.partition, self.local)  # its optimizer state (and residual), for a retry here
 
     def _async_update(self, state: ModelState, master: ModelState, residual, final: bool):
         """What an asynchronous worker pushes: ``(update, names, encoding, new residual)``: Δ = its

@@ -183,6 +183,8 @@ class PSTransport:
                 for key in entry:
                     entry[key] += rows[key][i]
             out["worker_steps"] = [per[p]["steps"] for p in sorted(per)]
+            if not self.rounds_mode:  # round modes count theirs round by round (the loop)
+                out["local_state_resets"] = int(sum(rows["local_resets"]))
             out["worker_pushes"] = [per[p]["pushes"] for p in sorted(per)]
             if self.job.config.min_workers(self.job.workers) < self.job.workers:
                 out["worker_late"] = [per[p]["late"] for p in sorted(per)]
