@@ -42,6 +42,16 @@ def task_slots(spark) -> int | None:
         return max(0, sc.defaultParallelism // cpus)
 
 
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (0 when the system does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 @dataclass(frozen=True)
 class ClusterFacts:
     """A fit's cluster as it was when the fit started (see the module docstring).
@@ -55,6 +65,8 @@ class ClusterFacts:
         ps_host: ``spark.sparkdl.ps.host``, when set.
         driver_host, driver_bind: ``spark.driver.host`` and ``spark.driver.bindAddress`` (classic).
         session: the session in words, for messages.
+        driver_memory_bytes: the physical memory of the machine this process (the driver, or the
+            Connect client) runs on, in bytes (0 when it cannot be read).
     """
 
     master: str
@@ -67,6 +79,7 @@ class ClusterFacts:
     driver_host: str | None
     driver_bind: str | None
     session: str
+    driver_memory_bytes: int = 0
 
     @classmethod
     def read(cls, spark) -> ClusterFacts:
@@ -80,7 +93,7 @@ class ClusterFacts:
         return cls(master=master(spark), connect=connect, local_server=is_local_server(spark), local=local_mode(spark),
                    dynamic_allocation=conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true",
                    slots=task_slots(spark), ps_host=host.strip() if host is not None else None, driver_host=driver_host,
-                   driver_bind=driver_bind, session=describe(spark))
+                   driver_bind=driver_bind, session=describe(spark), driver_memory_bytes=physical_memory())
 
     def with_slots_for(self, spark, workers: int, timeout_s: float = SLOT_WAIT_S) -> ClusterFacts:
         """These facts with the slots counted again, once per second for up to ``timeout_s``

@@ -105,15 +105,14 @@ def test_the_modes_the_pages_list_are_the_codes():
     from sparkdl.config import BACKENDS
     from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 
-    undocumented_yet = {"diloco"}  # its change documents it
     page = "docs/user-guide/backend-auto.md"
     assert says(page, "**Asynchronous modes** (`async`, `hogwild`, `staleness_aware`, `ssp`)")
     assert ASYNC_MODES == ("async", "hogwild", "staleness_aware", "ssp")
-    assert says(page, "**Round modes** (`sync`, `bmuf`, `easgd`, `gossip`)")
-    assert set(ROUND_MODES) - undocumented_yet == {"sync", "bmuf", "easgd", "gossip"}
+    assert says(page, "**Round modes** (`sync`, `bmuf`, `easgd`, `gossip`)") and says(page, "**`diloco`**")
+    assert set(ROUND_MODES) == {"sync", "bmuf", "easgd", "gossip", "diloco"}
     table = re.findall(r"^\| `(\w+)` \| `(\w+)`(?:, `(\w+)`)? \|", open(os.path.join(ROOT, "docs/user-guide/training-modes.md")).read(), re.M)
     listed = {mode for mode, *_ in table if mode in MODES}
-    assert listed == set(MODES) - undocumented_yet
+    assert listed == set(MODES)
     assert {b for _, *backends in table for b in backends if b} <= set(BACKENDS)
 
 

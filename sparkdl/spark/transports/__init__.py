@@ -158,7 +158,35 @@ class BackendChoice(NamedTuple):
     reason: str
 
 
-def choose_backend(cluster, config) -> BackendChoice:
+PS_PEAK_STATES = 10.2  # copies of the state the driver holds at a ps round's peak (benchmarks/driver_memory.py, 20M with Adam)
+SHARDED_MIN_WORKERS = 8  # from this many workers auto prefers sharded (benchmarks/scaling.py; see prefers_sharded)
+
+
+def sliceable(config, validation: bool = False) -> bool:
+    """Whether backend ``sharded`` runs ``config`` (:func:`~sparkdl.spark.transports.sharded.check_sliceable` would pass)."""
+    from sparkdl.core.modes import SLICED_MODES
+
+    return (config.mode in SLICED_MODES and config.compression in (None, "fp16") and config.min_workers_per_round is None
+            and not validation)
+
+
+def prefers_sharded(cluster, config, state_bytes: int | None) -> str | None:
+    """Why auto runs a sliceable round mode on ``sharded`` rather than ``ps``, or None: the driver
+    would hold about :data:`PS_PEAK_STATES` copies of the state on ``ps`` (measured), more than a
+    third of its machine's memory (the rest is for the executors a ``local`` master runs beside it, and
+    for the driver's JVM); or the fit has :data:`SHARDED_MIN_WORKERS` workers or more, where the
+    driver's server moves 2·N states a round on ``ps`` and ``sharded`` was measured faster."""
+    if state_bytes and cluster.driver_memory_bytes and PS_PEAK_STATES * state_bytes > cluster.driver_memory_bytes / 3:
+        return (f"auto: on backend 'ps' the driver would hold about {PS_PEAK_STATES:g} copies of the model's state "
+                f"({state_bytes / 2**20:,.0f} MB with Adam's moments), more than a third of this machine's "
+                f"{cluster.driver_memory_bytes / 2**30:.0f} GB; backend 'sharded' keeps it in the workers' slices")
+    if config.num_workers >= SHARDED_MIN_WORKERS:
+        return (f"auto: {config.num_workers} workers: on backend 'ps' every round's {2 * config.num_workers} states pass through "
+                "the driver; backend 'sharded' keeps them between the workers")
+    return None
+
+
+def choose_backend(cluster, config, state_bytes: int | None = None, validation: bool = False) -> BackendChoice:
     """The transport of a fit with ``config`` on a cluster (:class:`~sparkdl.spark.cluster.ClusterFacts`), and why; no job runs.
 
     ``backend="rounds"``, ``"ps"`` or ``"sharded"`` set by the user is kept. ``backend="auto"`` (the default):
@@ -178,13 +206,15 @@ def choose_backend(cluster, config) -> BackendChoice:
          machine; with a remote Connect server only when ``spark.sparkdl.ps.host`` names this
          machine's address (its reachability cannot be judged from here);
 
-      then ``sharded`` when the mode can be sliced (:data:`~sparkdl.core.modes.SLICED_MODES`) and
-      the state or the worker count is large enough that the driver's parameter server would be
-      the bottleneck (:func:`prefers_sharded`), else ``ps``.
+      then ``sharded`` when the fit can be sliced (:func:`sliceable`) and the state or the worker
+      count is large enough that the driver's parameter server would be the bottleneck
+      (:func:`prefers_sharded`), else ``ps``.
 
     Args:
         cluster: the fit's :class:`~sparkdl.spark.cluster.ClusterFacts`.
         config: the fit's :class:`~sparkdl.config.FitConfig`.
+        state_bytes: the model's state in bytes (weights and optimizer state), when known.
+        validation: the fit has validation data (``sharded`` refuses it).
     """
     from sparkdl.core.modes import ASYNC_MODES, LOCAL_OPTIMIZER_MODES
     from sparkdl.spark.cluster import PS_HOST_CONF
@@ -213,6 +243,9 @@ def choose_backend(cluster, config) -> BackendChoice:
         return BackendChoice("rounds", f"auto: a remote Spark Connect server, whose executors may not reach this client's "
                                        f"parameter server; set {PS_HOST_CONF} to an address of this machine they can reach "
                                        "to use backend 'ps'")
+    why = prefers_sharded(cluster, config, state_bytes) if sliceable(config, validation) else None
+    if why is not None:
+        return BackendChoice("sharded", why)
     return BackendChoice("ps", f"auto: static allocation, {slots} task slots for {workers} workers and a driver the "
                                "executors reach")
 
@@ -230,8 +263,10 @@ def preflight(spark, config, model, validation: bool = False) -> tuple[BackendCh
     """
     from sparkdl.spark.cluster import ClusterFacts
 
+    from sparkdl.keras.replica import weights_nbytes
+
     cluster = ClusterFacts.read(spark)
-    choice = choose_backend(cluster, config)
+    choice = choose_backend(cluster, config, state_bytes=3 * weights_nbytes(model), validation=validation)
     if choice.backend in ("ps", "sharded"):
         if choice.backend == "sharded":
             from sparkdl.spark.transports.sharded import check_sliceable
