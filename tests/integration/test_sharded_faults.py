@@ -238,3 +238,54 @@ def test_a_slice_owner_cut_off_from_the_network_mid_round_is_replaced_with_the_s
         raise
     assert _difference(out["hit"], out["base"]) < 1e-5
     assert out["attempts"][str(out["cut"])] >= 2 and out["retrained"][out["cut"]] == 1, out
+
+
+LOST = HEAD + textwrap.dedent(
+    """
+    from sparkdl.spark.partitions import spill_dir
+
+    class LoseBoth(faults.TaskHooks):
+        \"\"\"Before round 3 both workers die at once (SIGKILL), slice 1's disk copies deleted first: slice 1's
+        owner, its backup holder (slice 0's owner) and the executor's copy are gone together.\"\"\"
+        def __init__(self, fit_id_dir, markers):
+            self.markers = markers
+        def before_steps(self, point):
+            if point.index != 2:
+                return
+            try:
+                fd = os.open(os.path.join(self.markers, f"p{point.partition}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.close(fd)
+            import glob, signal, time
+            if point.partition == 1:
+                for path in glob.glob(os.path.join(os.path.dirname(spill_dir("x")), "sparkdl-*", "slice-1-v*.arrow")):
+                    os.remove(path)
+            while len(os.listdir(self.markers)) < 2:  # both at once
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    started = time.perf_counter()
+    try:
+        fit(LoseBoth(None, sys.argv[2]), workers=2, workerTimeout=60.0)
+        out = {"failed": False}
+    except Exception as exc:
+        out = {"failed": True, "type": type(exc).__name__, "message": str(exc)}
+    out["seconds"] = time.perf_counter() - started
+    json.dump(out, open(sys.argv[1], "w"))
+    spark.stop()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_slice_found_nowhere_fails_the_fit_naming_it_instead_of_hanging(tmp_path):
+    """Slice 1's owner and its backup holder killed together, and slice 1's copies on the executor's
+    disk gone: the retried task cannot serve it again, and the fit fails (no hang) naming the slice
+    and where it was looked for."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    out = _run(LOST, tmp_path / "out.json", {"TEST_MASTER": "local[2,4]"}, timeout_s=900, args=(str(markers),))
+    assert out["failed"] and out["type"] == "WorkerError", out
+    assert "SliceLost: slice 1 of the state" in out["message"] and "found nowhere" in out["message"], out["message"][:2000]
+    assert "backup holder (slice 0)" in out["message"]
