@@ -77,18 +77,17 @@ def _facts(**kw):
     return ClusterFacts(**{**base, **kw})
 
 
-def test_auto_picks_sharded_when_the_state_would_crowd_the_driver_on_ps_or_for_many_workers():
+def test_auto_picks_sharded_when_the_state_would_crowd_the_driver_on_ps():
     """ps holds about 10 states on the driver at a round's peak: a 1.2 GB state (100M parameters with
     Adam) on a 24 GB machine is more than a third of it, so auto picks sharded; 120 MB is not."""
     big, small = 1200 * 2**20, 120 * 2**20
     choice = choose_backend(_facts(), FitConfig(num_workers=2), state_bytes=big)
     assert choice.backend == "sharded" and "10.2 copies" in choice.reason and "24 GB" in choice.reason
     assert choose_backend(_facts(), FitConfig(num_workers=2), state_bytes=small).backend == "ps"
-    many = choose_backend(_facts(), FitConfig(num_workers=8), state_bytes=small)
-    assert many.backend == "sharded" and "8 workers" in many.reason
+    assert choose_backend(_facts(), FitConfig(num_workers=8), state_bytes=small).backend == "ps"  # not for speed alone
     # what sharded does not run stays on ps: validation data, a quantized update, a mode it cannot slice
     assert choose_backend(_facts(), FitConfig(num_workers=2), state_bytes=big, validation=True).backend == "ps"
-    assert choose_backend(_facts(), FitConfig(num_workers=8, compression="1bit"), state_bytes=small).backend == "ps"
-    assert choose_backend(_facts(), FitConfig(num_workers=8, mode="easgd"), state_bytes=small).backend == "ps"
+    assert choose_backend(_facts(), FitConfig(num_workers=2, compression="1bit"), state_bytes=big).backend == "ps"
+    assert choose_backend(_facts(), FitConfig(num_workers=2, mode="easgd"), state_bytes=big).backend == "ps"
     # and dynamic allocation keeps the round modes on rounds whatever the state
     assert choose_backend(_facts(dynamic_allocation=True), FitConfig(num_workers=2), state_bytes=big).backend == "rounds"

@@ -159,7 +159,6 @@ class BackendChoice(NamedTuple):
 
 
 PS_PEAK_STATES = 10.2  # copies of the state the driver holds at a ps round's peak (benchmarks/driver_memory.py, 20M with Adam)
-SHARDED_MIN_WORKERS = 8  # from this many workers auto prefers sharded (benchmarks/scaling.py; see prefers_sharded)
 
 
 def sliceable(config, validation: bool = False) -> bool:
@@ -174,15 +173,13 @@ def prefers_sharded(cluster, config, state_bytes: int | None) -> str | None:
     """Why auto runs a sliceable round mode on ``sharded`` rather than ``ps``, or None: the driver
     would hold about :data:`PS_PEAK_STATES` copies of the state on ``ps`` (measured), more than a
     third of its machine's memory (the rest is for the executors a ``local`` master runs beside it, and
-    for the driver's JVM); or the fit has :data:`SHARDED_MIN_WORKERS` workers or more, where the
-    driver's server moves 2·N states a round on ``ps`` and ``sharded`` was measured faster."""
+    for the driver's JVM). Not for speed alone: ``sharded`` was not measured faster than ``ps`` for
+    any worker count on one machine (``benchmarks/scaling.py``: equal at N = 2 and 4, 1.25× slower at
+    N = 8 with 1M parameters on 2 cores, where its N·(N−1) transfers share the cores)."""
     if state_bytes and cluster.driver_memory_bytes and PS_PEAK_STATES * state_bytes > cluster.driver_memory_bytes / 3:
         return (f"auto: on backend 'ps' the driver would hold about {PS_PEAK_STATES:g} copies of the model's state "
                 f"({state_bytes / 2**20:,.0f} MB with Adam's moments), more than a third of this machine's "
                 f"{cluster.driver_memory_bytes / 2**30:.0f} GB; backend 'sharded' keeps it in the workers' slices")
-    if config.num_workers >= SHARDED_MIN_WORKERS:
-        return (f"auto: {config.num_workers} workers: on backend 'ps' every round's {2 * config.num_workers} states pass through "
-                "the driver; backend 'sharded' keeps them between the workers")
     return None
 
 
@@ -206,9 +203,8 @@ def choose_backend(cluster, config, state_bytes: int | None = None, validation: 
          machine; with a remote Connect server only when ``spark.sparkdl.ps.host`` names this
          machine's address (its reachability cannot be judged from here);
 
-      then ``sharded`` when the fit can be sliced (:func:`sliceable`) and the state or the worker
-      count is large enough that the driver's parameter server would be the bottleneck
-      (:func:`prefers_sharded`), else ``ps``.
+      then ``sharded`` when the fit can be sliced (:func:`sliceable`) and its state would crowd the
+      driver on ``ps`` (:func:`prefers_sharded`), else ``ps``.
 
     Args:
         cluster: the fit's :class:`~sparkdl.spark.cluster.ClusterFacts`.
