@@ -71,8 +71,46 @@ class MetricReader:
                 f"and labels of per-row shape {y_shape} ({y_dtype}). Received: {type(exc).__name__}: {str(exc).splitlines()[0][:400]}"
             ) from exc
         self.model.reset_metrics()
+        self._metrics = self.model  # the model whose compiled metrics read the sums
         self._variables = list(self.model.metrics_variables)
         self.names = [v.path for v in self._variables]
+        self.probe = self._probe(compile_spec, y_pred, x, y, sample_weight)
+        if self.probe is not None:
+            self._metrics, self._variables = self.probe, list(self.probe.metrics_variables)
+
+    def _probe(self, compile_spec: CompileSpec, y_pred, x, y, sample_weight):
+        """A model without weights whose outputs are its inputs, named and shaped as this model's
+        outputs and compiled alike: its metrics read the workers' sums as the model's would, so the
+        driver need not keep the model (its weights: a third of an Adam state) for the metrics. None
+        when its metric variables would differ from the model's (then the model itself serves)."""
+        keras = keras_module()
+        try:
+            outputs = y_pred if isinstance(y_pred, (list, tuple)) else [y_pred]
+            names = list(getattr(self.model, "output_names", None) or [self.model.layers[-1].name])  # Sequential: its last layer
+            if isinstance(y_pred, dict) or len(names) != len(outputs):
+                return None
+            inputs = [keras.Input(tuple(o.shape[1:]), dtype=o.dtype, name=f"{n}_probe") for n, o in zip(names, outputs, strict=True)]
+            ends = [keras.layers.Identity(name=n)(i) for n, i in zip(names, inputs, strict=True)]
+            single = len(ends) == 1
+            probe = compile_spec.compile(keras.Model(inputs[0] if single else inputs, ends[0] if single else ends,
+                                                     name=f"{self.model.name}_metrics"))
+            pred = probe([np.asarray(o) for o in outputs] if len(outputs) > 1 else np.asarray(outputs[0]), training=False)
+            probe.compute_loss(x, y, pred, sample_weight=sample_weight)
+            probe.compute_metrics(x, y, pred, sample_weight=sample_weight)
+            probe.reset_metrics()
+        except Exception:  # noqa: BLE001 - e.g. a metric that reads the model itself: the model serves
+            return None
+        ours = [(tuple(v.shape), str(v.dtype)) for v in self.model.metrics_variables]
+        theirs = [(tuple(v.shape), str(v.dtype)) for v in probe.metrics_variables]
+        return probe if ours == theirs else None
+
+    def release_model(self) -> None:
+        """Drop the model (and its weights) when the metrics no longer need it (a probe reads them)."""
+        if self.probe is not None:
+            import gc
+
+            self.model = None
+            gc.collect()  # a Keras model is a cycle of layers and model: its variables go only with a collection
 
     @classmethod
     def for_columns(cls, spec: ModelSpec, compile_spec: CompileSpec, columns) -> MetricReader:
@@ -109,6 +147,6 @@ class MetricReader:
                 )
         for variable, array in zip(self._variables, variables, strict=True):
             variable.assign(np.asarray(array).astype(variable.dtype))
-        values = {name: float(np.asarray(value)) for name, value in self.model.get_metrics_result().items()}
-        self.model.reset_metrics()
+        values = {name: float(np.asarray(value)) for name, value in self._metrics.get_metrics_result().items()}
+        self._metrics.reset_metrics()
         return {name: values[name] for name in sorted(values)}  # History's order: Keras sorts pythonified logs

@@ -60,6 +60,7 @@ class _FitRequest:
     budget: int
     spark: object
     cluster: object
+    state_bytes: int
 
 def fit_seconds(marks: dict, first_round: float, rounds_total: float, first_round_end: float | None,
                 round_seconds: list[float]) -> dict:
@@ -583,7 +584,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        choice, cluster = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
+        choice, cluster, state_bytes = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if validation_df is not None:
             check_inline(spark, len(spec.weights), "the master weights to validate")
         if start.optimizer is None and choice.backend != "sharded":  # a fresh optimizer's state to begin with
@@ -592,7 +593,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             fit_id=uuid.uuid4().hex, config=config, backend=choice.backend, backend_reason=choice.reason, spec=spec,
             compile_spec=compile_spec, start=start, task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
             validation_df=validation_df, callbacks=user_callbacks, trackers=trackers,
-            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark, cluster=cluster,
+            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark, cluster=cluster, state_bytes=state_bytes,
         )
 
     # ---- step 2: the data -------------------------------------------------------------------
@@ -686,7 +687,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         job = TrainJob(fit_id, request.spec, request.compile_spec, data, plan, config, request.reader,
                        names=tuple(decode_arrays(request.spec.weights, copy=False).names), trainable=request.trainable,
                        validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active(),
-                       cluster=request.cluster)
+                       cluster=request.cluster, state_bytes=request.state_bytes)
         asynchronous = config.mode in ASYNC_MODES
         snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings()), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
@@ -698,8 +699,14 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         transport = get_transport(request.backend, job, policy, TransportOptions(pause_at_epochs=pause_at_epochs, snapshots=snapshot))
         progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")]  # verbose=0: the DEBUG log only
         observers.extend(progress)
-        callbacks = DriverCallbacks([*request.callbacks, *request.trackers, *progress], request.reader.model, config.epochs,
-                                    transport.rounds_per_epoch)
+        every = [*request.callbacks, *request.trackers, *progress]
+        reader = request.reader
+        # the callbacks get the model itself when one reads it (its weights, its summary); else the metrics' probe,
+        # and the driver drops the model: its weights (and its optimizer's) are not kept through the fit
+        needs_model = reader.probe is None or any(getattr(c, "needs_weights", True) or getattr(c, "needs_model", False) for c in every)
+        callbacks = DriverCallbacks(every, reader.model if needs_model else reader.probe, config.epochs, transport.rounds_per_epoch)
+        if not needs_model:
+            reader.release_model()
         log.info("fit %s: %d rows on %d workers, mode %s on backend %s (%s), %d epochs x %d rounds", fit_id[:8], data.total_rows,
                  workers, config.mode, transport.name, request.backend_reason, config.epochs, transport.rounds_per_epoch)
         if config.verbose:

@@ -95,6 +95,7 @@ class TensorBoardLogger(keras.callbacks.Callback):
         self.validation_dir = os.path.join(self.log_dir, "validation")
         self.write_rounds = bool(write_rounds)
         self.write_model_summary = bool(write_model_summary)
+        self.needs_model = self.write_model_summary  # the model's summary (not its weights)
         self._writers: dict = {}
         self._last_learning_rate: float | None = None
         from tensorflow.core.framework import summary_pb2

@@ -38,6 +38,7 @@ class TrainJob:
         custom_objects: the driver's registered Keras objects, shipped to every task.
         hooks: fault-injection hooks (tests, ``benchmarks/chaos.py``), None in a production fit.
         cluster: the cluster's facts, read once before any job (:class:`~sparkdl.spark.cluster.ClusterFacts`).
+        state_bytes: the model's state in bytes (weights and optimizer state: one worker's update).
     """
 
     fit_id: str
@@ -54,6 +55,7 @@ class TrainJob:
     custom_objects: dict | None = None
     hooks: TaskHooks | None = None
     cluster: object | None = None
+    state_bytes: int = 0
 
     @property
     def spark(self):

@@ -246,13 +246,15 @@ def choose_backend(cluster, config, state_bytes: int | None = None, validation: 
                                "executors reach")
 
 
-def preflight(spark, config, model, validation: bool = False) -> tuple[BackendChoice, object]:
+def preflight(spark, config, model, validation: bool = False) -> tuple[BackendChoice, object, int]:
     """The fit's cluster facts (:class:`~sparkdl.spark.cluster.ClusterFacts`, read once here) and
     transport (:func:`choose_backend`), checked before any job: ``ps`` and ``sharded`` need a task
     slot per worker (on a cluster, after waiting up to ``SLOT_WAIT_S`` seconds for executors still
     registering) and a driver the executors reach, ``sharded`` a mode it can slice
     (:func:`~sparkdl.spark.transports.sharded.check_sliceable`); ``rounds`` needs its updates to fit
-    ``spark.driver.maxResultSize`` (and Spark Connect's message limit). Returns ``(choice, facts)``.
+    ``spark.driver.maxResultSize`` (and Spark Connect's message limit). Returns ``(choice, facts,
+    state bytes)`` (the state's bytes: weights and optimizer state; estimated as three times the
+    weights, Adam's, unless ``rounds`` built the optimizer to count them).
 
     Raises:
         ConfigError: naming the setting to change.
@@ -262,7 +264,8 @@ def preflight(spark, config, model, validation: bool = False) -> tuple[BackendCh
     from sparkdl.keras.replica import weights_nbytes
 
     cluster = ClusterFacts.read(spark)
-    choice = choose_backend(cluster, config, state_bytes=3 * weights_nbytes(model), validation=validation)
+    state_bytes = 3 * weights_nbytes(model)
+    choice = choose_backend(cluster, config, state_bytes=state_bytes, validation=validation)
     if choice.backend in ("ps", "sharded"):
         if choice.backend == "sharded":
             from sparkdl.spark.transports.sharded import check_sliceable
@@ -274,8 +277,8 @@ def preflight(spark, config, model, validation: bool = False) -> tuple[BackendCh
     else:
         from sparkdl.spark.transports.rounds import check_results
 
-        check_results(spark, config, model)
-    return choice, cluster
+        state_bytes = check_results(spark, config, model)
+    return choice, cluster, state_bytes
 
 
 def get_transport(name: str, job, policy, options: TransportOptions) -> Transport:

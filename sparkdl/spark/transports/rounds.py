@@ -62,13 +62,14 @@ from sparkdl.spark.transports import RoundOrders, RoundReport
 log = logging.getLogger("sparkdl")
 
 
-def _reduction(spark, config, model, workers: int, per_worker: bool) -> bool:
-    """Whether a round's updates are combined on the executors, after checking they can reach the driver.
+def _reduction(spark, config, nbytes: int, workers: int, per_worker: bool) -> bool:
+    """Whether a round's updates (``nbytes``: one worker's state) are combined on the executors,
+    after checking they can reach the driver.
 
     Raises:
         ConfigError: naming ``spark.driver.maxResultSize`` and the value to set.
     """
-    limit, nbytes = result_limit_bytes(spark), state_nbytes(model)
+    limit = result_limit_bytes(spark)
     if config.compression in QUANTIZED:
         return False  # quantized payloads come to the driver one per worker, a few percent of the state each
     if per_worker or config.min_workers(workers) < workers:
@@ -77,9 +78,10 @@ def _reduction(spark, config, model, workers: int, per_worker: bool) -> bool:
     return plan_reduction(limit, nbytes, workers)
 
 
-def check_results(spark, config, model) -> None:
+def check_results(spark, config, model) -> int:
     """Before any job: a round's updates fit ``spark.driver.maxResultSize``, and on Spark Connect
-    (no broadcast) its start state fits a plan.
+    (no broadcast) its start state fits a plan. Returns the state's bytes (weights and optimizer
+    state, what one worker returns a round).
 
     Raises:
         ConfigError: naming the setting to change.
@@ -87,8 +89,10 @@ def check_results(spark, config, model) -> None:
     from sparkdl.core.modes import policy_class
 
     per_worker = policy_class(config.mode).per_worker  # each worker's update comes apart (easgd, gossip)
-    _reduction(spark, config, model, config.num_workers, per_worker)
-    check_inline(spark, state_nbytes(model) * (config.num_workers if per_worker else 1), "a round's start weights and optimizer state")
+    nbytes = state_nbytes(model)
+    _reduction(spark, config, nbytes, config.num_workers, per_worker)
+    check_inline(spark, nbytes * (config.num_workers if per_worker else 1), "a round's start weights and optimizer state")
+    return nbytes
 
 
 class _SharedBroadcast:
@@ -149,7 +153,7 @@ class RoundsTransport:
         self.task = job.task_spec(per_worker=self.per_worker)
         self.min_workers = config.min_workers(job.workers)
         self.separate = self.per_worker or config.compression in QUANTIZED or self.min_workers < job.workers
-        self.reduced = _reduction(job.spark, config, job.reader.model, job.workers, self.per_worker)
+        self.reduced = _reduction(job.spark, config, job.state_bytes, job.workers, self.per_worker)
         self.ids = job.placeholder_rows()  # rounds after the first: at the cached blocks, a byte per row
         self._busy: dict[int, str] = {}  # straggler-tolerant rounds: partition -> tag of its running job
         self._busy_lock = threading.Lock()
