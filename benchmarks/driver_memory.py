@@ -8,13 +8,16 @@ bytes a parameter) with ``--workers`` workers, ``--epochs`` epochs of ``--rounds
 local step, on ``--master`` (``local[2]``). A thread samples the driver Python process' resident set
 every 20 ms from ``fit()`` on; a callback reads the driver JVM's resident set (the Java child of
 this process) at each epoch's end. Growth = the peak during ``fit()`` minus the RSS when it began.
+That callback counts as one that reads the model's weights (Keras' default), so on ``sharded`` the
+driver fetches the master at each epoch's end; with ``--probe-reads-nothing`` it declares
+``needs_weights = False`` and the driver fetches the master only at the fit's end.
 
 Prints one JSON line per backend, e.g. ``{"benchmark": "driver_memory", "backend": "sharded",
 "params": 20000000, "state_mb": 240.0, "python_growth_mb": 280.1, "python_growth_states": 1.17,
 "jvm_rss_mb_per_epoch": [900.1, 902.3, 901.7], ...}``, then a Markdown table.
 
 Usage: python benchmarks/driver_memory.py [--backends rounds ps sharded] [--params 2e7] [--epochs 3]
-       [--rounds 1] [--workers 2] [--master 'local[2]'] [--driver-memory 8g]
+       [--rounds 1] [--workers 2] [--master 'local[2]'] [--driver-memory 8g] [--probe-reads-nothing] [--out FILE]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pyspark.sql import SparkSession
 
 backend, workers, params, epochs, rounds, master, driver_memory = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), \
     int(sys.argv[6]), sys.argv[7], sys.argv[8]
+probe_reads_weights = sys.argv[9] == "1"
 spark = (SparkSession.builder.master(master).config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.memory", driver_memory).config("spark.driver.maxResultSize", "0")
          .config("spark.sql.shuffle.partitions", "8").getOrCreate())
@@ -70,6 +74,8 @@ def jvm_pid():
 
 
 class JvmPerEpoch(keras.callbacks.Callback):
+    needs_weights = probe_reads_weights  # True (Keras' default for any callback): the master is put into the driver's model each epoch
+
     def __init__(self, pid):
         super().__init__()
         self.pid, self.readings = pid, []
@@ -113,7 +119,8 @@ print(json.dumps({"benchmark": "driver_memory", "backend": info["backend"], "wor
                   "rounds": info["rounds"], "state_mb": round(state_mb, 1), "python_rss_before_mb": round(before, 1),
                   "python_peak_mb": round(peak[0], 1), "python_growth_mb": round(peak[0] - before, 1),
                   "python_growth_states": round((peak[0] - before) / state_mb, 2), "jvm_rss_mb_per_epoch": jvm.readings,
-                  "driver_bytes_fetched": info.get("driver_bytes_fetched"), "fit_s": round(seconds, 1)}), flush=True)
+                  "driver_bytes_fetched": info.get("driver_bytes_fetched"), "probe_needs_weights": probe_reads_weights,
+                  "fit_s": round(seconds, 1)}), flush=True)
 spark.stop()
 """
 
@@ -127,6 +134,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument("--probe-reads-nothing", action="store_true", help="the per-epoch JVM probe declares needs_weights=False: "
+                        "no callback reads weights, so backend sharded fetches no master at the epochs' ends")
+    parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -136,12 +146,16 @@ def main() -> None:
     results = []
     for backend in args.backends:
         out = subprocess.run([sys.executable, "-c", CHILD, ROOT, backend, str(args.workers), str(int(args.params)), str(args.epochs),
-                              str(args.rounds), args.master, args.driver_memory], env=env, capture_output=True, text=True, timeout=7200)
+                              str(args.rounds), args.master, args.driver_memory, "0" if args.probe_reads_nothing else "1"], env=env,
+                             capture_output=True, text=True, timeout=7200)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         if out.returncode != 0 or not lines:
             raise SystemExit(f"backend={backend} failed:\n{out.stderr[-3000:]}")
         results.append(json.loads(lines[-1]))
         print(lines[-1], flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(lines[-1] + "\n")
     print("\n| backend | state MB | driver Python peak growth MB | in states | driver JVM RSS MB after each epoch | fit s |\n|---|---|---|---|---|---|")
     for r in results:
         jvm = ", ".join(f"{v:.0f}" for v in r["jvm_rss_mb_per_epoch"] if v is not None)

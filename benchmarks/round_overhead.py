@@ -131,7 +131,8 @@ def round_seconds(df, params: int, rounds: int, batch_size: int, workers: int, b
     else:
         combined_on = "executors" if info.get("reduced_on_executors") else "driver"
     return {"fit_s": fit_s, "first_epoch_s": info["epoch_seconds"][0], "round_s": info["epoch_seconds"][1] / rounds,
-            "combined_on": combined_on, "driver_bytes_fetched": info.get("driver_bytes_fetched")}
+            "combined_on": combined_on, "driver_bytes_fetched": info.get("driver_bytes_fetched"),
+            "load_average": round(__import__("os").getloadavg()[0], 1)}  # the machine's 1-minute load at the fit's end
 
 
 def _drain(batches):
@@ -250,7 +251,7 @@ def main() -> None:
                 "overhead_per_empty_job": round((m["round_s"] - step) / floor, 2),
                 "data_job_s": round(data_floor, 4), "overhead_per_data_job": round((m["round_s"] - step) / data_floor, 2),
                 "first_epoch_s": round(m["first_epoch_s"], 2), "fit_s": round(m["fit_s"], 2),
-                "combined_on": m["combined_on"],
+                "combined_on": m["combined_on"], "load_average": m["load_average"],
             }
             if BACKENDS[backend]["backend"] == "sharded":
                 result.update({k: v for k, v in BACKENDS[backend].items() if k != "backend"})

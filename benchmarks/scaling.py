@@ -230,6 +230,8 @@ def make_probe(spark, pids: set[int], rest: SparkRest, jvm_pid: int):
     import keras
 
     class Probe(keras.callbacks.Callback):
+        needs_weights = False  # it reads no weights: on backend sharded the driver fetches no master for it
+
         def __init__(self) -> None:
             super().__init__()
             self.rounds: list[dict] = []

@@ -405,7 +405,8 @@ def tau_for(backend: str, compression: str | None, n: int, params: float, gbps: 
 
 # (label, backend, compression) of the 90 % table
 TAU_DESIGNS = [("rounds (Adam state)", "rounds", None), ("ps (Adam state)", "ps", None),
-               ("sharded, full Adam state", "sharded", None), ("sharded, keepLocalOptimizer + fp16", "sharded_local", "fp16"),
+               ("sharded, full Adam state", "sharded", None), ("sharded, keepLocalOptimizer", "sharded_local", None),
+               ("sharded, keepLocalOptimizer + fp16", "sharded_local", "fp16"),
                ("ring (fp32 gradients)", "ring", None)]
 
 

@@ -114,6 +114,7 @@ def _threads(batches):
     yield pa.RecordBatch.from_pylist([{"info": json.dumps(info)}])
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/unit/test_gpu.py runs the rules; make test-jax still runs it
 @pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_a_task_without_gpus_runs_on_cpu_with_its_task_cpus_as_intra_op_threads(spark):
     import json

@@ -5,6 +5,8 @@ Runs in a subprocess because one process holds one SparkContext (the session fix
 
 import textwrap
 
+import pytest
+
 from tests.conftest import run_spark_script
 
 SCRIPT = textwrap.dedent(
@@ -42,6 +44,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: executor JVMs: tests/spark/test_faults.py runs executors' Python workers; make test-all
 def test_fit_and_transform_on_two_executor_jvms(tmp_path):
     got = run_spark_script(SCRIPT, tmp_path, timeout_s=900)
     assert got["executors"] == 2

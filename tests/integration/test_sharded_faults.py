@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # as tests/integration/test_cluster_faults.py for rounds and ps (make test-all)
+
 HEAD = textwrap.dedent(
     """
     import json, os, subprocess, sys, tempfile, time
@@ -189,12 +191,13 @@ def netns_cluster(tmp_path):
                         SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
         log = open(tmp_path / "daemons.log", "w")
 
-        def start(cmd, ip):
-            procs.append(subprocess.Popen(cmd, env=dict(base_env, SPARK_LOCAL_IP=ip), stdout=log, stderr=subprocess.STDOUT,
+        def start(cmd, ip, **env):
+            procs.append(subprocess.Popen(cmd, env=dict(base_env, SPARK_LOCAL_IP=ip, **env), stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True))
 
         start([spark_class, "org.apache.spark.deploy.master.Master", "--host", host_ip, "--port", str(port),
-               "--webui-port", str(_free_port(host_ip))], host_ip)
+               "--webui-port", str(_free_port(host_ip))], host_ip,
+              SPARK_MASTER_OPTS="-Dspark.worker.timeout=15")  # the cut Worker's cores freed in 15 s, not 60
         time.sleep(3)
         start([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", host_ip, "--cores", "3", "--memory", "3g",
                "--webui-port", str(_free_port(host_ip)), master], host_ip)
@@ -278,7 +281,6 @@ LOST = HEAD + textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_a_slice_found_nowhere_fails_the_fit_naming_it_instead_of_hanging(tmp_path):
     """Slice 1's owner and its backup holder killed together, and slice 1's copies on the executor's
     disk gone: the retried task cannot serve it again, and the fit fails (no hang) naming the slice

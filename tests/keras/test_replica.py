@@ -58,6 +58,7 @@ def test_one_worker_epoch_metrics_equal_keras_fit(binary):
     _assert_close(reader.results(variables), {name: values[0] for name, values in history.items()})
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_one_worker_epoch_metrics_equal_keras_fit and tests/unit/test_metric_sums.py run its kind
 def test_two_workers_merge_exactly_as_keras_metrics_over_both_halves(binary):
     x, y, spec, compile_spec, reader = binary
     start = ModelState(spec.weight_arrays(), None)
@@ -91,6 +92,7 @@ def test_two_workers_merge_exactly_as_keras_metrics_over_both_halves(binary):
     assert abs(mean_auc - want["auc"]) > 1e-3 and abs(row_weighted_auc - want["auc"]) > 1e-3
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/keras/test_spec.py::test_replica_rounds_equal_plain_keras_fit runs its kind
 def test_two_rounds_per_epoch_over_two_epochs_equal_keras_fit_history(binary):
     x, y, spec, compile_spec, reader = binary
     replica = Replica(spec, compile_spec, seed=0)
@@ -191,6 +193,7 @@ def test_sequence_batches_are_cut_to_their_longest_row():
     assert trim_padding(np.zeros((2, 4, 1), np.float32)).shape == (2, 1, 1)  # all padding: one step kept
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_data_inputs.py::test_c06_sequences_are_padded_to_the_longest_row runs its kind
 def test_sequence_input_trained_per_batch_equals_plain_keras_on_batches_padded_alone():
     """Rows padded to the longest row of the data, trained with batch size 1, equal plain Keras fed
     each row unpadded (Masking makes padding irrelevant; the replica cuts each batch to its rows)."""

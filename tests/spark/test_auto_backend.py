@@ -5,6 +5,7 @@ Spark Connect server on the stand-in sessions of ``test_connect.py``. One fit as
 and its reason in ``fitInfo``."""
 
 import numpy as np
+import pytest
 
 from sparkdl import KerasEstimator
 from sparkdl.config import FitConfig
@@ -54,6 +55,7 @@ def test_auto_on_spark_connect_needs_a_local_server_or_a_ps_host(monkeypatch):
                   "the whole fit")
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/docs/test_statements.py::test_auto_picks_ps_on_local_2_with_the_line_the_pages_quote runs its kind
 def test_a_default_fit_reports_its_backend_and_why(spark, capsys):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 3)).astype(np.float32)

@@ -36,6 +36,7 @@ def test_bmuf_without_momentum_equals_sync_and_with_momentum_differs(spark):
     assert any(moved) and np.isfinite(filtered.history["loss"]).all()
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_sharded.py's fp16 test and tests/unit/test_compression.py run its kind
 @pytest.mark.parametrize("mode", ["sync", pytest.param("bmuf", marks=pytest.mark.slow)])
 def test_fp16_updates_train_close_to_full_precision_and_send_half_the_bytes(spark, mode):
     full = _fit(spark, mode=mode)

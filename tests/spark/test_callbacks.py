@@ -38,7 +38,7 @@ def estimator(model, **params):
 
 
 @pytest.mark.backends
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", [pytest.param("rounds", marks=pytest.mark.slow), "ps"])
 def test_c17_early_stopping_on_a_constant_target_stops_every_worker_in_the_same_round(spark, backend):
     """C17: 40 rows, 2 workers, a constant target (the zero model is exact at once, so val_loss never
     improves), EarlyStopping(patience=1), epochs=20: fit returns after epoch 2 with a 2-epoch history."""
@@ -213,6 +213,7 @@ def test_verbose_lines_per_epoch_and_job_descriptions(spark, capsys):
         estimator(linear_model(), verbose=3).fit(df)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_resume.py runs resume on both backends
 @pytest.mark.parametrize("backend", [pytest.param("rounds", marks=pytest.mark.slow), "ps"])  # rounds: tests/spark/test_resume.py
 def test_backup_and_restore_resumes_a_failed_fit_where_it_stopped(spark, tmp_path, backend):
     """A fit that fails after epoch 2 resumes from keras.callbacks.BackupAndRestore's backup at epoch 3,

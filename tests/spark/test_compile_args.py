@@ -128,6 +128,7 @@ def test_an_initial_model_of_another_architecture_or_optimizer_class_is_refused(
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_resume.py runs a continued fit equal to one longer fit
 def test_continuing_a_fit_from_its_model_equals_one_longer_fit(df, tmp_path):
     """2 epochs in one fit == 1 epoch, then 1 more from the first KerasModel (Adam moments and
     iteration counter carried), directly and through save/load. Needs ``_fit`` to start from

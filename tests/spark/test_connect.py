@@ -168,6 +168,7 @@ def _assert_close(connect, classic, atol=1e-6):
         np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=0, atol=atol)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: a Connect server start (80 s); the refusals run by default below
 def test_c40_fit_on_both_backends_transform_and_save_load_on_connect_equal_classic(spark, tmp_path):
     connect, want = _connect_and_classic(spark, tmp_path, "core")
     assert connect["session"] == "pyspark.sql.connect.session"

@@ -107,6 +107,7 @@ C01_VARIANTS = {
 }
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c02_same_rows_every_representation_same_weights[dv, sv] runs its kind
 def test_c01_vector_types_dense_and_sparse_train_the_same(spark):
     assert C01_VARIANTS["ml_sparse"][1](C01_X[2], 2) == Vectors.sparse(3, {0: 1.0})
     expected, _ = _plain_keras(_mlp, C01_X, C01_Y)

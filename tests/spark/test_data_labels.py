@@ -135,6 +135,7 @@ def test_c16_sample_weights_move_the_decision_to_the_weighted_balance(spark):
     assert weighted.fitInfo["rows"] == plain.fitInfo["rows"] == 100
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c16_sample_weights_move_the_decision_to_the_weighted_balance runs its kind
 def test_c16_zero_weights_train_as_if_the_rows_were_removed(spark):
     """Keras divides a batch's weighted loss sum by the batch's rows (zero-weight rows included), so
     one full batch with 8 of 20 rows at weight 0 and SGD lr equals the 12 rows alone at lr * 12 / 20."""
@@ -164,6 +165,7 @@ def _class_data(n=40):
     return x, y, np.where(y == 1, 9.0, 1.0)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c16_class_weight_trains_as_keras_class_weight runs its kind
 def test_c16_class_weight_equals_the_equivalent_sample_weights(spark):
     """Two workers on two fixed partitions (``keepPartitioning``: the default round-robin split
     depends on every model column's bytes, so adding a weight column moves rows between workers)."""
@@ -303,6 +305,7 @@ def _fixed_fit(df, seed=0, **kw):
     return est.fit(df)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c09_an_empty_split_warns_and_trains runs its kind
 def test_c09_validation_split_column_and_zero(spark):
     df, errors, is_val = _c09(spark)
     split = [_fixed_fit(frame, validationSplit=0.2) for frame in (df, df, df.orderBy(F.rand(3)).repartition(3))]
@@ -340,6 +343,7 @@ def test_c09_an_empty_split_warns_and_trains(spark):
     assert _val_keys(fitted.history) == [] and fitted.fitInfo["rows"] == 3
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c36_validation_metrics_combine_every_partition runs its kind
 def test_validation_with_sample_weights_equals_keras_evaluate(spark):
     """After training, history's last val_loss (and weighted val metric) equal plain Keras
     ``evaluate(x_val, y_val, sample_weight=w_val)`` with the fitted weights (partitions memory-mapped)."""
@@ -365,6 +369,7 @@ def test_validation_with_sample_weights_equals_keras_evaluate(spark):
     assert abs(unweighted["loss"] - want["loss"]) > 1e-3  # the weights changed the value
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c16_class_weight_trains_as_keras_class_weight runs its kind
 def test_class_weight_is_not_applied_to_validation_as_in_keras(spark):
     """Keras weighs training rows by ``class_weight`` and validation rows only by their sample weights
     (none here): val_loss is the plain mean loss of the validation rows."""

@@ -45,7 +45,7 @@ def _plain_keras(model_fn, x, y, optimizer, epochs, batch_size, loss="sparse_cat
 
 
 @pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
-@pytest.mark.parametrize("local_steps", [None, 2])
+@pytest.mark.parametrize("local_steps", [None, pytest.param(2, marks=pytest.mark.slow)])
 def test_one_worker_equals_plain_keras_fit(spark, local_steps):
     x, y = _toy()
     df = partitioned_df(spark, [_rows(x, y)], XY)
@@ -63,6 +63,7 @@ def test_one_worker_equals_plain_keras_fit(spark, local_steps):
     assert len(fitted.history["loss"]) == 3
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c10_averaging_does_not_sum_deltas and tests/spark/test_sharded.py's equality run its kind
 @pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_two_workers_on_identical_partitions_equal_one_replica(spark):
     x, y = _toy(seed=1)

@@ -124,7 +124,8 @@ def test_mixed_precision_is_refused_before_any_job_naming_the_param_and_values(s
     assert len(sc.statusTracker().getJobIdsForGroup()) == before
 
 
-@pytest.mark.parametrize("backend, policy", [pytest.param("rounds", "mixed_bfloat16", marks=pytest.mark.slow), ("ps", "mixed_bfloat16"), ("rounds", "mixed_float16")])
+@pytest.mark.parametrize("backend, policy", [pytest.param("rounds", "mixed_bfloat16", marks=pytest.mark.slow), ("ps", "mixed_bfloat16"),
+                                             pytest.param("rounds", "mixed_float16", marks=pytest.mark.slow)])
 def test_mixed_training_decreases_the_loss_and_keeps_a_float32_model(spark, backend, policy):
     x, y = _data()
     df = _df(spark, x, y)

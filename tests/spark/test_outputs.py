@@ -226,6 +226,7 @@ def test_c11_bad_feature_rows_raise_schema_error_with_counts_over_the_whole_inpu
     assert sorted(r["prediction"] for r in ok.collect()) == [6.0] * 20
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_c11_streaming_input_skips_the_check_job_and_tasks_name_the_bad_batch runs its kind
 def test_check_features_false_keeps_transform_lazy_and_tasks_name_the_bad_batch(spark):
     fitted, _ = _frozen_fit(spark, _linear(3, 1, np.ones(3), [0.0]), "mse", [([1.0, 2.0, 3.0], 6.0)], "features array<double>, label double")
     rows = [(i, [1.0, 2.0, 3.0]) for i in range(10)] + [(10, [1.0, 2.0])]

@@ -223,6 +223,7 @@ def test_fit_refuses_handle_invalid_keep_before_any_job(spark, rows):
         "those, then call setHandleInvalid('keep') on the KerasModel. Received: handleInvalid='keep'")
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_persistence.py runs save and load by default
 def test_a_fitted_model_carries_its_estimators_params_also_after_save_and_load(spark, rows, tmp_path):
     est = _estimator(numWorkers=2, epochs=2, seed=3, localSteps=2, handleInvalid="skip", blockMomentum=0.25)
     model = est.fit(rows)

@@ -60,7 +60,7 @@ def aqe(spark, request):
     spark.conf.set("spark.sql.adaptive.enabled", before)
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("shape", [s if s in ("orderBy", "groupBy.agg") else pytest.param(s, marks=pytest.mark.slow) for s in sorted(SHAPES)])
 def test_every_row_of_a_shuffled_input_is_trained(spark, aqe, shape):
     """A 1,000-row orderBy input once trained on 5 rows. Now, for every input shape, AQE on and off,
     1-3 workers: rows trained == rows given, and one full-batch step per worker averages to the same
@@ -171,6 +171,7 @@ def test_a_seeded_fit_on_a_shuffled_input_repeats_exactly(spark):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_data_labels.py::test_c03_int_one_hot_and_one_hot_encoder_labels_train_alike runs its kind
 def test_c03_the_label_encoding_does_not_change_the_trained_model(spark):
     """C03: with one worker, int, double and one-hot labels of the same rows, and the same rows in another
     input partitioning, train the same model for the same seed (the worker orders its rows by their

@@ -50,6 +50,7 @@ def fitted(spark):
     return est, est.fit(df), df
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_pipeline_with_the_estimator_saves_and_loads runs its kind in process
 @pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_c25_save_then_load_in_a_fresh_process_predicts_identically(spark, fitted, tmp_path):
     _, model, df = fitted

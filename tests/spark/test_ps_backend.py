@@ -31,6 +31,7 @@ def _unequal_df(spark):
     return partitioned_df(spark, [_rows(xa, ya), _rows(xb, yb)], XY)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_sharded.py::test_the_same_seeded_fit_on_sharded_ps_and_rounds_gives_the_same_model runs it with sharded
 @pytest.mark.backends  # also run under KERAS_BACKEND=jax and torch (make test, make test-all)
 def test_sync_on_ps_equals_sync_on_rounds(spark):
     # 48 and 30 rows, batch 10: 5 and 3 steps per epoch; τ = 2: 3 rounds, partition 1 has no rows in round 3

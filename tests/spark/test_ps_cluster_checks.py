@@ -72,11 +72,12 @@ def environment(tmp_path_factory):
     return run_spark_script(ENVIRONMENT, tmp_path_factory.mktemp("ps-environment"))
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: a session with dynamic allocation (50 s); tests/spark/test_auto_backend.py checks the rule
 def test_c35_without_a_barrier_stage_ps_trains_under_dynamic_allocation_to_the_weights_of_rounds(environment):
     out = environment
     assert out["backends"] == ["ps", "rounds", "ps"] and out["epochs"] == [2, 2, 2]
-    assert out["auto_reason"] == ("auto: spark.dynamicAllocation.enabled is true, and backend 'ps' holds a task slot per "
-                                  "worker for the whole fit")
+    assert out["auto_reason"] == ("auto: spark.dynamicAllocation.enabled is true, and backends 'ps' and 'sharded' hold a "
+                                  "task slot per worker for the whole fit")
     assert out["difference"] < 1e-5
 
 
@@ -119,7 +120,7 @@ def _release(markers):
                 pass
 
 
-@pytest.mark.parametrize("backend", ["ps", "sharded"])
+@pytest.mark.parametrize("backend", ["ps", pytest.param("sharded", marks=pytest.mark.slow)])  # sharded: the same monitor and kill
 def test_a_hung_worker_is_killed_after_worker_timeout_and_retried_with_the_same_model(spark, tmp_path, backend):
     """Partition 1's Python worker stops itself (SIGSTOP) before round 2: its heartbeats stop, the
     driver kills its task attempt after workerTimeout, Spark runs it again (ps: the slots it had
@@ -142,6 +143,7 @@ def test_a_hung_worker_is_killed_after_worker_timeout_and_retried_with_the_same_
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: test_a_hung_worker_is_killed_after_worker_timeout_and_retried_with_the_same_model runs its kind
 def test_a_worker_hung_on_every_attempt_fails_the_fit_naming_its_partition_and_leaves_nothing(spark, tmp_path):
     """Three attempts of partition 1 hang in turn: two are killed and retried, the third fails the
     fit with WorkerError naming the partition and workerTimeout, leaving no thread and a free port."""

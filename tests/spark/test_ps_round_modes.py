@@ -9,8 +9,8 @@ from tests.spark.test_ps_backend import _estimator, _unequal_df
 
 @pytest.mark.parametrize("mode,extra", [
     ("bmuf", {}),
-    ("easgd", {"elasticForce": 0.3, "compression": "fp16"}),
-    ("gossip", {"compression": "1bit"}),
+    pytest.param("easgd", {"elasticForce": 0.3, "compression": "fp16"}, marks=pytest.mark.slow),  # the same routing as bmuf
+    pytest.param("gossip", {"compression": "1bit"}, marks=pytest.mark.slow),
 ])
 def test_round_modes_on_ps_equal_backend_rounds(spark, mode, extra):
     # 48 and 30 rows, batch 10, τ = 2: 3 rounds per epoch, partition 1 has no rows in the third

@@ -60,7 +60,7 @@ def _assert_equal_fits(resumed, whole):
 SLOW = pytest.mark.slow  # the same path as a default-run case: in make test-all
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) if n in ("gossip", "fp16", "threshold", "stragglers") else n for n in CONFIGS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) if n in ("gossip", "fp16", "threshold", "stragglers", "bmuf", "easgd", "1bit") else n for n in CONFIGS])
 def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
     df = _shuffled(spark)
     settings = {**CONFIGS[name], "backend": "rounds"}

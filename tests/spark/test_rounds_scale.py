@@ -144,6 +144,7 @@ json.dump(out, open(sys.argv[1], "w"))
 """
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: a 2-stage reduce of a large model (35 s)
 def test_c27_a_model_above_the_result_limit_fails_before_any_job_and_one_below_is_combined_on_the_executors(tmp_path):
     out = run_spark_script(C27_SCRIPT, tmp_path)
     assert out["jobs"] == 0, out

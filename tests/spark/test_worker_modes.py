@@ -35,6 +35,7 @@ def _weights(model):
     return model.getKerasModel().get_weights()
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/unit/test_worker_modes.py runs the rules; tests/spark/test_ps_round_modes.py runs bmuf end to end
 def test_gossip_with_two_workers_equals_sync_and_easgd_one_round_is_the_closed_form(spark):
     """Two workers of 48 rows each: every gossip round pairs them, so it is sync's equal-weight
     average. One round of easgd from x̃₀: x̃ = x̃₀ + α·Σᵢ(xᵢ − x̃₀) = x̃₀ + 2α·(sync − x̃₀)."""
@@ -82,6 +83,7 @@ def test_quantized_updates_learn_with_far_fewer_bytes(spark, compression, ratio)
     assert small.history["accuracy"][-1] > 0.8
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/unit/test_compression_quantized.py and test_faults.py's ssp fit run its parts
 def test_asynchronous_pushes_quantized_with_fewer_bytes(spark):
     """hogwild on ps with 1bit pushes: every push but each worker's last is a quantized Δ (the last
     goes in full precision with the residual and the optimizer state, so nothing is left behind)."""
@@ -95,7 +97,7 @@ def test_asynchronous_pushes_quantized_with_fewer_bytes(spark):
     assert np.isfinite(small.history["loss"]).all() and small.history["accuracy"][-1] > 0.7, small.history
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", [pytest.param("rounds", marks=pytest.mark.slow), "ps"])  # rounds: test_resume.py runs its straggler path
 def test_a_straggler_is_dropped_when_the_minimum_has_arrived(spark, backend):
     """Partition 1 sleeps 2 s before its local steps in every round (a fault-injection hook): waiting
     for it costs 3 × 2 s; with minWorkersPerRound=1 each round closes with partition 0 alone,
@@ -143,6 +145,7 @@ def test_straggler_settings_are_checked():
         KerasEstimator(mode="async", minWorkersPerRound=1)._fit_config()
 
 
+@pytest.mark.slow  # the default run's 25-minute budget: tests/spark/test_fit.py::test_c12_batchnorm_moving_statistics_are_row_weighted_averages runs its kind
 @pytest.mark.parametrize("compression", ["1bit", pytest.param("threshold", marks=pytest.mark.slow)])
 def test_c12_batchnorm_statistics_travel_exactly_with_quantized_updates(spark, compression):
     """C12 with quantized updates: partition feature scales 30 and 0.01 (the moving variance of
@@ -176,7 +179,7 @@ def test_c12_batchnorm_statistics_travel_exactly_with_quantized_updates(spark, c
     assert np.isfinite(predictions).all() and set(np.unique(predictions)) <= {0.0, 1.0}
 
 
-@pytest.mark.parametrize("backend", ["rounds", "ps"])
+@pytest.mark.parametrize("backend", [pytest.param("rounds", marks=pytest.mark.slow), "ps"])
 def test_a_round_waits_for_the_minimum_of_workers_with_rows(spark, backend):
     """Partitions of 48 and 10 rows, batch 8, τ = 1: partition 1 has rows in rounds 1-2 only. A
     round whose only worker with rows is still busy with a late job (rounds) waits for it, and a

@@ -489,7 +489,7 @@ class ShardedWorker:
             return nbytes
 
         self.counts["bytes_pulled"] += sum(self.pool.map(one, range(self.owners)))
-        return ModelState([np.array(w) for w in whole.weights] if False else whole.weights, whole.optimizer)
+        return whole  # reused by the next round: the replica copies it in
 
     def _put(self, owner: int, piece: ModelState, meta: dict) -> None:
         """Put this worker's piece of the open round to owner ``owner`` (its own slice: in process)."""
