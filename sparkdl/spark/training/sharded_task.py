@@ -187,7 +187,6 @@ class ShardedWorker:
         self.stopped = False
         self.final = False
         self.own_optimizer: list[np.ndarray] | None = None
-        self._whole: ModelState | None = None
 
     # ---- the slice server and the slice map ----------------------------------------------------
 
@@ -459,10 +458,9 @@ class ShardedWorker:
             self.counts["local_resets"] = 1
 
     def _pull_start(self, g: int) -> ModelState:
-        """Round ``g``'s start, assembled from every owner's slice (in parallel)."""
-        if self._whole is None:
-            self._whole = self.layout.empty()
-        whole = self._whole
+        """Round ``g``'s start, assembled from every owner's slice (in parallel) into new arrays: the
+        caller drops them once the replica holds them (one state less at the round's peak)."""
+        whole = self.layout.empty()
         has_optimizer = self.layout.has_optimizer
 
         def one(owner: int) -> int:
@@ -489,7 +487,7 @@ class ShardedWorker:
             return nbytes
 
         self.counts["bytes_pulled"] += sum(self.pool.map(one, range(self.owners)))
-        return whole  # reused by the next round: the replica copies it in
+        return whole
 
     def _put(self, owner: int, piece: ModelState, meta: dict) -> None:
         """Put this worker's piece of the open round to owner ``owner`` (its own slice: in process)."""
@@ -522,14 +520,15 @@ class ShardedWorker:
             self.replica.set_state(start)
         if answer.get("learning_rate") is not None:
             self.replica.set_learning_rate(answer["learning_rate"])
+        base = start if spec.encoding == "fp16" else None  # what fp16 differences are taken from
+        del start  # the replica holds its copy: the pulled arrays are not kept through training and the puts
         metrics, rows, steps = train_slot(task, self.replica, self.data, self.partition, g, self.attempt_number)
         state = self.replica.get_state()
         if spec.keep_local_optimizer:
             self.own_optimizer = list(state.optimizer)
             worker_state.save(task.fit_id, self.partition, WorkerLocal(g, None, self.own_optimizer))
             state = ModelState(state.weights, None)
-        update = encode_update(state, ModelState(start.weights, start.optimizer if state.optimizer is not None else None), "fp16") \
-            if spec.encoding == "fp16" else state
+        update = encode_update(state, base, "fp16") if base is not None else state
         meta = {"round": g, "worker": self.partition, "attempt": self.attempt, "rows": rows, "encoding": spec.encoding}
         pieces = self.layout.split(update)
         self.pending = {j: (pieces[j], meta) for j in range(self.owners)}
