@@ -34,19 +34,21 @@ test: install
 
 # The core tests (`backends` marker: fit equal to plain Keras, ps, transform, save/load, the backend's
 # selection on the executors) on the other Keras 3 backends: the driver's KERAS_BACKEND is the executors'.
+# `make test` runs those of the default run; `make test-all` the slow ones too.
+BACKENDS_MARK ?= backends and not slow
 test-jax: install
-	KERAS_BACKEND=jax $(PY) -m pytest -m backends
+	KERAS_BACKEND=jax $(PY) -m pytest -m '$(BACKENDS_MARK)'
 
 # torch's CPU wheels (its own index); where that index cannot be reached, the default index's wheel.
 test-torch: install
 	$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install --quiet --retries 0 --timeout 20 torch --index-url https://download.pytorch.org/whl/cpu \
 	  || $(PY) -m pip install --quiet torch
-	KERAS_BACKEND=torch $(PY) -m pytest -m backends
+	KERAS_BACKEND=torch $(PY) -m pytest -m '$(BACKENDS_MARK)'
 
 test-all: install
 	$(PY) -m pytest -m ''
-	$(MAKE) test-jax
-	$(MAKE) test-torch
+	$(MAKE) test-jax BACKENDS_MARK=backends
+	$(MAKE) test-torch BACKENDS_MARK=backends
 	$(MAKE) test-min
 
 # The core tests (tests/unit, tests/keras), plus the Spark tests that exercise version-sensitive

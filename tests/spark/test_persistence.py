@@ -62,8 +62,10 @@ def test_c25_save_then_load_in_a_fresh_process_predicts_identically(spark, fitte
     env = dict(os.environ, PYTHONPATH=ROOT)
     subprocess.run([sys.executable, "-c", FRESH_PROCESS, path, data, out], check=True, env=env, timeout=600, capture_output=True)
     result = json.load(open(out))
-    np.testing.assert_allclose(result["first"], before, rtol=0, atol=0)
-    np.testing.assert_allclose(result["second"], before, rtol=0, atol=0)
+    # Bit for bit on TensorFlow; XLA (JAX, torch) may compile the fresh process's graph otherwise: 1 float32 ulp seen.
+    atol = 0 if keras.backend.backend() == "tensorflow" else 1e-6
+    np.testing.assert_allclose(result["first"], before, rtol=0, atol=atol)
+    np.testing.assert_allclose(result["second"], before, rtol=0, atol=atol)
     assert result["featuresCol"] == "inputs" and result["batchSize"] == 6
     assert result["history"] == model.history
     original = model.getKerasModel().get_weights()
