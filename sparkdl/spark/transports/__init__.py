@@ -178,8 +178,9 @@ def prefers_sharded(cluster, config, state_bytes: int | None) -> str | None:
     N = 8 with 1M parameters on 2 cores, where its N·(N−1) transfers share the cores)."""
     if state_bytes and cluster.driver_memory_bytes and PS_PEAK_STATES * state_bytes > cluster.driver_memory_bytes / 3:
         return (f"auto: on backend 'ps' the driver would hold about {PS_PEAK_STATES:g} copies of the model's state "
-                f"({state_bytes / 2**20:,.0f} MB with Adam's moments), more than a third of this machine's "
-                f"{cluster.driver_memory_bytes / 2**30:.0f} GB; backend 'sharded' keeps it in the workers' slices")
+                f"(about {state_bytes / 2**20:,.0f} MB: the weights and, as Adam keeps, two moments of each), more than a "
+                f"third of this machine's {cluster.driver_memory_bytes / 2**30:.0f} GB; backend 'sharded' keeps it in the "
+                "workers' slices")
     return None
 
 
