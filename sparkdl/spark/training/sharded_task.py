@@ -59,6 +59,11 @@ HANDOFF_S = 60.0  # how long a superseded attempt keeps serving its slice for th
 # How long a pull or a put waits for an owner that does not answer (lost, cut off, being replaced): the
 # driver's monitor (workerTimeout) or roundTimeout ends the stage first when it never comes back.
 PATIENCE_S = 3600.0
+# The longest one call to another worker's slice server waits beyond its bytes' time (seconds; above the
+# server's own wait, WAIT_S = 5). Calls between workers are not retried by the client: the caller reads the
+# slice map and asks again, so an owner cut off costs one such wait before its replacement is asked, not
+# the client's retries x its timeout (measured: a cut owner held a round for 104 s with 4 x 30 s).
+PEER_CALL_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -232,8 +237,8 @@ class ShardedWorker:
                 if registration is None:
                     raise SliceLost(f"slice {owner} has no owner registered")
                 pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
-                client = SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=self.spec.call_timeout_s,
-                                     retries=self.spec.retries)
+                client = SliceClient(registration["location"], self.spec.token, tls=pin,
+                                     timeout_s=min(PEER_CALL_S, self.spec.call_timeout_s), retries=0)
                 self._clients[owner] = client
             return client
 
@@ -282,9 +287,12 @@ class ShardedWorker:
             self.restored_candidate = held[1] is not None
             return
         holder = holder_of(self.partition, self.owners)
-        sources = [("its previous owner", reply["previous"])]
-        if holder is not None:
-            sources.append((f"its backup holder (slice {holder})", self.registrations[holder]))
+        previous = ("its previous owner", reply["previous"])
+        backup = [(f"its backup holder (slice {holder})", self.registrations[holder])] if holder is not None else []
+        # a previous owner that does not answer a probe (lost, or cut off: each call would wait its whole
+        # deadline) is asked last, after the backup holder
+        answers = reply["previous"] is not None and (held[0] is not None or self._answers(reply["previous"]))
+        sources = [previous, *backup] if answers else [*backup, previous]
         tried = [] if held[0] is None else ["this executor's disk: skipped, its previous owner answers"]
         for what, registration in sources:
             if registration is None:
@@ -370,13 +378,13 @@ class ShardedWorker:
         found = self.server.held(version) if self.server is not None else None
         if holder is None or found is None:
             return
-        for _ in range(3):
+        for attempt in range(4):
             try:
                 self.client(holder).put_backup(self.partition, found, self.attempt)
                 return
             except Exception as exc:  # noqa: BLE001 - the holder may be restarting: a new one gets it again
                 log.warning("sparkdl: slice %d could not send version %d to its backup holder %d: %s", self.partition, version, holder, exc)
-                time.sleep(0.5)
+                time.sleep(0.5 * 2 ** attempt)
                 try:
                     self._take_map(self.coordinator.slice_map())
                 except Exception:  # noqa: BLE001
