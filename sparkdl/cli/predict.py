@@ -4,7 +4,7 @@ Usage::
 
     sparkdl-predict --model runs/mnist_cnn/model --input data/mnist10k/test.parquet --output /tmp/preds \\
         [--input-format parquet] [--output-format parquet] [--columns label] [--mode errorifexists] \\
-        [--batch-size 1024] [--master 'local[*]'] [--input-option header=true ...] [--output-option k=v ...]
+        [--batch-size 1024] [--arrays] [--master 'local[*]'] [--input-option header=true ...] [--output-option k=v ...]
     spark-submit jobs/predict.py --model ... --input ... --output ...                  # the same job
 
 Loads the fitted stage saved at ``MODEL``, whatever its class (:func:`load_stage`: a ``KerasModel``,
@@ -15,8 +15,10 @@ plus the columns the model adds (a ``KerasModel``'s ``prediction``, and for a cl
 ``probability`` and ``rawPrediction``; a pipeline's intermediate columns too) with
 ``df.write.format(OUTPUT_FORMAT)``. ``--batch-size`` sets the ``inferenceBatchSize`` of every
 ``KerasModel`` in it.
-Vector columns are written as they are: Parquet, ORC and JSON store Spark ML vectors (as structs),
-CSV cannot (refused before the write). Prints the rows written and the seconds taken.
+Vector columns (``probability``, ``rawPrediction``) are written as Spark ML vectors (a struct in
+Parquet, ORC and JSON, which Spark ML reads back as a vector); with ``--arrays`` as plain
+``array<double>`` columns, which pandas and pyarrow read as lists of floats. CSV holds neither: its
+vectors and arrays are written as JSON text, ``"[0.1,0.9]"``. Prints the rows written and the seconds taken.
 
 A local model folder, input path or (with ``--mode errorifexists``) output path is checked before
 Spark starts; a URI (``hdfs://``, ``s3a://``, ``dbfs:/``) is left to Spark.
@@ -58,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--columns", help="comma-separated input columns to keep (default: all); the model's output columns are always written")
     parser.add_argument("--mode", default="errorifexists", choices=MODES, help="save mode when the output exists (default errorifexists)")
     parser.add_argument("--batch-size", type=int, help="rows per predict call (inferenceBatchSize of each KerasModel in the model)")
+    parser.add_argument("--arrays", action="store_true",
+                        help="write vector columns (probability, rawPrediction) as plain array<double> columns that pandas "
+                             "and pyarrow read as lists (default: Spark ML vectors, structs outside Spark)")
     parser.add_argument("--master", help="Spark master, e.g. 'local[*]' (default: spark-submit's, else local[*])")
     parser.add_argument("--input-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a spark.read option (repeatable); csv defaults: header=true, inferSchema=true")
@@ -127,11 +132,32 @@ def keras_stages(stage) -> list:
     return [found for inner in getattr(stage, "stages", None) or () for found in keras_stages(inner)]
 
 
+def plain_columns(df, *, arrays: bool, text: bool):
+    """``df`` with its Spark ML vector columns as ``array<double>`` (``arrays``), and with its vectors,
+    arrays, maps and structs as JSON text (``text``: for CSV, which holds none of them, e.g. ``"[0.1,0.9]"``)."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+    from pyspark.sql.types import UserDefinedType as UDT
+
+    def plain(field):
+        column = F.col(field.name)
+        if isinstance(field.dataType, UDT) and (arrays or text):
+            column = vector_to_array(column, "float64")
+        if text and isinstance(field.dataType, (UDT, ArrayType, MapType, StructType)):
+            column = F.to_json(column)
+        return column.alias(field.name)
+
+    return df.select(*[plain(f) for f in df.schema.fields]) if arrays or text else df
+
+
 def predict(model: str, input_path: str, output: str, *, input_format: str = "parquet", output_format: str = "parquet",
             columns: list[str] | None = None, mode: str = "errorifexists", batch_size: int | None = None,
-            master: str | None = None, input_options: dict | None = None, output_options: dict | None = None) -> dict:
+            master: str | None = None, input_options: dict | None = None, output_options: dict | None = None,
+            arrays: bool = False) -> dict:
     """Score ``input_path`` with the Spark ML model saved at ``model`` (:func:`load_stage`) and write ``output``; returns
-    ``{"rows": rows written, "seconds": load + transform + write, "columns": [...]}``.
+    ``{"rows": rows written, "seconds": load + transform + write, "columns": [...]}``. ``arrays``: vector
+    columns written as ``array<double>`` (``pyspark.ml.functions.vector_to_array``), not as Spark ML vectors.
 
     Stops the SparkSession at the end only when it started it.
     """
@@ -165,20 +191,7 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
         added = [c for c in scored.columns if c not in df.columns]
         kept = list(columns) if columns else list(df.columns)
         scored = scored.select(*kept, *added)
-        if output_format == "csv":  # CSV holds no vectors or arrays: they are written as JSON arrays, "[0.1,0.9]"
-            from pyspark.ml.functions import vector_to_array
-            from pyspark.sql import functions as F
-            from pyspark.sql.types import ArrayType, MapType, StructType
-            from pyspark.sql.types import UserDefinedType as UDT
-
-            def as_text(field):
-                if isinstance(field.dataType, UDT):
-                    return F.to_json(vector_to_array(F.col(field.name), "float64")).alias(field.name)
-                if isinstance(field.dataType, (ArrayType, MapType, StructType)):
-                    return F.to_json(F.col(field.name)).alias(field.name)
-                return F.col(field.name)
-
-            scored = scored.select(*[as_text(f) for f in scored.schema.fields])
+        scored = plain_columns(scored, arrays=arrays, text=output_format == "csv")
         write_options = {"header": "true"} if output_format == "csv" else {}
         write_options.update(output_options or {})
         scored.write.format(output_format).mode(mode).options(**write_options).save(output)
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             args.model, args.input, args.output, input_format=args.input_format, output_format=args.output_format,
             columns=columns, mode=args.mode, batch_size=args.batch_size, master=args.master,
             input_options=_options(args.input_option, "--input-option"),
-            output_options=_options(args.output_option, "--output-option"),
+            output_options=_options(args.output_option, "--output-option"), arrays=args.arrays,
         )
     except Exception as e:
         if not is_user_error(e):

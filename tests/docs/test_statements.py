@@ -120,8 +120,8 @@ def test_every_extra_a_page_installs_exists_and_none_is_installed_from_pypi():
     parser = configparser.ConfigParser()
     parser.read(os.path.join(ROOT, "setup.cfg"))
     extras = set(parser["options.extras_require"])
-    assert says("README.md", "# extras: gpu, jax, torch, connect, mlflow, plot, test, docs")
-    assert extras == {"cpu", "gpu", "jax", "torch", "connect", "mlflow", "plot", "docs", "test"}
+    assert says("README.md", "# extras: gpu, jax, torch, connect, mlflow, tensorboard, plot, test, docs")
+    assert extras == {"cpu", "gpu", "jax", "torch", "connect", "mlflow", "tensorboard", "plot", "docs", "test"}
     named, from_pypi = set(), []
     for page in pages():
         body = text(page)

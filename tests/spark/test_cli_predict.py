@@ -39,6 +39,28 @@ def test_predict_writes_csv_with_score_vectors_as_json_arrays(spark, saved):
         assert float(row["prediction"]) == np.argmax(want[int(row["id"])])
 
 
+def test_predict_arrays_writes_score_vectors_that_pandas_reads_as_lists_of_floats(spark, saved, capsys):
+    """Issue 31 item 9: Parquet holds Spark ML vectors as structs (``type``, ``size``, ``indices``,
+    ``values``) that pandas cannot read as scores; ``--arrays`` writes them as ``array<double>``."""
+    import pandas as pd
+
+    from sparkdl.cli.predict import main
+
+    model, x, tmp_path = saved
+    assert main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                 "--arrays", "--columns", "id"]) == 0
+    assert "wrote 10 rows (id, prediction, rawPrediction, probability)" in capsys.readouterr().out
+    table = pd.read_parquet(str(tmp_path / "out")).sort_values("id")
+    want = model.predict(x, verbose=0)
+    probability = np.stack(table["probability"].to_numpy())
+    assert probability.shape == (10, 4) and probability.dtype == np.float64
+    np.testing.assert_allclose(probability, want, atol=1e-6)
+    np.testing.assert_array_equal(table["prediction"].to_numpy(), np.argmax(want, axis=1))
+    default = tmp_path / "vectors"
+    assert main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "in"), "--output", str(default)]) == 0
+    assert isinstance(pd.read_parquet(str(default))["probability"].iloc[0], dict)  # a vector struct outside Spark
+
+
 def test_predict_reports_a_missing_column_in_one_line(spark, saved, capsys):
     from sparkdl.cli.predict import main
 

@@ -73,17 +73,23 @@ def test_backup_and_restore_on_rounds_resumes_equal_to_an_uninterrupted_fit(spar
 
 
 @pytest.mark.parametrize("name", ["sync", *(pytest.param(n, marks=SLOW) for n in ("easgd", "bmuf", "gossip", "1bit"))])
-def test_checkpoint_dir_on_ps_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name):
+def test_checkpoint_dir_on_ps_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path, name, capsys):
     df = _shuffled(spark)
     settings = {**CONFIGS[name], "backend": "ps"}
     whole = _estimator(settings).fit(df)
     folder = str(tmp_path / "checkpoints")
     with pytest.raises(RuntimeError, match="driver lost"):
         _estimator(settings, checkpointDir=folder, callbacks=[Crash()]).fit(df)
-    resumed = _estimator(settings, checkpointDir=folder).fit(df)
+    capsys.readouterr()
+    resumed = _estimator(settings, checkpointDir=folder, verbose=2).fit(df)
     _assert_equal_fits(resumed, whole)
+    printed = capsys.readouterr().out  # issue 31 item 9: a resumed fit says so on the console
+    assert f"sparkdl: resumed from epoch 2 of 4 (round {resumed.fitInfo['resumed_from_round']}) with the snapshot in {folder}; " \
+           "epochs 3-4 to train" in printed, printed
+    assert "Epoch 3/4" in printed and "Epoch 2/4" not in printed
     again = _estimator(settings, checkpointDir=folder).fit(df)  # a finished fit resumes finished: nothing to train
     assert again.fitInfo["epochs_run"] == 0 and again.fitInfo["resumed_from_epoch"] == 4
+    assert "resumed" not in capsys.readouterr().out  # verbose=0 prints nothing
     for got, want in zip(again.getKerasModel().get_weights(), resumed.getKerasModel().get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)
 
@@ -131,6 +137,7 @@ def test_weights_and_optimizer_variables_a_callback_sets_train_as_keras_fit(spar
     np.testing.assert_allclose(fitted.history["loss"], history.history["loss"], rtol=1e-6)
 
 
+@pytest.mark.slow  # the default run's budget: tests/integration/test_sharded_faults.py's killed driver resumes from the owners' slices
 def test_checkpoint_dir_on_sharded_each_owner_writes_its_slice_and_resumes_equal_to_an_uninterrupted_fit(spark, tmp_path):
     """bmuf, whose block momentum lives in the slices: the owners write their slices beside the
     snapshot (the driver writes the manifest), a fit run again resumes from them on sharded, and

@@ -29,6 +29,17 @@ from sparkdl.spark.transports import RoundOrders, RoundReport, Transport
 log = logging.getLogger("sparkdl")
 
 
+def resumed_line(info: dict, epochs: int) -> str:
+    """The console's line for a resumed fit, from its ``fitInfo`` (``resumed_from_epoch``: epochs done,
+    ``resumed_from_round``, ``resumed_from``: the snapshots' folder), e.g. ``sparkdl: resumed from epoch
+    12 of 40 (round 36) with the snapshot in s3a://bucket/ckpt; epochs 13-40 to train``."""
+    done, where = info["resumed_from_epoch"], info.get("resumed_from")
+    source = f"the snapshot in {where}" if where else "a Keras BackupAndRestore backup (weights and epoch)"
+    at_round = f" (round {info['resumed_from_round']})" if info.get("resumed_from_round") is not None else ""
+    rest = f"epochs {done + 1}-{epochs} to train" if done < epochs else "no epoch left to train"
+    return f"sparkdl: resumed from epoch {done} of {epochs}{at_round} with {source}; {rest}"
+
+
 class TrainingLoop:
     """Runs a fit's epochs and rounds (see the module docstring).
 
@@ -62,6 +73,8 @@ class TrainingLoop:
         epochs = job.config.epochs
         callbacks.train_begin(fit.master)
         fit = self.snapshots.resume(fit, callbacks, rounds_per_epoch)
+        if "resumed_from_epoch" in fit.info and job.config.verbose:
+            print(resumed_line(fit.info, epochs), flush=True)
         self.snapshots.attach(self, callbacks, fit)
         self.transport.start(fit)
         logs: dict = {}
