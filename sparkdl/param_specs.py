@@ -238,16 +238,17 @@ PARAMS: tuple[ParamSpec, ...] = (
         "how `transform` reads the outputs: `classification` (prediction = class index, with rawPrediction and "
         "probability), `regression` (prediction = the output values) or `auto` (classification for cross-entropy, "
         "hinge and KL-divergence losses)")),
-    _P("checkFeatures", "bool", True, stage=SHARED, doc=(
-        "`transform` counts null, NaN, ±inf and wrongly sized feature rows over the whole input in one Spark-SQL pass "
-        "when it is called and, with `handleInvalid=\"error\"`, raises `SchemaError` with the counts (True); False "
-        "keeps `transform` fully lazy: a bad row then fails its task with `SchemaError` naming the column, the "
-        "partition and the batch")),
+    _P("checkFeatures", "bool", False, stage=SHARED, doc=(
+        "True: `transform` counts null, NaN, ±inf and wrongly sized feature rows over the whole input in one Spark-SQL "
+        "pass when it is called and, with `handleInvalid=\"error\"`, raises `SchemaError` with the counts before any "
+        "row is scored. False (default: the same safety at full speed): `transform` stays lazy and the scoring pass "
+        "checks every row; a bad row fails its task with `SchemaError` naming the column, the counts, the partition "
+        "and the batch")),
     _P("handleInvalid", "choice", "error", stage=SHARED, choices=HANDLE_INVALID, fit_choices=("error", "skip"),
        config="fit", example="skip", doc=(
            "rows with a null, NaN or ±inf value (or a wrongly sized one) in a model column: `error` fails (`fit` before "
-           "training, naming each column and its counts; `transform` before scoring, or in the task with "
-           "`checkFeatures=False`); `skip` drops them (`fit` warns with the count, also in `fitInfo[\"rows_skipped\"]`; "
+           "training, naming each column and its counts; `transform` in the task that meets it, or before scoring "
+           "with `checkFeatures=True`); `skip` drops them (`fit` warns with the count, also in `fitInfo[\"rows_skipped\"]`; "
            "`transform` leaves them out of its output); `keep`, for `transform` only, keeps them with NaN in every "
            "prediction, rawPrediction and probability column (`fit` refuses it before any job: set it on the fitted "
            "model). The fitted model gets the estimator's value")),

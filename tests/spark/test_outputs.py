@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from sparkdl import KerasEstimator
 from sparkdl.errors import ConfigError, SchemaError
+from tests.conftest import partitioned_df
 
 import keras  # noqa: E402
 
@@ -215,33 +216,43 @@ def test_c6_cross_validator_over_epochs_matches_metrics_by_hand(spark):
             assert cv.avgMetrics[j] == pytest.approx(np.mean(by_hand), rel=1e-5)
 
 
-def test_c11_bad_feature_rows_raise_schema_error_with_counts_over_the_whole_input(spark):
+def test_c11_check_features_raises_schema_error_with_counts_over_the_whole_input(spark):
     fitted, _ = _frozen_fit(spark, _linear(3, 1, np.ones(3), [0.0]), "mse", [([1.0, 2.0, 3.0], 6.0)], "features array<double>, label double")
     rows = [(i, [1.0, 2.0, 3.0]) for i in range(20)] + [(20, None), (21, [1.0, 2.0]), (22, [1.0, 2.0, 3.0, 4.0]), (23, [1.0, None, 3.0])]
     df = spark.createDataFrame(rows, "id int, features array<double>").repartition(4)  # bad rows spread over partitions
     with pytest.raises(SchemaError, match=r"must hold 3 non-null values per row .*Received, of 24 rows: 1 null rows, "
                                           r"1 rows with null elements, 2 rows of 2 to 4 values"):
-        fitted.transform(df)
+        fitted.setCheckFeatures(True).transform(df)
     ok = fitted.transform(spark.createDataFrame(rows[:20], "id int, features array<double>").repartition(3))
     assert sorted(r["prediction"] for r in ok.collect()) == [6.0] * 20
 
 
-@pytest.mark.slow  # the default run's 25-minute budget: test_c11_streaming_input_skips_the_check_job_and_tasks_name_the_bad_batch runs its kind
-def test_check_features_false_keeps_transform_lazy_and_tasks_name_the_bad_batch(spark):
+def test_transform_is_lazy_by_default_and_the_scoring_task_names_the_bad_batch_and_its_partitions_count(spark):
+    """Issue 31 item 15: the default (``checkFeatures=False``) runs no check job, so transform is as
+    fast as without a check, and stays as safe: the task that meets a bad row raises ``SchemaError``
+    naming the column, the batch and the partition, with the partition's bad rows counted in all."""
     fitted, _ = _frozen_fit(spark, _linear(3, 1, np.ones(3), [0.0]), "mse", [([1.0, 2.0, 3.0], 6.0)], "features array<double>, label double")
-    rows = [(i, [1.0, 2.0, 3.0]) for i in range(10)] + [(10, [1.0, 2.0])]
-    df = spark.createDataFrame(rows, "id int, features array<double>")
+    assert fitted.getCheckFeatures() is False
+    rows = [(i, [1.0, 2.0, 3.0]) for i in range(30)]
+    rows[5], rows[25] = (5, [1.0, 2.0]), (25, [1.0, float("nan"), 3.0])  # one bad row in the first and in the last batch
+    df = partitioned_df(spark, [rows], "id int, features array<double>")
     sc = spark.sparkContext
     sc.setJobGroup("lazy-transform", "lazy transform")
     try:
-        scored = fitted.setCheckFeatures(False).transform(df)
+        scored = fitted.transform(df)
         assert list(sc.statusTracker().getJobIdsForGroup("lazy-transform")) == []  # nothing ran yet
     finally:
         sc.setJobGroup("", "")
-    with pytest.raises(Exception, match=r"SchemaError: transform, partition \d+, a batch of \d+ rows: column 'features' must hold 3"):
-        scored.collect()
-    good = fitted.transform(spark.createDataFrame(rows[:10], "id int, features array<double>"))
-    assert sorted(r["prediction"] for r in good.collect()) == [6.0] * 10
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        with pytest.raises(Exception, match=r"(?s)SchemaError: transform, partition 0, a batch of 10 rows: column 'features' must hold 3 "
+                                            r".*This partition holds 2 such rows of the 30 it was given"):
+            scored.collect()
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    good = fitted.transform(spark.createDataFrame(rows[:5], "id int, features array<double>"))
+    assert sorted(r["prediction"] for r in good.collect()) == [6.0] * 5
 
 
 def test_c11_misspelled_metric_fails_before_any_job(spark):

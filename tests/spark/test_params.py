@@ -52,7 +52,7 @@ MODEL_ACCESSORS_BEFORE = {
 }
 # The estimator's defaults before the Params were generated.
 DEFAULTS_BEFORE = {
-    "backend": "auto", "batchSize": 32, "blockLearningRate": 1.0, "blockMomentum": None, "checkFeatures": True,
+    "backend": "auto", "batchSize": 32, "blockLearningRate": 1.0, "blockMomentum": None, "checkFeatures": False,
     "classWeight": None, "compression": None, "compressionThreshold": 0.01, "decoders": None, "elasticForce": None,
     "epochs": 1, "featuresCol": "features", "featuresCols": None, "handleInvalid": "error", "inferenceBatchSize": None,
     "jitCompile": "auto", "keepPartitioning": False, "labelCol": "label", "labelCols": None, "localSteps": None,

@@ -19,11 +19,14 @@ def test_assembled_scalar_columns_score_as_the_assembled_input(spark):
     sc = spark.sparkContext
     sc.setJobGroup("transform-checks", "transform's feature checks")
     try:
-        scored = fitted.transform(df.withColumn("a", df["a"] * 1.0))  # nullable columns: each needs its count
+        lazy = fitted.transform(df.withColumn("a", df["a"] * 1.0))  # the default: the scoring pass checks the rows, no job now
+        assert len(sc.statusTracker().getJobIdsForGroup("transform-checks")) == 0
+        scored = fitted.copy({fitted.checkFeatures: True}).transform(df.withColumn("a", df["a"] * 1.0))  # nullable columns: each needs its count
         checks = len(sc.statusTracker().getJobIdsForGroup("transform-checks"))
     finally:
         sc.setJobGroup("", "")
     assert 1 <= checks <= 2  # one aggregate for every feature column (AQE runs its shuffle as a job of its own); one per column ran 6
+    assert sorted(r["prediction"] for r in lazy.collect()) == sorted(r["prediction"] for r in scored.collect())
     got = scored.orderBy("a").collect()
     x = np.array([[r["a"], r["b"], r["c"]] for r in got], np.float32)
     np.testing.assert_allclose([r["probability"].toArray() for r in got], fitted.getKerasModel().predict(x, verbose=0), rtol=1e-5, atol=1e-6)

@@ -38,11 +38,11 @@ def _values(cell):
     return np.asarray(cell.toArray() if hasattr(cell, "toArray") else cell, np.float64)
 
 
-def test_error_fails_before_scoring_naming_the_column_and_every_count(spark, df):
+def test_check_features_fails_before_scoring_naming_the_column_and_every_count(spark, df):
     _, wrapped = _classifier()
     assert wrapped.getHandleInvalid() == "error"
     with pytest.raises(SchemaError) as info:
-        wrapped.transform(df)  # raised by transform itself (its counting job), before any DataFrame to score exists
+        wrapped.setCheckFeatures(True).transform(df)  # raised by transform itself (its counting job), before any DataFrame to score exists
     assert str(info.value) == (
         "features column 'x' must hold 2 non-null values per row (the model input shape (2,)), none NaN or ±inf, to be "
         "scored (handleInvalid='error'; 'skip' drops such rows, 'keep' scores them as NaN). Received, of 7 rows: 1 null "
@@ -51,10 +51,10 @@ def test_error_fails_before_scoring_naming_the_column_and_every_count(spark, df)
     assert sorted(_by_id(good)) == GOOD
 
 
-def test_error_without_check_features_fails_the_task_naming_the_column(spark, df):
+def test_error_by_default_fails_the_scoring_task_naming_the_column(spark, df):
     _, wrapped = _classifier()
     scored = []
-    assert jobs_started(spark, lambda: scored.append(wrapped.setCheckFeatures(False).transform(df))) == 0  # fully lazy
+    assert jobs_started(spark, lambda: scored.append(wrapped.transform(df))) == 0  # fully lazy (checkFeatures=False by default)
     with pytest.raises(Exception) as info:
         scored[0].collect()
     message = str(info.value)
