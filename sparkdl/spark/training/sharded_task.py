@@ -64,6 +64,10 @@ PATIENCE_S = 3600.0
 # slice map and asks again, so an owner cut off costs one such wait before its replacement is asked, not
 # the client's retries x its timeout (measured: a cut owner held a round for 104 s with 4 x 30 s).
 PEER_CALL_S = 15.0
+# A retried task looks for its slice's version this many times, this many seconds apart, before SliceLost:
+# when Spark resubmits the whole stage its backup holder is new too and takes the versions from its own
+# previous owner meanwhile.
+RESTORE_LOOKS, RESTORE_PAUSE_S = 3, 5.0
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,7 @@ class ShardedWorker:
         self.registrations: list[dict | None] = [None] * self.owners
         self._clients: dict[int, SliceClient] = {}
         self._clients_lock = threading.Lock()
+        self._unhandled: set[int] = set()  # owners that registered anew, seen by a thread that does not re-put (backups)
         self.pending: dict[int, tuple[ModelState, dict]] = {}  # owner -> (piece, meta) of the open round
         self.pool = ThreadPoolExecutor(max_workers=min(8, max(1, self.owners)), thread_name_prefix=f"sparkdl-slices-{partition}")
         self.server: SliceServer | None = None
@@ -242,17 +247,23 @@ class ShardedWorker:
                 self._clients[owner] = client
             return client
 
-    def _refresh_map(self) -> list[int]:
+    def _refresh_map(self, skip: int | None = None) -> list[int]:
+        """Read the slice map and tend to the owners that registered anew since (with those the
+        backup thread saw first): put them this round's pieces again, except ``skip`` (whose caller
+        puts again itself)."""
         changed = self._take_map(self.coordinator.slice_map())
+        with self._clients_lock:
+            changed = sorted(set(changed) | self._unhandled)
+            self._unhandled.clear()
         if changed:
-            self._on_owners_changed(changed)
+            self._on_owners_changed(changed, skip)
         return changed
 
-    def _on_owners_changed(self, changed: list[int]) -> None:
-        """Owners in ``changed`` registered anew: put them this round's pieces again, and send this
-        slice's versions to its backup holder when that is one of them."""
+    def _on_owners_changed(self, changed: list[int], skip: int | None = None) -> None:
+        """Owners in ``changed`` registered anew: put them this round's pieces again (but ``skip``),
+        and send this slice's versions to its backup holder when that is one of them."""
         for owner in changed:
-            if owner in self.pending and owner != self.partition:
+            if owner in self.pending and owner not in (self.partition, skip):
                 piece, meta = self.pending[owner]
                 self._put(owner, piece, meta)
         holder = holder_of(self.partition, self.owners)
@@ -288,37 +299,62 @@ class ShardedWorker:
             return
         holder = holder_of(self.partition, self.owners)
         previous = ("its previous owner", reply["previous"])
-        backup = [(f"its backup holder (slice {holder})", self.registrations[holder])] if holder is not None else []
         # a previous owner that does not answer a probe (lost, or cut off: each call would wait its whole
         # deadline) is asked last, after the backup holder
         answers = reply["previous"] is not None and (held[0] is not None or self._answers(reply["previous"]))
-        sources = [previous, *backup] if answers else [*backup, previous]
-        tried = [] if held[0] is None else ["this executor's disk: skipped, its previous owner answers"]
-        for what, registration in sources:
-            if registration is None:
-                continue
-            try:
-                pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
-                with SliceClient(registration["location"], spec.token, tls=pin, timeout_s=min(10.0, spec.call_timeout_s), retries=1) as source:
-                    held = source.held(self.partition)
-                    if version not in held:
-                        tried.append(f"{what} at {registration['location']} holds versions {held}")
-                        continue
-                    committed = source.fetch(f"held:{self.partition}:{version}", has_optimizer)
-                    candidate = source.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in held else None
-                    if what == "its previous owner":
-                        try:
-                            source.release()
-                        except Exception:  # noqa: BLE001 - it may be on its way out
-                            pass
-                self.server.install(committed, candidate)
-                log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
-                self.restored_candidate = candidate is not None
-                return
-            except Exception as exc:  # noqa: BLE001 - the next source
-                tried.append(f"{what} at {registration['location']}: {type(exc).__name__}: {str(exc)[:200]}")
+        for look in range(RESTORE_LOOKS):
+            if look:  # a holder that is itself being replaced (a resubmitted stage) may take the versions meanwhile
+                time.sleep(RESTORE_PAUSE_S)
+                self._check()
+                self._take_map(self.coordinator.slice_map())
+            backup = [(f"its backup holder (slice {holder})", self.registrations[holder])] if holder is not None else []
+            sources = [previous, *backup] if answers else [*backup, previous]
+            tried = [] if held[0] is None else ["this executor's disk: skipped, its previous owner answers"]
+            for what, registration in sources:
+                if registration is None:
+                    continue
+                try:
+                    pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+                    with SliceClient(registration["location"], spec.token, tls=pin, timeout_s=min(10.0, spec.call_timeout_s),
+                                     retries=1) as source:
+                        versions = source.held(self.partition)
+                        if version not in versions:
+                            tried.append(f"{what} at {registration['location']} holds versions {versions}")
+                            continue
+                        committed = source.fetch(f"held:{self.partition}:{version}", has_optimizer)
+                        candidate = source.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in versions else None
+                        backups = self._take_backups(source) if what == "its previous owner" else []
+                        if what == "its previous owner":
+                            try:
+                                source.release()
+                            except Exception:  # noqa: BLE001 - it may be on its way out
+                                pass
+                    self.server.install(committed, candidate)
+                    for k, kept in backups:
+                        self.server.keep_backup(k, kept)
+                    log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
+                    self.restored_candidate = candidate is not None
+                    return
+                except Exception as exc:  # noqa: BLE001 - the next source
+                    tried.append(f"{what} at {registration['location']}: {type(exc).__name__}: {str(exc)[:200]}")
         raise SliceLost(f"slice {self.partition} of the state (version {version}) must be served again after its task was retried. "
-                        f"Received: it was found nowhere: {'; '.join(tried) or 'no previous owner or backup holder registered'}")
+                        f"Received: it was found nowhere ({RESTORE_LOOKS} looks, {RESTORE_PAUSE_S:g} s apart; the last: "
+                        f"{'; '.join(tried) or 'no previous owner or backup holder registered'})")
+
+    def _take_backups(self, source: SliceClient) -> list[tuple[int, SliceVersion]]:
+        """The backups the previous owner of this slice kept for the slice this worker backs up
+        (owner j - 1's), read from it before it ends: when Spark resubmits the whole stage every
+        owner is new, and the attempt that replaces owner j - 1 finds its versions here. Best
+        effort (the owner j - 1 that is left sends them again when this worker registers)."""
+        backed = [k for k in range(self.owners) if holder_of(k, self.owners) == self.partition and k != self.partition]
+        taken = []
+        try:
+            for k in backed:
+                for v in source.held(k):
+                    taken.append((k, source.fetch(f"held:{k}:{v}", self.layout.has_optimizer)))
+        except Exception as exc:  # noqa: BLE001 - the previous owner is on its way out
+            log.warning("sparkdl: slice %d could not take the backups its previous owner kept: %s", self.partition, exc)
+        return taken
 
     def _answers(self, registration: dict) -> bool:
         """Whether the slice server of ``registration`` answers now (within a few seconds)."""
@@ -384,9 +420,13 @@ class ShardedWorker:
                 return
             except Exception as exc:  # noqa: BLE001 - the holder may be restarting: a new one gets it again
                 log.warning("sparkdl: slice %d could not send version %d to its backup holder %d: %s", self.partition, version, holder, exc)
+                if attempt == 3:
+                    return
                 time.sleep(0.5 * 2 ** attempt)
-                try:
-                    self._take_map(self.coordinator.slice_map())
+                try:  # a new holder is asked next; the main thread puts the other new owners their pieces again
+                    changed = self._take_map(self.coordinator.slice_map())
+                    with self._clients_lock:
+                        self._unhandled.update(j for j in changed if j != holder)
                 except Exception:  # noqa: BLE001
                     pass
 
@@ -409,7 +449,7 @@ class ShardedWorker:
         while True:
             self._check()
             reply = self.coordinator.wait_round(g, WAIT_CHUNK_S, self.partition, self.map_version)
-            if reply["map_version"] != self.map_version:
+            if reply["map_version"] != self.map_version or self._unhandled:
                 self._refresh_map()
             if reply["open"] or reply["late"] or reply["stop"]:
                 return reply
@@ -487,7 +527,7 @@ class ShardedWorker:
                         if not unavailable(exc) or time.monotonic() > deadline:
                             raise
                         self._check()
-                        self._refresh_map()
+                        self._refresh_map(skip=owner)
                         time.sleep(0.5)
                 piece = version.master
                 nbytes = sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
@@ -512,7 +552,7 @@ class ShardedWorker:
                     if not unavailable(exc) or time.monotonic() > deadline:
                         raise
                     self._check()
-                    self._refresh_map()
+                    self._refresh_map(skip=owner)
                     time.sleep(0.5)
             self.counts["bytes_pushed"] += sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
         self.counts["pushes"] += 1
