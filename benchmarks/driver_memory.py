@@ -10,14 +10,18 @@ every 20 ms from ``fit()`` on; a callback reads the driver JVM's resident set (t
 this process) at each epoch's end. Growth = the peak during ``fit()`` minus the RSS when it began.
 That callback counts as one that reads the model's weights (Keras' default), so on ``sharded`` the
 driver fetches the master at each epoch's end; with ``--probe-reads-nothing`` it declares
-``needs_weights = False`` and the driver fetches the master only at the fit's end.
+``needs_weights = False`` and the driver fetches the master only at the fit's end. With
+``--heap-after-gc`` the callback then also runs a full GC in the driver JVM (``System.gc()``) and
+reads its heap in use: what the JVM still holds, apart from the garbage G1 sizes its heap to (the GC
+also lets the heap shrink, so the next epochs' RSS is not the same as without the flag).
 
 Prints one JSON line per backend, e.g. ``{"benchmark": "driver_memory", "backend": "sharded",
 "params": 20000000, "state_mb": 240.0, "python_growth_mb": 280.1, "python_growth_states": 1.17,
 "jvm_rss_mb_per_epoch": [900.1, 902.3, 901.7], ...}``, then a Markdown table.
 
 Usage: python benchmarks/driver_memory.py [--backends rounds ps sharded] [--params 2e7] [--epochs 3]
-       [--rounds 1] [--workers 2] [--master 'local[2]'] [--driver-memory 8g] [--probe-reads-nothing] [--out FILE]
+       [--rounds 1] [--workers 2] [--master 'local[2]'] [--driver-memory 8g] [--probe-reads-nothing] [--heap-after-gc]
+       [--out FILE]
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pyspark.sql import SparkSession
 backend, workers, params, epochs, rounds, master, driver_memory = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), \
     int(sys.argv[6]), sys.argv[7], sys.argv[8]
 probe_reads_weights = sys.argv[9] == "1"
+heap_after_gc = sys.argv[10] == "1"
 spark = (SparkSession.builder.master(master).config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.memory", driver_memory).config("spark.driver.maxResultSize", "0")
          .config("spark.sql.shuffle.partitions", "8").getOrCreate())
@@ -78,10 +83,17 @@ class JvmPerEpoch(keras.callbacks.Callback):
 
     def __init__(self, pid):
         super().__init__()
-        self.pid, self.readings = pid, []
+        self.pid, self.readings, self.heap = pid, [], []
 
     def on_epoch_end(self, epoch, logs=None):
         self.readings.append(round(rss_mb(self.pid), 1) if self.pid else None)
+        if heap_after_gc:
+            from sparkdl.spark.internals import jvm as driver_jvm
+
+            java = driver_jvm(spark.sparkContext).java.lang
+            java.System.gc()
+            runtime = java.Runtime.getRuntime()
+            self.heap.append(round((runtime.totalMemory() - runtime.freeMemory()) / 2**20, 1))
 
 
 batch = 8
@@ -119,6 +131,7 @@ print(json.dumps({"benchmark": "driver_memory", "backend": info["backend"], "wor
                   "rounds": info["rounds"], "state_mb": round(state_mb, 1), "python_rss_before_mb": round(before, 1),
                   "python_peak_mb": round(peak[0], 1), "python_growth_mb": round(peak[0] - before, 1),
                   "python_growth_states": round((peak[0] - before) / state_mb, 2), "jvm_rss_mb_per_epoch": jvm.readings,
+                  "jvm_heap_after_gc_mb_per_epoch": jvm.heap or None,
                   "driver_bytes_fetched": info.get("driver_bytes_fetched"), "probe_needs_weights": probe_reads_weights,
                   "fit_s": round(seconds, 1)}), flush=True)
 spark.stop()
@@ -136,6 +149,8 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--probe-reads-nothing", action="store_true", help="the per-epoch JVM probe declares needs_weights=False: "
                         "no callback reads weights, so backend sharded fetches no master at the epochs' ends")
+    parser.add_argument("--heap-after-gc", action="store_true", help="at each epoch's end also run a full GC in the driver JVM "
+                        "and read its heap in use (what it still holds)")
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -146,7 +161,8 @@ def main() -> None:
     results = []
     for backend in args.backends:
         out = subprocess.run([sys.executable, "-c", CHILD, ROOT, backend, str(args.workers), str(int(args.params)), str(args.epochs),
-                              str(args.rounds), args.master, args.driver_memory, "0" if args.probe_reads_nothing else "1"], env=env,
+                              str(args.rounds), args.master, args.driver_memory, "0" if args.probe_reads_nothing else "1",
+                              "1" if args.heap_after_gc else "0"], env=env,
                              capture_output=True, text=True, timeout=7200)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         if out.returncode != 0 or not lines:
@@ -159,6 +175,8 @@ def main() -> None:
     print("\n| backend | state MB | driver Python peak growth MB | in states | driver JVM RSS MB after each epoch | fit s |\n|---|---|---|---|---|---|")
     for r in results:
         jvm = ", ".join(f"{v:.0f}" for v in r["jvm_rss_mb_per_epoch"] if v is not None)
+        heap = r.get("jvm_heap_after_gc_mb_per_epoch")
+        jvm += f" (heap after a full GC: {', '.join(f'{v:.0f}' for v in heap)})" if heap else ""
         print(f"| {r['backend']} | {r['state_mb']} | {r['python_growth_mb']} | {r['python_growth_states']} | {jvm} | {r['fit_s']} |")
 
 

@@ -241,9 +241,11 @@ PARAMS: tuple[ParamSpec, ...] = (
     _P("checkFeatures", "bool", False, stage=SHARED, doc=(
         "True: `transform` counts null, NaN, ±inf and wrongly sized feature rows over the whole input in one Spark-SQL "
         "pass when it is called and, with `handleInvalid=\"error\"`, raises `SchemaError` with the counts before any "
-        "row is scored. False (default: the same safety at full speed): `transform` stays lazy and the scoring pass "
-        "checks every row; a bad row fails its task with `SchemaError` naming the column, the counts, the partition "
-        "and the batch")),
+        "row is scored. False (default; no pass before scoring): `transform` stays lazy and the scoring pass "
+        "checks every row; a bad row fails its task, and so the action (a `PythonException` naming `SchemaError`, "
+        "the column, the counts, the partition and the batch; a sink that is not transactional may hold rows "
+        "written before it). A stage saved while True was the default (before 2026-12-03) loads with True, the default it "
+        "was saved with: `setCheckFeatures(False)` gives it the lazy check")),
     _P("handleInvalid", "choice", "error", stage=SHARED, choices=HANDLE_INVALID, fit_choices=("error", "skip"),
        config="fit", example="skip", doc=(
            "rows with a null, NaN or ±inf value (or a wrongly sized one) in a model column: `error` fails (`fit` before "

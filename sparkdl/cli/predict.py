@@ -61,8 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", default="errorifexists", choices=MODES, help="save mode when the output exists (default errorifexists)")
     parser.add_argument("--batch-size", type=int, help="rows per predict call (inferenceBatchSize of each KerasModel in the model)")
     parser.add_argument("--arrays", action="store_true",
-                        help="write vector columns (probability, rawPrediction) as plain array<double> columns that pandas "
-                             "and pyarrow read as lists (default: Spark ML vectors, structs outside Spark)")
+                        help="write vector columns (probability, rawPrediction, and an input vector column) as plain "
+                             "array<double> columns that pandas and pyarrow read as lists (default: Spark ML vectors, "
+                             "structs outside Spark)")
     parser.add_argument("--master", help="Spark master, e.g. 'local[*]' (default: spark-submit's, else local[*])")
     parser.add_argument("--input-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a spark.read option (repeatable); csv defaults: header=true, inferSchema=true")
@@ -133,18 +134,22 @@ def keras_stages(stage) -> list:
 
 
 def plain_columns(df, *, arrays: bool, text: bool):
-    """``df`` with its Spark ML vector columns as ``array<double>`` (``arrays``), and with its vectors,
-    arrays, maps and structs as JSON text (``text``: for CSV, which holds none of them, e.g. ``"[0.1,0.9]"``)."""
+    """``df`` with its top-level vector columns (``pyspark.ml`` or ``pyspark.mllib`` vectors: the
+    scores, and an input's ``features`` too) as ``array<double>`` (``arrays``), and with its vectors,
+    arrays, maps and structs as JSON text (``text``: for CSV, which holds none of them, e.g.
+    ``"[0.1,0.9]"``). Vectors nested in an array or a struct stay as they are."""
     from pyspark.ml.functions import vector_to_array
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.mllib.linalg import VectorUDT as OldVectorUDT
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StructType
-    from pyspark.sql.types import UserDefinedType as UDT
 
     def plain(field):
         column = F.col(field.name)
-        if isinstance(field.dataType, UDT) and (arrays or text):
+        vector = isinstance(field.dataType, (VectorUDT, OldVectorUDT))
+        if vector and (arrays or text):
             column = vector_to_array(column, "float64")
-        if text and isinstance(field.dataType, (UDT, ArrayType, MapType, StructType)):
+        if text and (vector or isinstance(field.dataType, (ArrayType, MapType, StructType))):
             column = F.to_json(column)
         return column.alias(field.name)
 

@@ -157,7 +157,9 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
     scores = _vector_column if job.vectors else _list_column
     temporary = sum(c.name.startswith(_TMP_FEATURES) for t in job.inputs for c in t.columns)
     pads = tuple(t.columns[0].pad if t.columns[0].ragged else None for t in job.inputs)  # sequence inputs: cut per predict batch
+    batches, seen = iter(batches), 0  # seen: the partition's rows up to this batch's end
     for batch in batches:
+        seen += batch.num_rows
         inputs = batch.num_columns - temporary  # the temporary input columns come last
         where = f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows"
         faults = batch_faults(batch, job.inputs)
@@ -165,7 +167,7 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
         for _, _, found in faults:
             bad |= found.any
         if bad.any() and job.handle_invalid == "error":
-            raise SchemaError(f"{where}: {faults_message(faults)}{partition_count(batches, job.inputs, int(bad.sum()), batch.num_rows)}")
+            raise SchemaError(f"{where}: {faults_message(faults)}{partition_count(batches, job.inputs, int(bad.sum()), seen)}")
         good = batch.filter(pa.array(~bad)) if bad.any() else batch
         try:
             x = [tensor_to_numpy(good, _batch_shapes(good, t)) for t in job.inputs]
@@ -260,12 +262,16 @@ def batch_faults(batch: pa.RecordBatch, tensors) -> list[tuple[str, str, RowFaul
 def partition_count(rest: Iterator[pa.RecordBatch], tensors, bad: int, rows: int) -> str:
     """The end of a task's error message: its partition's bad feature rows in all, counted over the
     batches after the first bad one (``rest``, read without scoring: the checks of
-    :func:`batch_faults` alone), ``bad`` of ``rows`` in the batches up to it."""
-    for batch in rest:
-        found = np.zeros(batch.num_rows, bool)
-        for _, _, faults in batch_faults(batch, tensors):
-            found |= faults.any
-        bad, rows = bad + int(found.sum()), rows + batch.num_rows
+    :func:`batch_faults` alone), ``bad`` of ``rows`` in the batches up to it. Empty when the rest
+    cannot be read (the first bad batch's own message is the error)."""
+    try:
+        for batch in rest:
+            found = np.zeros(batch.num_rows, bool)
+            for _, _, faults in batch_faults(batch, tensors):
+                found |= faults.any
+            bad, rows = bad + int(found.sum()), rows + batch.num_rows
+    except Exception:  # noqa: BLE001 - the bad batch found is what the task reports
+        return ""
     return (f". This partition holds {bad} such rows of the {rows} it was given (counted without scoring from its first bad "
             f"batch on); checkFeatures=True counts them over the whole input before scoring")
 
@@ -548,7 +554,7 @@ def transform(
     batch_size: int,
     task: str,
     loss: LossInfo,
-    check_features: bool = True,
+    check_features: bool = False,
     features_cols=None,
     decoders: dict | None = None,
     output_cols=None,
@@ -580,7 +586,7 @@ def transform(
         loss: the loss family that turns outputs into columns; for a multi-output model also a list
             (output order) or dict (output name) of them, one per output.
         check_features: count bad feature rows over the whole input now (one Spark-SQL pass), or leave
-            them to the tasks (lazy; the first bad batch raises ``SchemaError``).
+            them to the scoring tasks (lazy, the default; the first bad batch raises ``SchemaError``).
         features_cols: the model inputs' columns as in ``fit`` (a list assembled into the one input,
             or a dict input name -> column(s)); None: ``features_col``. A sequence input's rows are
             padded with ``pad_value`` to the longest row of each Arrow batch.
@@ -595,8 +601,10 @@ def transform(
 
     Raises:
         SchemaError: a missing or mistyped features column, an output column that already exists
-            (or two with one name), or (``"error"``) null, NaN, ±inf or wrongly sized feature rows
-            (counted over the input, one aggregate job).
+            (or two with one name), or, with ``check_features`` and ``"error"``, null, NaN, ±inf or
+            wrongly sized feature rows (counted over the input, one aggregate job). Without
+            ``check_features`` the scoring task that meets one raises it when an action runs (Spark
+            reports it as the job's failure, a ``PythonException`` naming ``SchemaError``).
     """
     decoders = dict(decoders or {})
     mapping = map_inputs(df, spec, features_col, features_cols, decoders)

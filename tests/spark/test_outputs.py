@@ -234,7 +234,7 @@ def test_transform_is_lazy_by_default_and_the_scoring_task_names_the_bad_batch_a
     fitted, _ = _frozen_fit(spark, _linear(3, 1, np.ones(3), [0.0]), "mse", [([1.0, 2.0, 3.0], 6.0)], "features array<double>, label double")
     assert fitted.getCheckFeatures() is False
     rows = [(i, [1.0, 2.0, 3.0]) for i in range(30)]
-    rows[5], rows[25] = (5, [1.0, 2.0]), (25, [1.0, float("nan"), 3.0])  # one bad row in the first and in the last batch
+    rows[15], rows[25] = (15, [1.0, 2.0]), (25, [1.0, float("nan"), 3.0])  # one bad row in the second and in the last batch
     df = partitioned_df(spark, [rows], "id int, features array<double>")
     sc = spark.sparkContext
     sc.setJobGroup("lazy-transform", "lazy transform")
@@ -251,8 +251,8 @@ def test_transform_is_lazy_by_default_and_the_scoring_task_names_the_bad_batch_a
             scored.collect()
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
-    good = fitted.transform(spark.createDataFrame(rows[:5], "id int, features array<double>"))
-    assert sorted(r["prediction"] for r in good.collect()) == [6.0] * 5
+    good = fitted.transform(spark.createDataFrame(rows[:15], "id int, features array<double>"))
+    assert sorted(r["prediction"] for r in good.collect()) == [6.0] * 15
 
 
 def test_c11_misspelled_metric_fails_before_any_job(spark):

@@ -44,6 +44,8 @@ def test_a_format_1_save_loads_with_the_training_params_at_their_defaults(spark,
     assert (loaded.getEpochs(), loaded.getNumWorkers(), loaded.getMode(), loaded.getSeed()) == (1, 2, "sync", 0)
     assert not loaded.isSet("epochs") and loaded.getHandleInvalid() == "error"
     assert loaded.getBatchSize() == 2 and loaded.getTask() == "classification"  # recorded in format 1
+    # saved while checkFeatures defaulted to True: it loads with the default it was saved with (the docs say so)
+    assert loaded.getCheckFeatures() is True and KerasModel.fromKeras(loaded.getKerasModel()).getCheckFeatures() is False
 
 
 def test_metadata_records_the_versions_and_a_newer_format_is_refused(spark, tmp_path):

@@ -36,7 +36,8 @@ def resumed_line(info: dict, epochs: int) -> str:
     done, where = info["resumed_from_epoch"], info.get("resumed_from")
     source = f"the snapshot in {where}" if where else "a Keras BackupAndRestore backup (weights and epoch)"
     at_round = f" (round {info['resumed_from_round']})" if info.get("resumed_from_round") is not None else ""
-    rest = f"epochs {done + 1}-{epochs} to train" if done < epochs else "no epoch left to train"
+    rest = ("no epoch left to train" if done >= epochs else f"epoch {epochs} to train" if done + 1 == epochs
+            else f"epochs {done + 1}-{epochs} to train")
     return f"sparkdl: resumed from epoch {done} of {epochs}{at_round} with {source}; {rest}"
 
 
