@@ -163,9 +163,7 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
         inputs = batch.num_columns - temporary  # the temporary input columns come last
         where = f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows"
         faults = batch_faults(batch, job.inputs)
-        bad = np.zeros(batch.num_rows, bool)
-        for _, _, found in faults:
-            bad |= found.any
+        bad = faulty_rows(faults, batch.num_rows)
         if bad.any() and job.handle_invalid == "error":
             raise SchemaError(f"{where}: {faults_message(faults)}{partition_count(batches, job.inputs, int(bad.sum()), seen)}")
         good = batch.filter(pa.array(~bad)) if bad.any() else batch
@@ -259,6 +257,14 @@ def batch_faults(batch: pa.RecordBatch, tensors) -> list[tuple[str, str, RowFaul
     return out
 
 
+def faulty_rows(faults: list[tuple[str, str, RowFaults]], rows: int) -> np.ndarray:
+    """Which of a batch's ``rows`` any column of :func:`batch_faults` finds at fault (bool, shape ``(rows,)``)."""
+    bad = np.zeros(rows, bool)
+    for _, _, found in faults:
+        bad |= found.any
+    return bad
+
+
 def partition_count(rest: Iterator[pa.RecordBatch], tensors, bad: int, rows: int) -> str:
     """The end of a task's error message: its partition's bad feature rows in all, counted over the
     batches after the first bad one (``rest``, read without scoring: the checks of
@@ -266,10 +272,7 @@ def partition_count(rest: Iterator[pa.RecordBatch], tensors, bad: int, rows: int
     cannot be read (the first bad batch's own message is the error)."""
     try:
         for batch in rest:
-            found = np.zeros(batch.num_rows, bool)
-            for _, _, faults in batch_faults(batch, tensors):
-                found |= faults.any
-            bad, rows = bad + int(found.sum()), rows + batch.num_rows
+            bad, rows = bad + int(faulty_rows(batch_faults(batch, tensors), batch.num_rows).sum()), rows + batch.num_rows
     except Exception:  # noqa: BLE001 - the bad batch found is what the task reports
         return ""
     return (f". This partition holds {bad} such rows of the {rows} it was given (counted without scoring from its first bad "
