@@ -49,9 +49,10 @@ class FitConfig:
             spreading rows round-robin over ``num_workers`` partitions.
         staleness: SSP's bound s (clocks, >= 0): a worker more than s clocks ahead of the slowest waits.
         server_port: TCP port of the ``ps`` backend's parameter server (0: a free port).
-        worker_timeout_s: seconds a ``ps`` worker may stay silent (no push, pull or heartbeat)
-            before the fit fails naming its partition (>= ``MIN_WORKER_TIMEOUT_S``); its heartbeat
-            thread beats every :attr:`heartbeat_s`.
+        worker_timeout_s: seconds a ``ps`` or ``sharded`` worker may stay silent (no push, pull or
+            heartbeat) before its task attempt is killed and retried (>= ``MIN_WORKER_TIMEOUT_S``);
+            its heartbeat thread beats every :attr:`heartbeat_s`. A stage short of task slots waits
+            :func:`~sparkdl.spark.training.nodes.node_wait_s` of it for a replacement.
         compression: how updates travel: None (full state), ``"fp16"`` (float16 updates), ``"1bit"``
             or ``"threshold"`` (error-feedback quantizers; :mod:`sparkdl.core.compression`), any mode.
         compression_threshold: ``"threshold"``'s t (> 0, in weight units): residual entries with

@@ -54,6 +54,17 @@ class FitCancelledError(WorkerError):
     """The fit's Spark jobs were cancelled (job group, job tag or the Spark UI); the master weights are untouched."""
 
 
+class NodeLostError(WorkerError):
+    """A stage of long-lived tasks (backends ``ps``, ``sharded``) lost task slots for good: an
+    executor was removed and no replacement came within a minute (half of ``workerTimeout`` when
+    shorter), so its workers cannot all run at once. The message names the executor, Spark's
+    reason and what to do; :attr:`loss` holds the :class:`~sparkdl.spark.training.nodes.NodeLoss`."""
+
+    def __init__(self, message: str, loss=None) -> None:
+        super().__init__(message)
+        self.loss = loss
+
+
 class InvariantError(SparkDLError, RuntimeError):
     """A check that guards against silent wrong results failed on the driver: rows trained differ
     from rows counted, a partition changed between rounds, or the master weights became non-finite."""

@@ -352,11 +352,12 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`ps`: the parameter server's TCP port on the driver (0: a free port; a taken port fails with `ServerError` "
         "naming it)")),
     _P("workerTimeout", "float", 600.0, rule="a number of seconds >= 5", config="fit", example=900, doc=(
-        "`ps`: seconds a worker may go without a heartbeat (each task sends one every tenth of it, at most every 2 s, "
-        "from a thread of its own, "
-        "whatever its step is doing) before the fit fails with `WorkerError` naming its partition: a dead or stopped "
-        "worker, not a slow one. A worker not heard from since its task was started gets at least 180 s (a Python "
-        "worker's start and TensorFlow's import)")),
+        "`ps`, `sharded`: seconds a worker may go without a heartbeat (each task sends one every tenth of it, at most every "
+        "2 s, from a thread of its own, whatever its step is doing) before its task attempt is killed and retried (after "
+        "two kills the fit fails with `WorkerError` naming its partition): a dead or stopped worker, not a slow one. A "
+        "worker not heard from since its task was started gets at least 180 s (a Python worker's start and TensorFlow's "
+        "import). A stage short of task slots (a node lost) waits at most 60 s, or half of this when shorter, for a "
+        "replacement")),
     _P("serverTls", "bool", True, config="fit", example=False, doc=(
         "`ps`: the parameter server speaks TLS with a certificate made for the fit, which the workers pin (nobody on "
         "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic (a warning when "

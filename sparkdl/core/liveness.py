@@ -30,7 +30,8 @@ class Contacts:
     the message it sent with it and the task attempt it came from; and every attempt heard.
 
     A contact from an attempt older than the last one heard is ignored (a zombie of a superseded
-    attempt says nothing of the worker).
+    attempt says nothing of the worker), and so is an ``"alive"`` heartbeat that arrives after its own
+    attempt said ``"done"`` (sent before the task ended; the task needs no slot any more).
 
     Args:
         workers: the fit's worker count: only the ids ``"0"`` .. ``str(workers - 1)`` (its
@@ -86,6 +87,8 @@ class Contacts:
                 attempt = previous[3]
             if previous is not None and previous[3] is not None and attempt is not None and attempt < previous[3]:
                 return False
+            if previous is not None and previous[1] == "done" and state == "alive" and attempt == previous[3]:
+                return True  # a heartbeat sent before its task's "done" and received after: the task ended
             self._contacts[worker] = [time.monotonic(), state, message, attempt]
             if attempt is not None:
                 self._attempts.setdefault(worker, set()).add(attempt)

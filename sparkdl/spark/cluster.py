@@ -42,6 +42,19 @@ def task_slots(spark) -> int | None:
         return max(0, sc.defaultParallelism // cpus)
 
 
+def removed_executors(spark) -> frozenset[str]:
+    """The ids of the executors the application has lost or released so far (empty on a ``local``
+    master, on Spark Connect, or when Spark's list cannot be read)."""
+    from sparkdl.spark import internals
+
+    if is_connect(spark) or local_mode(spark):
+        return frozenset()
+    try:
+        return frozenset(e["id"] for e in internals.executors(spark.sparkContext) if not e["active"])
+    except Exception:  # noqa: BLE001 - Spark's list unreadable: the executors go unnamed
+        return frozenset()
+
+
 def physical_memory() -> int:
     """This machine's physical memory in bytes (0 when the system does not say)."""
     import os
@@ -67,6 +80,8 @@ class ClusterFacts:
         session: the session in words, for messages.
         driver_memory_bytes: the physical memory of the machine this process (the driver, or the
             Connect client) runs on, in bytes (0 when it cannot be read).
+        removed_executors: the ids of the executors the application had lost or released when the
+            fit started (:func:`removed_executors`): a node lost later is named apart from them.
     """
 
     master: str
@@ -80,6 +95,7 @@ class ClusterFacts:
     driver_bind: str | None
     session: str
     driver_memory_bytes: int = 0
+    removed_executors: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, spark) -> ClusterFacts:
@@ -93,7 +109,8 @@ class ClusterFacts:
         return cls(master=master(spark), connect=connect, local_server=is_local_server(spark), local=local_mode(spark),
                    dynamic_allocation=conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true",
                    slots=task_slots(spark), ps_host=host.strip() if host is not None else None, driver_host=driver_host,
-                   driver_bind=driver_bind, session=describe(spark), driver_memory_bytes=physical_memory())
+                   driver_bind=driver_bind, session=describe(spark), driver_memory_bytes=physical_memory(),
+                   removed_executors=removed_executors(spark))
 
     def with_slots_for(self, spark, workers: int, timeout_s: float = SLOT_WAIT_S) -> ClusterFacts:
         """These facts with the slots counted again, once per second for up to ``timeout_s``

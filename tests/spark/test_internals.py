@@ -25,6 +25,12 @@ def test_max_concurrent_tasks_counts_the_task_slots_of_local_2(spark):
     assert internals.max_concurrent_tasks(spark.sparkContext) == 2
 
 
+def test_executors_lists_no_driver_on_local_2(spark):
+    """A local master's only executor is the driver, which the list leaves out (on a cluster each executor is
+    listed with its reason once removed: tests/integration/test_node_loss.py asserts Spark's 'worker lost')."""
+    assert internals.executors(spark.sparkContext) == []
+
+
 def test_run_job_raw_runs_only_the_chosen_partitions_and_returns_their_bytes_as_sent_in_that_order(spark):
     from pyspark import TaskContext
 

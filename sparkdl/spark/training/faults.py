@@ -91,6 +91,7 @@ class Fault(TaskHooks):
     - ``"kill"``: the Python worker is killed by SIGKILL;
     - ``"raise"``: the task raises ``RuntimeError`` (a transient error);
     - ``"executor"``: the executor's JVM (the Python worker's parent process) is SIGKILLed;
+    - ``"node"``: the node goes, as a spot termination takes it (:func:`kill_node`);
     - ``"hang"``: the Python worker stops itself (SIGSTOP: no more heartbeats, no progress).
 
     ``marker_dir`` holds one marker per fault (named by ``name``), so a retry does not fail again.
@@ -116,9 +117,11 @@ class Fault(TaskHooks):
         if self.how == "executor":
             os.kill(executor_pid(), signal.SIGKILL)
             time.sleep(60)
+        if self.how == "node":
+            kill_node()
         if self.how == "hang":
             os.kill(os.getpid(), signal.SIGSTOP)
-        raise ValueError(f"Fault.how must be exit, kill, raise, executor or hang. Received: {self.how!r}")
+        raise ValueError(f"Fault.how must be exit, kill, raise, executor, node or hang. Received: {self.how!r}")
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,23 @@ class Faults(TaskHooks):
     def before_steps(self, point: Point) -> None:
         for hook in self.hooks:
             hook.before_steps(point)
+
+
+def kill_node() -> None:
+    """SIGKILL this task's node as a spot termination takes it: on a standalone cluster the Worker
+    daemon that started the executor (the executor JVM's parent), so no executor comes back, then the
+    executor JVM; elsewhere the executor JVM alone. Does not return."""
+    executor = executor_pid()
+    try:
+        with open(f"/proc/{executor}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            if b"org.apache.spark.deploy.worker.Worker" in f.read():
+                os.kill(parent, signal.SIGKILL)
+    except (OSError, ValueError, IndexError):
+        pass
+    os.kill(executor, signal.SIGKILL)
+    time.sleep(60)
 
 
 def executor_pid() -> int:

@@ -5,7 +5,8 @@ whose workers stay in their tasks across rounds (``ps``, ``sharded``).
   (:func:`~sparkdl.spark.jobs.run_job`: Spark's failures become sparkdl errors).
 - :class:`Monitor`: a thread that watches the workers' heartbeats (recorded by a server's
   :class:`~sparkdl.core.liveness.Contacts`) and cancels the stage when one falls silent
-  (:func:`~sparkdl.core.liveness.silent_worker`).
+  (:func:`~sparkdl.core.liveness.silent_worker`), and the cluster's task slots, cancelling the
+  stage when a node is lost for good (:class:`~sparkdl.spark.training.nodes.SlotWatch`).
 - :class:`StageWatch`: the driver's waits on a stage: until a condition holds, failing when the
   stage failed or ended first, a worker fell silent, or the round's time ran out; every wait has
   a timeout.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from sparkdl.core.liveness import STARTUP_GRACE_S, silent_worker
-from sparkdl.errors import FitCancelledError, InvariantError, RoundTimeoutError, WorkerError
+from sparkdl.errors import FitCancelledError, InvariantError, NodeLostError, RoundTimeoutError, WorkerError
 from sparkdl.spark.jobs import run_job
 from sparkdl.spark.session import cancel_tag
 
@@ -65,20 +66,25 @@ class Monitor(threading.Thread):
     (each slot applied once, a slice served again) gives the same model; the new attempt gets the
     start's grace. A partition silent again after ``max_kills`` kills, or whose attempt cannot be
     killed (Spark Connect, an attempt never heard from), is recorded in :attr:`silent` and the
-    stage cancelled. It never ends on an error of its own: a failed look is retried at the next tick.
+    stage cancelled. Before silence it looks at the task slots (``nodes``): while the cluster has
+    fewer than the stage's running workers, no worker is judged by its silence, and when they stay
+    short the node counts as lost (:attr:`lost`) and the stage is cancelled. It never ends on an
+    error of its own: a failed look is retried at the next tick.
 
     Args:
         spark: the fit's session.
         contacts: returns the workers' contacts now (a server's ``contacts()``).
         timeout_s: ``workerTimeout``.
         max_kills: silent attempts killed per partition before the fit fails.
+        nodes: counts the stage's task slots (None where they are fixed: ``local``, Connect).
     """
 
-    def __init__(self, spark, contacts: Callable[[], dict], timeout_s: float, max_kills: int = 2) -> None:
+    def __init__(self, spark, contacts: Callable[[], dict], timeout_s: float, max_kills: int = 2, nodes=None) -> None:
         super().__init__(name="sparkdl-worker-monitor", daemon=True)
-        self.spark, self.contacts, self.timeout_s, self.max_kills = spark, contacts, timeout_s, max_kills
+        self.spark, self.contacts, self.timeout_s, self.max_kills, self.nodes = spark, contacts, timeout_s, max_kills, nodes
         self.stop = threading.Event()
         self.silent: tuple[int, float] | None = None
+        self.lost = None  # a NodeLoss: the stage went short of task slots for good
         self.watch: tuple[str, list[int], float] | None = None  # (tag, partitions, since)
         self.since: dict[int, float] = {}  # partition -> when it was last watched from (a kill restarts its grace)
         self.killed: list[dict] = []  # the silent attempts killed: partition, attempt, seconds silent
@@ -86,7 +92,9 @@ class Monitor(threading.Thread):
 
     def watch_stage(self, tag: str, partitions: list[int]) -> None:
         """Watch the stage tagged ``tag`` whose tasks are ``partitions``, from now."""
-        self.silent = None
+        self.silent = self.lost = None
+        if self.nodes is not None:
+            self.nodes.reset()
         now = time.monotonic()
         self.since = {p: now for p in partitions}
         self.watch = (tag, list(partitions), now)
@@ -100,11 +108,19 @@ class Monitor(threading.Thread):
 
     def _look(self) -> None:
         watch = self.watch
-        if watch is None or self.silent is not None:
+        if watch is None or self.silent is not None or self.lost is not None:
             return
         tag, partitions, _ = watch
         now = time.monotonic()
         contacts = self.contacts()
+        if self.nodes is not None:
+            running = sum(1 for p in partitions if not _done_since(contacts.get(str(p)), now - self.since.get(p, now)))
+            self.lost = self.nodes.look(running)
+            if self.lost is not None:
+                cancel_tag(self.spark, tag)
+                return
+            if self.nodes.short:  # a worker waiting for a slot is judged by the node's rule, not by its silence
+                return
         found = silent_worker(contacts, partitions, {p: now - self.since.get(p, now) for p in partitions}, self.timeout_s, STARTUP_GRACE_S)
         if found is None:
             return
@@ -122,6 +138,12 @@ class Monitor(threading.Thread):
     def close(self) -> None:
         self.stop.set()
         self.join(5.0)
+
+
+def _done_since(contact: dict | None, watched_s: float) -> bool:
+    """Whether a worker's contact says its task ended in the stage watched for ``watched_s`` seconds
+    (a ``done`` heard before, from an earlier stage, says nothing of this one)."""
+    return contact is not None and contact["state"] == "done" and contact["seconds"] <= watched_s
 
 
 def kill_task_attempt(spark, attempt: int, reason: str) -> bool:
@@ -148,13 +170,16 @@ class StageWatch:
         worker_timeout_s: ``workerTimeout``.
         round_timeout_s: ``roundTimeout``: the default bound of :meth:`wait`.
         what: the workers in words, for messages (``"ps worker"``).
+        nodes: counts the task slots (:class:`~sparkdl.spark.training.nodes.SlotWatch`), or None.
+        lost_advice: what to do when a node is lost for good (the end of :class:`NodeLostError`'s message).
     """
 
-    def __init__(self, spark, contacts: Callable[[], dict], worker_timeout_s: float, round_timeout_s: float, what: str) -> None:
+    def __init__(self, spark, contacts: Callable[[], dict], worker_timeout_s: float, round_timeout_s: float, what: str,
+                 nodes=None, lost_advice: str = "") -> None:
         self.spark, self.contacts = spark, contacts
-        self.worker_timeout_s, self.round_timeout_s, self.what = worker_timeout_s, round_timeout_s, what
+        self.worker_timeout_s, self.round_timeout_s, self.what, self.lost_advice = worker_timeout_s, round_timeout_s, what, lost_advice
         self.stage: Stage | None = None
-        self.monitor = Monitor(spark, contacts, worker_timeout_s)
+        self.monitor = Monitor(spark, contacts, worker_timeout_s, nodes=nodes)
         self.monitor.start()
 
     def run(self, action, description: str, tag: str, timeout_s: float, partitions: list[int]) -> Stage:
@@ -185,9 +210,22 @@ class StageWatch:
             raise self.failure(stage.error)
         return stage.table
 
+    def abandon(self) -> None:
+        """Cancel the running stage (a node was lost and the transport goes on without it) and forget it."""
+        stage = self.stage
+        self.monitor.watch = None
+        self.stage = None
+        self.monitor.silent = self.monitor.lost = None
+        if stage is not None:
+            stage.cancel()
+
     def failure(self, error: BaseException) -> BaseException:
         """The error to raise for a failed stage: a silent worker named, else Spark's cause with the
         workers' own messages."""
+        if self.monitor.lost is not None:
+            loss = self.monitor.lost
+            return NodeLostError(f"every {self.what} needs a task slot at once: {loss.describe(self.what + 's')}; "
+                                 f"the fit's job was cancelled. {self.lost_advice}".strip(), loss)
         if self.monitor.silent is not None:
             partition, silent = self.monitor.silent
             return WorkerError(
@@ -210,7 +248,8 @@ class StageWatch:
         at every :data:`POLL_S`.
 
         Raises:
-            WorkerError: a worker silent past ``workerTimeout``, or the stage failed for good.
+            WorkerError: a worker silent past ``workerTimeout``, or the stage failed for good;
+                NodeLostError: a node lost for good left fewer task slots than workers.
             InvariantError: the stage ended before ``ready()`` (and ``stage_may_end`` is False).
             RoundTimeoutError: ``timeout_s`` passed; the stage was cancelled.
         """
@@ -218,7 +257,7 @@ class StageWatch:
         deadline = time.monotonic() + timeout_s
         while not ready():
             stage = self.stage
-            if self.monitor.silent is not None and stage is not None:
+            if (self.monitor.silent is not None or self.monitor.lost is not None) and stage is not None:
                 stage.finished.wait(30.0)
                 raise self.failure(stage.error or WorkerError("a silent worker"))
             if stage is not None and stage.finished.is_set():

@@ -23,9 +23,20 @@ while the other workers wait at the round; the retried task skips the slots its 
 every worker's progress in the stage on any fault, and Spark never retries a failed barrier
 result stage. When the retries are spent the fit fails with :class:`~sparkdl.errors.WorkerError`
 naming the cause. Each task sends heartbeats from a thread of its own; a worker silent for
-``workerTimeout`` seconds (dead, or stopped) fails the fit. Without a barrier, Spark does not
-start the tasks together: the driver checks before any job that the cluster has a task slot per
-worker, and a worker that never starts is caught by the same timeout.
+``workerTimeout`` seconds (dead, or stopped) has its attempt killed and retried. Without a barrier,
+Spark does not start the tasks together: the driver checks before any job that the cluster has a
+task slot per worker, and a worker that never starts is caught by the same timeout.
+
+**A node lost for good** (its executor removed, no replacement within a minute:
+:mod:`~sparkdl.spark.training.nodes`) leaves a retried task no slot. A round mode goes on with the
+executors that are left: the stage is cancelled and the round it was in, and every round after it,
+run on backend ``rounds`` (:class:`~sparkdl.spark.transports.rounds.RoundsTransport`: a Spark job a
+round, the lost worker's rows trained by a task on an executor that is left), the same rounds as
+on ``ps``, so the same model; the console and ``fitInfo["node_lost"]`` say so. An asynchronous
+mode whose workers wait for each other (``ssp``; it runs only on ``ps``) fails with
+:class:`~sparkdl.errors.NodeLostError` naming the executor and what to do; in the other
+asynchronous modes the lost worker's task runs on the slot another worker frees when its slots are
+done (the console says so).
 
 **Stages.** With validation (and, for the asynchronous modes, snapshots) the workers' tasks end
 at each epoch's end, freeing every slot for the validation job, and new ones start for the next
@@ -47,9 +58,10 @@ import pyarrow as pa
 from sparkdl.config import ROUND_MODES
 from sparkdl.core.board import EpochLedger, RoundBoard
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal, WorkerUpdate
-from sparkdl.errors import InvariantError, ServerError
+from sparkdl.errors import ConfigError, InvariantError, NodeLostError, ServerError
 from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.training.job import TrainJob
+from sparkdl.spark.training.nodes import SlotWatch
 from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.training.stage import StageWatch
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
@@ -121,13 +133,23 @@ class PSTransport:
             self.server.start()
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
-        self.stages = StageWatch(job.spark, self.server.contacts, config.worker_timeout_s, config.round_timeout_s, "ps worker")
+        self.stages = StageWatch(job.spark, self.server.contacts, config.worker_timeout_s, config.round_timeout_s, "ps worker",
+                                 nodes=SlotWatch.for_job(job, "ps workers", decides=self.rounds_mode or config.mode == "ssp"),
+                                 lost_advice=self._lost_advice())
         self._last_weights = fit.master.weights
         self._epoch_done = time.monotonic()
 
     def _rule(self):
         """The server's update rule (a :class:`RoundBoard` or an :class:`EpochLedger`)."""
         raise NotImplementedError
+
+    def _lost_advice(self) -> str:
+        """What a user does when a node is lost for good and the fit cannot go on (the error's end)."""
+        config = self.job.config
+        resume = (" With checkpointDir set, the fit run again resumes from its last snapshot." if config.checkpoint_dir
+                  else " Set checkpointDir for a fit run again to resume from its last snapshot.")
+        return (f"Mode {config.mode!r} runs only on backend 'ps': run the fit again once the node is back, or with "
+                f"numWorkers at most the task slots left.{resume}")
 
     def run_round(self, orders: RoundOrders) -> RoundReport:
         raise NotImplementedError
@@ -235,15 +257,89 @@ class PSRoundsTransport(PSTransport):
 
     rounds_mode = True
 
+    def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
+        super().__init__(job, policy, options)
+        self.fallback = None  # backend rounds, for the rounds after a node was lost for good
+        self.node_lost: dict | None = None
+
     def _rule(self):
         return RoundBoard(self.job.workers, per_worker=bool(self.policy.per_worker))
+
+    def _lost_advice(self) -> str:
+        return "Run the fit again once the node is back, or with numWorkers at most the task slots left."
 
     def _stop(self) -> None:
         self.rule.stop()
 
     def run_round(self, orders: RoundOrders) -> RoundReport:
+        if self.fallback is not None:
+            return self.fallback.run_round(orders)
         self._follow_learning_rate(orders)
-        return self._round(orders)
+        try:
+            return self._round(orders)
+        except NodeLostError as lost:
+            self._hand_over(lost, orders)
+        return self.fallback.run_round(orders)
+
+    def _hand_over(self, lost: NodeLostError, orders: RoundOrders) -> None:
+        """A node was lost for good: cancel the stage and run this round and the rest on backend
+        ``rounds`` (the same rounds: the round's pushes so far are dropped, its start is the same).
+
+        Raises:
+            NodeLostError: ``rounds`` cannot run this fit (its updates would not fit
+            ``spark.driver.maxResultSize``), with that cause.
+        """
+        from sparkdl.spark.transports.rounds import RoundsTransport
+
+        self.stages.abandon()
+        try:
+            fallback = RoundsTransport(self.job, self.policy)
+        except ConfigError as exc:
+            raise NodeLostError(f"{lost} The fit cannot go on on backend 'rounds': {exc}", lost.loss) from exc
+        fallback.start(self.fit)
+        # each worker's own state (1bit/threshold residuals) is the one its ps task kept on its executor after
+        # its last slot before this round; a task on another executor finds none and counts a reset
+        plan = self.job.plan
+        for p in range(self.job.workers):
+            last = next((g for g in range(orders.index - 1, -1, -1) if plan.partition_rows[p] and
+                         plan.row_range(p, g % self.plan_rounds)[1] > plan.row_range(p, g % self.plan_rounds)[0]), -1)
+            fallback.restart_from(p, last)
+        self.fallback = fallback
+        self._ps_info = super().info()  # the parameter server's counters up to now; its port and memory go
+        self.rule.stop()
+        self.server.shutdown()
+        loss, total = lost.loss, self.total_slots
+        self.node_lost = {**(loss.info() if loss is not None else {}), "continued_on": "rounds", "from_round": orders.index + 1}
+        line = (f"sparkdl: {loss.describe('ps workers') if loss is not None else 'a node was lost'}; the fit goes on on "
+                f"backend 'rounds' from round {orders.index + 1} of {total}: a Spark job a round over the executors left, the "
+                "lost worker's rows trained by a task on one of them (the same rounds as on 'ps')")
+        log.warning(line)
+        if self.job.config.verbose:
+            print(line, flush=True)
+
+    def pause(self) -> None:
+        if self.fallback is not None:
+            self.fallback.pause()
+        super().pause()
+
+    def finish(self, stopped: bool) -> None:
+        if self.fallback is None:
+            return super().finish(stopped)
+        if self.server is not None:
+            self.server.set_control(stop=True)
+        self.fallback.finish(stopped)
+
+    def close(self) -> None:
+        try:
+            if self.fallback is not None:
+                self.fallback.close()
+        finally:
+            super().close()
+
+    def info(self) -> dict:
+        if self.fallback is None:
+            return super().info()
+        return {**self._ps_info, "node_lost": {**self.node_lost, "rounds": self.fallback.info()}}
 
     def _round(self, orders: RoundOrders) -> RoundReport:
         job, config, board = self.job, self.job.config, self.rule

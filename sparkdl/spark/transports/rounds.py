@@ -170,6 +170,14 @@ class RoundsTransport:
             self.accepted[partition] = local.version
             self._restored[partition] = local
 
+    def restart_from(self, partition: int, version: int) -> None:
+        """Backend ``ps`` hands its remaining rounds over (a node lost): ``partition``'s worker last
+        trained slot ``version`` there, and its own state (1bit/threshold) is the one of that slot."""
+        self.accepted[partition] = version
+        restored = self._restored.get(partition)
+        if restored is not None and restored.version != version:
+            del self._restored[partition]
+
     def run_round(self, orders: RoundOrders) -> RoundReport:
         job = self.job
         restored = {p: _local_bytes(local) for p, local in self._restored.items() if self.accepted[p] == local.version}

@@ -54,6 +54,7 @@ from sparkdl.server.tls import TLSPin
 from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.sharded_task import RESULT_SPARK_SCHEMA, ShardedTaskSpec, sharded_partition
+from sparkdl.spark.training.nodes import SlotWatch
 from sparkdl.spark.training.stage import StageWatch
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
@@ -172,7 +173,13 @@ class ShardedTransport:
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
         self.board = board
-        self.stages = StageWatch(job.spark, self.coordinator.contacts, config.worker_timeout_s, config.round_timeout_s, "sharded worker")
+        elsewhere = "" if config.mode in LOCAL_OPTIMIZER_MODES or config.keep_local_optimizer else ", or on backend 'rounds'"
+        resume = (" With checkpointDir set, the fit run again resumes from the slices' last snapshot." if config.checkpoint_dir
+                  else " Set checkpointDir for a fit run again to resume from its last snapshot.")
+        self.stages = StageWatch(job.spark, self.coordinator.contacts, config.worker_timeout_s, config.round_timeout_s, "sharded worker",
+                                 nodes=SlotWatch.for_job(job, "sharded workers"),
+                                 lost_advice="Every slice owner runs at once: run the fit again once the node is back, or with numWorkers at "
+                                             f"most the task slots left{elsewhere}.{resume}")
         self.pool = ThreadPoolExecutor(max_workers=min(8, job.workers), thread_name_prefix="sparkdl-sharded-fetch")
         self._start_stage(fit.rounds)
         log.info("fit %s: backend sharded, %d slices of %.1f MB of weights (%s)", job.fit_id[:8], layout.owners, layout.nbytes() / layout.owners / 1e6,
