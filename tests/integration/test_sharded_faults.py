@@ -82,6 +82,8 @@ EXECUTOR_KILL = HEAD + textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # the default run's 25 minutes: the network-cut test below loses an owner's executor too (declared lost,
+# its task retried on a replacement, its slice served again from the backup holder); make test-all
 def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_same_model(tmp_path):
     """Slice 1's executor JVM is SIGKILLed before round 4: Spark runs its task again on a new
     executor, the slice is served again from its backup holder's copy (slice 2's owner), the other
