@@ -58,6 +58,13 @@ def lost_since(spark, before: frozenset[str]) -> tuple[dict, ...]:
     return tuple({"id": e["id"], "host_port": e["host_port"], "remove_reason": e["remove_reason"]} for e in found[-5:])
 
 
+def tell(line: str, verbose: bool) -> None:
+    """One line about a lost node: to the ``sparkdl`` log, and to the console when the fit is verbose."""
+    log.warning(line)
+    if verbose:
+        print(line, flush=True)
+
+
 def executors_text(lost: tuple[dict, ...]) -> str:
     """``executor 1 (10.0.0.7:43239: worker lost)`` for each, or words for none named."""
     if not lost:
@@ -129,14 +136,8 @@ class SlotWatch:
         if cluster is None or cluster.local or cluster.connect or cluster.dynamic_allocation:
             return None
         spark, verbose, before = job.spark, bool(job.config.verbose), cluster.removed_executors
-
-        def say(line: str) -> None:
-            log.warning(line)
-            if verbose:
-                print(line, flush=True)
-
         return cls(lambda: task_slots(spark), lambda: lost_since(spark, before), node_wait_s(job.config.worker_timeout_s, cluster.master),
-                   what, say, decides)
+                   what, lambda line: tell(line, verbose), decides)
 
     @property
     def short(self) -> bool:

@@ -61,7 +61,7 @@ from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal, 
 from sparkdl.errors import ConfigError, InvariantError, NodeLostError, ServerError
 from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.training.job import TrainJob
-from sparkdl.spark.training.nodes import SlotWatch
+from sparkdl.spark.training.nodes import SlotWatch, tell
 from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.training.stage import StageWatch
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
@@ -313,9 +313,7 @@ class PSRoundsTransport(PSTransport):
         line = (f"sparkdl: {loss.describe('ps workers') if loss is not None else 'a node was lost'}; the fit goes on on "
                 f"backend 'rounds' from round {orders.index + 1} of {total}: a Spark job a round over the executors left, the "
                 "lost worker's rows trained by a task on one of them (the same rounds as on 'ps')")
-        log.warning(line)
-        if self.job.config.verbose:
-            print(line, flush=True)
+        tell(line, bool(self.job.config.verbose))
 
     def pause(self) -> None:
         if self.fallback is not None:
