@@ -420,8 +420,9 @@ PARAMS: tuple[ParamSpec, ...] = (
         "argmax of one-hot labels, else the rounded label), as Keras does (not with `sampleWeightCol`)")),
     _P("validationCol", "str?", None, config="fit", example="is_val", doc=(
         "boolean column: rows where it is true are validated on after each epoch, the others trained on (a null is a "
-        "training row); the history gets `val_*` keys, exact over all validation rows. On backend `ps` the workers' "
-        "tasks end at each epoch's end and the epoch's master is validated before the next epoch starts")),
+        "training row); the history gets `val_*` keys, exact over all validation rows. The epoch's master is validated "
+        "before the next epoch starts: on backend `ps` in a round mode by the workers in their tasks (no job), else by a "
+        "job (on `ps` in an asynchronous mode the workers' tasks end at each epoch's end for it)")),
     _P("validationSplit", "fraction", 0.0, config="fit", example=0.1, doc=(
         "fraction of the rows held out for validation after each epoch, chosen by a seeded hash of each row's model "
         "columns (the same rows every run, whatever the partitioning); or pass `fit(df, validationData=val_df)`")),

@@ -109,6 +109,11 @@ class RoundBoard:
         self._starts: ModelState | list[ModelState] | None = None
         self._expected: set[int] = set()
         self._reset()
+        # validation inside the workers' tasks: the epoch posted last, its weights, who evaluates it, what they reported
+        self.val_epoch, self.val_closed = -1, -1
+        self._val_weights: list[np.ndarray] | None = None
+        self._val_expected: set[int] = set()
+        self._val_reports: dict[int, tuple[int, list[np.ndarray] | None]] = {}
 
     def _reset(self) -> None:
         self._weights, self._optimizer, self._all_optimizer = WeightedMean(), WeightedMean(), True
@@ -184,21 +189,99 @@ class RoundBoard:
 
     # ---- the workers' side (server handlers) ---------------------------------------------------
 
-    def wait_open(self, index: int, timeout_s: float) -> dict:
+    def wait_open(self, index: int, timeout_s: float, worker: int | None = None) -> dict:
         """Wait up to ``timeout_s`` seconds until round ``index`` is open, a later one was opened,
-        or the fit stopped. Returns ``{"round": opened, "open": bool (this round is open now),
-        "late": bool (it closed, or a later one opened, without this worker), "stop": bool,
-        "learning_rate", "collect"}``."""
+        the fit stopped, or (``worker`` given) a validation ``worker`` has to run was posted.
+        Returns ``{"round": opened, "open": bool (this round is open now), "late": bool (it closed,
+        or a later one opened, without this worker), "stop": bool, "learning_rate", "collect",
+        "validate": the epoch whose validation ``worker`` has to run now, or None}``."""
         with self._cond:
             def ready():
                 return self.stopped or self.opened > index or (self.opened == index and not self.closed) \
-                    or (self.opened == index and self.closed)
+                    or (self.opened == index and self.closed) or self._val_pending(worker) is not None
 
             self._cond.wait_for(ready, timeout=max(0.0, timeout_s))
             is_open = self.opened == index and not self.closed
             late = self.opened > index or (self.opened == index and self.closed)
             return {"round": self.opened, "open": is_open and not self.stopped, "late": late and not self.stopped,
-                    "stop": self.stopped, "learning_rate": self.learning_rate, "collect": self.collect}
+                    "stop": self.stopped, "learning_rate": self.learning_rate, "collect": self.collect,
+                    "validate": self._val_pending(worker)}
+
+    # ---- validation inside the workers' tasks ----------------------------------------------------
+
+    def post_validation(self, epoch: int, weights: Sequence[np.ndarray], expected: set[int]) -> None:
+        """(The driver) Ask the ``expected`` workers (those with validation rows) to evaluate
+        ``weights`` (the master after ``epoch``) on their validation rows; workers waiting for a
+        round are woken (``"validate"`` in :meth:`wait_open`'s reply).
+
+        Raises:
+            ValueError: an epoch not after the last posted one, or one posted while another is open.
+        """
+        with self._cond:
+            if epoch <= self.val_epoch or self.val_closed < self.val_epoch:
+                raise ValueError(f"validations are posted one after the other, each once closed. Received: epoch {epoch} after "
+                                 f"epoch {self.val_epoch} ({'closed' if self.val_closed == self.val_epoch else 'open'})")
+            self._val_weights = [np.asarray(w) for w in weights]
+            self._val_expected, self._val_reports = set(expected), {}
+            self.val_epoch = epoch
+            self._cond.notify_all()
+
+    def _val_pending(self, worker) -> int | None:
+        """The open validation's epoch when ``worker`` is expected and has not reported, else None."""
+        if worker is None or self.val_closed == self.val_epoch:
+            return None
+        worker = int(worker)
+        return self.val_epoch if worker in self._val_expected and worker not in self._val_reports else None
+
+    def validation_weights(self, epoch: int) -> list[np.ndarray] | None:
+        """The weights posted for ``epoch`` while its validation is open, else None."""
+        with self._cond:
+            return self._val_weights if epoch == self.val_epoch and self.val_closed < epoch else None
+
+    def report_validation(self, worker: int, epoch: int, rows: int, sums: list[np.ndarray] | None) -> bool:
+        """(A worker) Its validation rows and summed metric variables for ``epoch``. Returns whether
+        they were recorded: not for another epoch than the open one, nor twice (a retried
+        task's second report of the same weights on the same rows is the same)."""
+        with self._cond:
+            if epoch != self.val_epoch or self.val_closed == epoch or worker not in self._val_expected or worker in self._val_reports:
+                return False
+            self._val_reports[worker] = (int(rows), sums)
+            self._cond.notify_all()
+            return True
+
+    def validation_complete(self) -> bool:
+        """Whether every expected worker reported the open validation."""
+        with self._cond:
+            return self._val_expected <= set(self._val_reports)
+
+    def validation_done(self, worker: int, epoch: int) -> bool:
+        """Whether ``worker`` has nothing left to do for the validation of ``epoch`` (closed, reported, or not its)."""
+        with self._cond:
+            return self.val_closed >= epoch or (self.val_epoch == epoch and (int(worker) in self._val_reports
+                                                                             or int(worker) not in self._val_expected))
+
+    def close_validation(self) -> dict[int, tuple[int, list[np.ndarray] | None]]:
+        """(The driver) Close the open validation; returns per worker ``(rows, metric sums)``.
+
+        Raises:
+            ValueError: none is open.
+        """
+        with self._cond:
+            if self.val_closed == self.val_epoch:
+                raise ValueError(f"no validation is open (epoch {self.val_epoch} is closed)")
+            self.val_closed = self.val_epoch
+            self._val_weights = None
+            self._cond.notify_all()
+            return dict(self._val_reports)
+
+    def wait_validation(self, worker: int, epoch: int, timeout_s: float) -> dict:
+        """(A worker, after its last slot) Wait up to ``timeout_s`` seconds until the validation of
+        ``epoch`` is posted for it or done, or the fit stopped. Returns ``{"validate": epoch to run now or
+        None, "done": bool (nothing left for it of ``epoch``), "stop": bool}``."""
+        with self._cond:
+            ready = lambda: self.stopped or self._val_pending(worker) is not None or self.validation_done(worker, epoch)  # noqa: E731
+            self._cond.wait_for(ready, timeout=max(0.0, timeout_s))
+            return {"validate": self._val_pending(worker), "done": self.validation_done(worker, epoch), "stop": self.stopped}
 
     def served(self, worker, master: ModelState) -> ModelState:
         """The state ``worker`` starts the open round from (the master before any round opened)."""

@@ -29,6 +29,7 @@ from sparkdl.server.wire import (
     DEFAULT_CHUNK_BYTES,
     LOCAL_PREFIX,
     STATE_TICKET,
+    VALIDATION_PREFIX,
     WEIGHTS_TICKET,
     WORKER_STATE_PREFIX,
     ArraySpec,
@@ -326,6 +327,24 @@ class ParameterServerClient:
         (``open``, ``late``, ``stop``, ``learning_rate``, ``collect``)."""
         body = {"round": round_, "timeout_s": timeout_s, **({"worker": str(worker)} if worker is not None else {})}
         return self._action("wait_round", json.dumps(body).encode())
+
+    def validation_weights(self, epoch: int) -> list[np.ndarray]:
+        """The master weights the driver posted for ``epoch``'s validation in the workers' tasks."""
+        expected = sum(s.nbytes for s in self._signature if s.role == "weight") if self._signature else 0
+        _, specs, arrays, _ = self._get(VALIDATION_PREFIX + str(int(epoch)).encode(), expected)
+        return list(arrays)
+
+    def wait_validation(self, worker: str | int, epoch: int, timeout_s: float) -> dict:
+        """Waits (server side, at most ``timeout_s`` seconds) until a validation is posted for this
+        worker or the one of ``epoch`` is done; returns ``{"validate": epoch or None, "done": bool, "stop": bool}``."""
+        body = json.dumps({"worker": str(worker), "epoch": epoch, "timeout_s": timeout_s}).encode()
+        return self._action("wait_validation", body)
+
+    def report_validation(self, worker: str | int, attempt: int, epoch: int, rows: int, metrics: list | None) -> bool:
+        """Sends this worker's validation of ``epoch``: its rows and summed metric variables
+        (:func:`~sparkdl.core.board.encode_metric_sums`). Returns whether the server recorded it."""
+        body = json.dumps({"worker": str(worker), "attempt": attempt, "epoch": epoch, "rows": rows, "metrics": metrics}).encode()
+        return bool(self._action("validation", body)["recorded"])
 
     def heartbeat(self, worker: str | int, state: str = "alive", message: str = "", attempt: int | None = None) -> dict:
         """Tells the server this worker (attempt) is alive (or ``"done"`` / ``"error"``); returns the

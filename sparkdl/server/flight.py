@@ -66,7 +66,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparkdl.core.board import LatePush
+from sparkdl.core.board import LatePush, decode_metric_sums
 from sparkdl.core.ledger import ApplyLedger
 from sparkdl.core.modes.asynchronous import SSPClock
 from sparkdl.core.state import ModelState, WorkerLocal
@@ -77,6 +77,7 @@ from sparkdl.server.wire import (
     DEFAULT_CHUNK_BYTES,
     LOCAL_PREFIX,
     STATE_TICKET,
+    VALIDATION_PREFIX,
     WEIGHTS_TICKET,
     WORKER_STATE_PREFIX,
     ArraySpec,
@@ -159,6 +160,8 @@ class ParameterServer(FlightEndpoint):
         ("progress", "body {\"worker\": str}: the worker's highest attempt and last applied seq"),
         ("wait_clock", "body {\"worker\": str, \"bound\": int, \"timeout_s\": float}: SSP wait"),
         ("control", "the driver's orders: JSON {\"stop\": bool, \"learning_rate\": float | null}"),
+        ("wait_validation", "body {\"worker\": str, \"epoch\": int, \"timeout_s\": float}: wait for a validation to run"),
+        ("validation", "body {\"worker\": str, \"attempt\": int, \"epoch\": int, \"rows\": int, \"metrics\": list | null}"),
     )
 
     def __init__(
@@ -329,6 +332,8 @@ class ParameterServer(FlightEndpoint):
             worker = raw[len(LOCAL_PREFIX):].decode("utf-8", "replace")
             self._check_worker("ticket local:<worker>", worker)
             return self._serve_local(worker)
+        if raw.startswith(VALIDATION_PREFIX):
+            return self._serve_validation(raw)
         if raw.startswith(WORKER_STATE_PREFIX):
             served = getattr(self.rule, "served", None)
             worker = raw[len(WORKER_STATE_PREFIX):].decode("utf-8", "replace")
@@ -362,6 +367,18 @@ class ParameterServer(FlightEndpoint):
             self._counts["pulls"] += 1
             self._counts["bytes_pulled"] += nbytes
         return stream
+
+    def _serve_validation(self, raw: bytes):
+        """The weights the driver posted for an epoch's validation in the workers' tasks."""
+        posted = getattr(self.rule, "validation_weights", None)
+        try:
+            epoch = int(raw[len(VALIDATION_PREFIX):].decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            epoch = -1
+        weights = posted(epoch) if posted is not None and epoch >= 0 else None
+        if weights is None:
+            raise flight.FlightServerError(f"ticket val:<epoch> must name the open validation's epoch of a round rule. Received: {raw[:40]!r}")
+        return self._stream([s for s in self._specs if s.role == "weight"], list(weights), {"sparkdl.version": str(epoch)})
 
     def _serve_local(self, worker: str):
         """A worker's own state (residual, optimizer): the last it put, or the one a resumed fit
@@ -516,7 +533,9 @@ class ParameterServer(FlightEndpoint):
                 raise self._reject(f"wait_round needs a round rule. Received: rule {type(self.rule).__name__}")
             if "worker" in req:
                 self._touch(req["worker"])
-            return json_result(wait_open(req["round"], req["timeout_s"]))
+            return json_result(wait_open(req["round"], req["timeout_s"], req.get("worker")))
+        if kind in ("wait_validation", "validation"):
+            return json_result(self._validation_action(kind, body))
         if kind == "heartbeat":
             req, superseded, recorded = self._heartbeat(body)
             if recorded and req.get("state") == "done":  # a finished worker no longer holds the others back
@@ -537,6 +556,23 @@ class ParameterServer(FlightEndpoint):
             with self._lock:
                 return json_result({"reached": reached, **self._control})
         raise self._reject("action must be one of version, stats, signature, control, wait_version, wait_round, heartbeat, "
-                           f"progress, wait_clock. Received: {kind[:64]!r}")
+                           f"progress, wait_clock, wait_validation, validation. Received: {kind[:64]!r}")
+
+    def _validation_action(self, kind: str, body: bytes) -> dict:
+        """A worker's wait for a validation to run (:meth:`~sparkdl.core.board.RoundBoard.wait_validation`),
+        or its report of one (:meth:`~sparkdl.core.board.RoundBoard.report_validation`)."""
+        if getattr(self.rule, "report_validation", None) is None:
+            raise self._reject(f"{kind} needs a round rule. Received: rule {type(self.rule).__name__}")
+        if kind == "wait_validation":
+            req = self._json_body(kind, body, ["worker", "epoch"])
+            self._touch(req["worker"])
+            return self.rule.wait_validation(int(req["worker"]), req["epoch"], req["timeout_s"])
+        req = self._json_body(kind, body, ["worker", "attempt", "epoch", "rows"])
+        try:
+            sums = decode_metric_sums(req["metrics"]) if req.get("metrics") is not None else None
+        except (ValueError, TypeError) as exc:
+            raise self._reject(f"validation metrics must be [[shape, values], ...]. Received: {type(exc).__name__}") from None
+        self._touch(req["worker"], attempt=req["attempt"])
+        return {"recorded": self.rule.report_validation(int(req["worker"]), req["epoch"], req["rows"], sums)}
 
 

@@ -33,6 +33,7 @@ STATE_TICKET = b"state"
 WORKER_STATE_PREFIX = b"state:"  # + worker id: the state that worker starts its round from (round rules)
 ENCODINGS = ("fp16", "1bit", "threshold")  # compressed pushes (sparkdl.core.compression)
 WEIGHTS_TICKET = b"weights"  # the weights alone (asynchronous workers keep their own optimizer state)
+VALIDATION_PREFIX = b"val:"  # + epoch: the weights posted for that epoch's validation in the workers' tasks (round rules)
 LOCAL_PREFIX = b"local:"  # + worker id: the own state that worker had after its last applied slot (residual, optimizer)
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_DESCRIPTOR_BYTES = 64 << 10

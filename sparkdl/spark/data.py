@@ -31,6 +31,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from sparkdl.errors import ConfigError, InvariantError, SchemaError, did_you_mean
 from sparkdl.keras.losses import losses_for_outputs
 from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder
+from sparkdl.spark.partitions import VALIDATION_FLAG
 
 SPARK_TYPES = {
     "float16": T.FloatType(),
@@ -56,6 +57,9 @@ class PreparedData:
         skipped: rows dropped as invalid (``handleInvalid="skip"``).
         label_ranges: per model output, ``(lowest, highest, values not whole)`` of its labels as
             the check job counted them (a loss's ``ignore_class`` left out), or None without any.
+        role: ``"train"`` or ``"val"`` when ``df`` holds a fit's training and validation rows
+            together (partition p of both in partition p; :func:`prepare_with_validation`), None
+            when it holds these rows only.
     """
 
     df: DataFrame
@@ -63,6 +67,16 @@ class PreparedData:
     columns: ModelColumns
     skipped: int = 0
     label_ranges: tuple = ()
+    role: str | None = None
+
+    @property
+    def rows_df(self) -> DataFrame:
+        """``df`` with this data's rows only: a fit's training and validation rows share one cached
+        DataFrame (:func:`prepare_with_validation`), told apart by :data:`VALIDATION_FLAG`; its
+        filter keeps the partitioning (no shuffle)."""
+        if self.role is None:
+            return self.df
+        return self.df.where(col(VALIDATION_FLAG) if self.role == "val" else ~col(VALIDATION_FLAG))
 
     @property
     def total_rows(self) -> int:
@@ -493,7 +507,8 @@ def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[C
 
 # One row per check task; the Spark schema is derived from the Arrow one (no DDL string: parsing one costs a fresh
 # session 0.4 s of the JVM parser's start, on the way to the first step).
-STATS_SCHEMA = pa.schema([("partition", pa.int32()), ("rows", pa.int64()), ("skipped", pa.int64()), ("stats", pa.string())])
+STATS_SCHEMA = pa.schema([("partition", pa.int32()), ("role", pa.int8()), ("rows", pa.int64()), ("skipped", pa.int64()),
+                          ("stats", pa.string())])
 STATS_SPARK_SCHEMA = from_arrow_schema(STATS_SCHEMA)
 
 
@@ -574,13 +589,14 @@ WARM_UP_WAIT_S = 300.0
 
 
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
-                     backend: str | None = None, warm: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
-    """One row of statistics of the task's partition (one row even when it is empty): rows kept,
-    rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are counted
-    per column and left out of the rest. ``backend``: the driver's Keras backend, selected
-    (``KERAS_BACKEND``) before a decoder may import Keras. Without decoders, Keras is imported (and
-    ``warm`` run) on a thread beside the check, so that the training task this reused Python worker
-    runs next starts warm."""
+                     backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1) -> Iterator[pa.RecordBatch]:
+    """One row of statistics of the task's partition per role (one row even when it is empty): rows
+    kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are
+    counted per column and left out of the rest. ``roles``: 1, or 2 when the rows are a fit's
+    training (role 0) and validation rows (role 1) told apart by :data:`VALIDATION_FLAG`.
+    ``backend``: the driver's Keras backend, selected (``KERAS_BACKEND``) before a decoder may import
+    Keras. Without decoders, Keras is imported (and ``warm`` run) on a thread beside the check, so
+    that the training task this reused Python worker runs next starts warm."""
     import json
 
     from pyspark import TaskContext
@@ -593,29 +609,32 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
         configure(None, context.resources(), backend)
     else:  # Keras imported while the rows are checked: the training task on this reused Python worker starts warm
         importing = warm_up(context.cpus(), context.resources(), backend, warm)
-    rows = skipped = 0
-    stats = {s.name: _ColumnStats(ignore_labels.get(s.name)) for s in specs}
-    for batch in batches:
-        if skip and batch.num_rows:
-            bad = np.zeros(batch.num_rows, bool)
+    counts = [[0, 0] for _ in range(roles)]  # per role: rows, skipped
+    stats = [{s.name: _ColumnStats(ignore_labels.get(s.name)) for s in specs} for _ in range(roles)]
+    for whole in batches:
+        parts = [whole] if roles == 1 else [whole.filter(pc.invert(whole.column(VALIDATION_FLAG))), whole.filter(whole.column(VALIDATION_FLAG))]
+        for role, batch in enumerate(parts):
+            if skip and batch.num_rows:
+                bad = np.zeros(batch.num_rows, bool)
+                for s in specs:
+                    column_bad = invalid_rows(batch.column(s.name))
+                    stats[role][s.name].invalid += int(column_bad.sum())
+                    bad |= column_bad
+                if bad.any():
+                    counts[role][1] += int(bad.sum())
+                    batch = batch.filter(pa.array(~bad))
+            counts[role][0] += batch.num_rows
             for s in specs:
-                column_bad = invalid_rows(batch.column(s.name))
-                stats[s.name].invalid += int(column_bad.sum())
-                bad |= column_bad
-            if bad.any():
-                skipped += int(bad.sum())
-                batch = batch.filter(pa.array(~bad))
-        rows += batch.num_rows
-        for s in specs:
-            if s.decoder:
-                stats[s.name].add_decoded(batch.column(s.name), s)
-            else:
-                stats[s.name].add(batch.column(s.name))
+                if s.decoder:
+                    stats[role][s.name].add_decoded(batch.column(s.name), s)
+                else:
+                    stats[role][s.name].add(batch.column(s.name))
     if importing is not None:
         importing.join(WARM_UP_WAIT_S)
-    row = {"partition": TaskContext.get().partitionId(), "rows": rows, "skipped": skipped,
-           "stats": json.dumps({name: st.as_dict() for name, st in stats.items()})}
-    yield pa.RecordBatch.from_pylist([row], schema=STATS_SCHEMA)
+    partition = TaskContext.get().partitionId()
+    out = [{"partition": partition, "role": role, "rows": counts[role][0], "skipped": counts[role][1],
+            "stats": json.dumps({name: st.as_dict() for name, st in stats[role].items()})} for role in range(roles)]
+    yield pa.RecordBatch.from_pylist(out, schema=STATS_SCHEMA)
 
 
 def validation_split(df: DataFrame, request: ColumnRequest, fraction: float, seed: int) -> Column:
@@ -670,15 +689,80 @@ def prepare_training_data(
             negative sample weights, a decoder's wrong output, or an empty training DataFrame.
         InvariantError: the counted partitions are not the ``num_workers`` asked for.
     """
-    import json
-
     exprs, xs, ys, weight = _select(df, request)
     selected = df.select(*exprs)
     if not keep_partitioning:
         # Round-robin: balanced workers, each with rows from every input partition. (A hash of the
         # features would make the split independent of the input's partitioning, but puts equal
         # feature rows on one worker: 7 distinct rows gave one worker 3 times the other's rows.)
+        # Training rows carry the validation flag (false) as they do beside validation rows: Spark sorts
+        # each input partition's rows by their bytes before the round-robin, so the flag keeps the
+        # training partitions the same with validation data or without.
+        if role == "training":
+            selected = selected.withColumn(VALIDATION_FLAG, _false())
         selected = selected.repartition(num_workers)
+    (data,) = _cache_and_check(selected, request, loss, xs, ys, weight, num_workers, keep_partitioning, run_job, (role,), warm)
+    return data
+
+
+def prepare_with_validation(
+    df: DataFrame,
+    validation_df: DataFrame,
+    request: ColumnRequest,
+    loss,
+    num_workers: int,
+    run_job: Callable | None = None,
+    warm: Callable[[], None] | None = None,
+) -> tuple[PreparedData, PreparedData]:
+    """:func:`prepare_training_data` of a fit's training rows (``df``) and validation rows
+    (``validation_df``) together: one DataFrame of both, a :data:`VALIDATION_FLAG` column telling
+    them apart, spread round-robin over ``num_workers`` partitions, cached once and checked by one
+    job (each role's statistics apart). Partition p holds worker p's training rows and its share of
+    the validation rows, so a long-lived worker task evaluates its own validation rows (backend
+    ``ps``); a job of one role reads :attr:`PreparedData.rows_df`. The training rows' partitions are
+    the ones :func:`prepare_training_data` makes of ``df`` alone, so validation data never changes
+    what is trained (round-robin repartitioning spreads each input partition's rows on its own, in
+    an order of their bytes, flag included; the training rows' input partitions come first).
+
+    Returns:
+        ``(training data, validation data)``, both with ``df`` the shared cached DataFrame (the
+        caller unpersists it once).
+
+    Raises:
+        SchemaError: as :func:`prepare_training_data`; a validation row's problem begins
+            ``validation data:``.
+        InvariantError: the counted partitions are not the ``num_workers`` asked for.
+    """
+    exprs, xs, ys, weight = _select(df, request)
+    train = df.select(*exprs, _false().alias(VALIDATION_FLAG))
+    val = validation_df.select(*_select(validation_df, request)[0], F.lit(True).alias(VALIDATION_FLAG))
+    if train.schema != val.schema:
+        raise ConfigError(f"validation rows must read as the training rows do to share their DataFrame. Received: {val.schema.simpleString()} "
+                          f"beside {train.schema.simpleString()} (see prepare_together)")
+    selected = train.unionByName(val).repartition(num_workers)
+    return _cache_and_check(selected, request, loss, xs, ys, weight, num_workers, False, run_job, ("training", "validation"), warm)
+
+
+def _false() -> Column:
+    """False for every row, as a column the optimizer cannot fold into a literal: a literal column
+    is moved above the repartition's exchange when every row holds it, so the shuffled rows (whose
+    bytes order each input partition before the round-robin) would differ from those beside
+    validation rows, and so would the training partitions."""
+    return F.spark_partition_id() < F.lit(0)
+
+
+def prepare_together(df: DataFrame, validation_df: DataFrame, request: ColumnRequest) -> bool:
+    """Whether :func:`prepare_with_validation` can put both DataFrames' rows in one: their model
+    columns read with the same types (no job runs)."""
+    return df.select(*_select(df, request)[0]).schema == validation_df.select(*_select(validation_df, request)[0]).schema
+
+
+def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, weight, num_workers: int, keep_partitioning: bool,
+                     run_job: Callable | None, roles: tuple[str, ...], warm) -> tuple[PreparedData, ...]:
+    """Cache ``selected`` (the model columns, partitioned), run the check job over the cached data
+    and return a :class:`PreparedData` per role in ``roles``; the cache is released on every error."""
+    import json
+
     # The fit's own literal makes the cached plan unique to this fit: Spark's cache is keyed by plan,
     # so two concurrent fits on one DataFrame (CrossValidator(parallelism=2)) would otherwise share
     # one cache entry, and the first to finish would unpersist it under the other.
@@ -687,32 +771,36 @@ def prepare_training_data(
     try:
         ignore = {y.name: info.ignore_class for y, info in zip(ys, request.output_losses(loss), strict=True)}
         specs = xs + ys + ([weight] if weight else [])
-        skip = request.skip_invalid
+        skip, count = request.skip_invalid, len(roles)
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm), STATS_SPARK_SCHEMA)
-        description = f"sparkdl: check and count {role} rows"
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count),
+                                       STATS_SPARK_SCHEMA)
+        description = f"sparkdl: check and count {' and '.join(roles)} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
-        rows = sorted(rows, key=lambda s: s["partition"])
-        if [s["partition"] for s in rows] != list(range(len(rows))):
-            raise InvariantError(f"the check job must report each partition once. Received partitions {[s['partition'] for s in rows]}")
-        if not keep_partitioning and len(rows) != num_workers:
-            raise InvariantError(f"the {role} data must have numWorkers={num_workers} partitions. Received: {len(rows)}")
-        stats = [json.loads(s["stats"]) for s in rows]
-        total, skipped = sum(s["rows"] for s in rows), sum(s["skipped"] for s in rows)
-        try:
-            columns = _check_stats(stats, total, skipped, request, xs, ys, weight, loss, role)
-        except SchemaError as exc:
-            if role == "training":
-                raise
-            raise SchemaError(f"{role} data: {exc}") from None
+        out = []
+        for index, role in enumerate(roles):
+            found = sorted((s for s in rows if s["role"] == index), key=lambda s: s["partition"])
+            if [s["partition"] for s in found] != list(range(len(found))):
+                raise InvariantError(f"the check job must report each partition once. Received partitions {[s['partition'] for s in found]}")
+            if not keep_partitioning and len(found) != num_workers:
+                raise InvariantError(f"the {role} data must have numWorkers={num_workers} partitions. Received: {len(found)}")
+            stats = [json.loads(s["stats"]) for s in found]
+            total, skipped = sum(s["rows"] for s in found), sum(s["skipped"] for s in found)
+            try:
+                columns = _check_stats(stats, total, skipped, request, xs, ys, weight, loss, role)
+            except SchemaError as exc:
+                if role == "training":
+                    raise
+                raise SchemaError(f"{role} data: {exc}") from None
+            ranges = tuple(_label_range(stats, y.name) for y in ys)
+            out.append(PreparedData(df=selected, partition_rows=tuple(int(s["rows"]) for s in found), columns=columns, skipped=skipped,
+                                    label_ranges=ranges, role=None if count == 1 else ("train", "val")[index]))
     except BaseException:
         selected.unpersist()
         raise
-    ranges = tuple(_label_range(stats, y.name) for y in ys)
-    return PreparedData(df=selected, partition_rows=tuple(int(s["rows"]) for s in rows), columns=columns, skipped=skipped,
-                        label_ranges=ranges)
+    return tuple(out)
 
 
 def _label_range(stats, name: str) -> tuple | None:

@@ -23,7 +23,8 @@ from sparkdl.errors import ConfigError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
-from sparkdl.spark.data import check_dataframe, col, prepare_training_data, request_columns, validation_split
+from sparkdl.spark.data import (check_dataframe, col, prepare_together, prepare_training_data, prepare_with_validation, request_columns,
+                                validation_split)
 from sparkdl.spark.jobs import check_executors_python, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
@@ -620,16 +621,23 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
                                      config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
-        data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
-                                     keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
-        validation = None
+        together = (request.validation_df is not None and not config.keep_partitioning
+                    and prepare_together(request.train_df, request.validation_df, request.request))
+        if together:  # one cache, one check job; partition p holds worker p's validation rows too
+            data, validation = prepare_with_validation(request.train_df, request.validation_df, request.request, request.loss,
+                                                       config.num_workers, run_job=check_job, warm=warm)
+        else:
+            data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
+                                         keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
+            validation = None
         try:
             if data.skipped:
                 warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value were dropped, "
                               f"{data.total_rows} rows are trained on", stacklevel=4)
             if request.validation_df is not None:
-                validation = prepare_training_data(request.validation_df, request.request, request.loss, config.num_workers,
-                                                   run_job=check_job, role="validation")
+                if validation is None:
+                    validation = prepare_training_data(request.validation_df, request.request, request.loss, config.num_workers,
+                                                       run_job=check_job, role="validation")
                 if validation.skipped:
                     warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
                                   "were dropped", stacklevel=4)
@@ -662,7 +670,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
                           "waits for every worker (no straggler is dropped)", stacklevel=4)
         if validation is not None and validation.total_rows == 0:
-            validation.df.unpersist()
+            if validation.df is not data.df:
+                validation.df.unpersist()
             validation = None
         return data, validation
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 from pyspark import SparkFiles
 
 from sparkdl.core.cache import WorkerCache
@@ -34,6 +35,17 @@ from sparkdl.serialization.columns import ModelColumns, PartitionArrays, class_w
 from sparkdl.spark.session import conf_get, conf_size, default_parallelism, master
 
 WORKER_CACHE = WorkerCache(max_fits=4)
+VALIDATION_FLAG = "__sparkdl_val"  # a boolean column: a validation row, where a fit's training and validation rows share a DataFrame
+
+
+def role_rows(batches: Iterator[pa.RecordBatch], key: str) -> Iterator[pa.RecordBatch]:
+    """``batches`` with the rows of ``key`` only (``"val"``: the validation rows, else the training
+    rows) where a :data:`VALIDATION_FLAG` column tells them apart; unchanged otherwise."""
+    for batch in batches:
+        if VALIDATION_FLAG in batch.schema.names:
+            flag = batch.column(VALIDATION_FLAG)
+            batch = batch.filter(flag if key == "val" else pa.compute.invert(flag))
+        yield batch
 
 
 class FileArray:
@@ -276,7 +288,7 @@ def load_partition(fit_id: str, key: str, partition: int, columns: ModelColumns,
             pass
         return cached
     on_disk = rows * row_bytes(columns) > budget_bytes
-    arrays, base = _convert(fit_id, key, partition, columns, batches, rows, on_disk, ordered)
+    arrays, base = _convert(fit_id, key, partition, columns, role_rows(batches, key), rows, on_disk, ordered)
     data = PartitionArrays.of(arrays, len(columns.inputs), len(columns.outputs))
     if columns.class_weight:  # Keras class_weight as per-row sample weights, as keras.Model.fit derives them
         data.w = class_weights_to_sample_weights(np.asarray(data.y[0]), columns.class_weight)

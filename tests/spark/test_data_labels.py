@@ -92,7 +92,7 @@ def test_the_job_check_sees_training_jobs(spark):
         descriptions = _job_descriptions(sc, "labels-control")
     finally:
         sc.setJobGroup("", "")
-    assert "sparkdl: check and count training rows" in descriptions, descriptions
+    assert "sparkdl: check and count training and validation rows" in descriptions, descriptions
     assert any(": round 1/1" in d for d in descriptions), descriptions
     assert any("validation after epoch 1" in d for d in descriptions), descriptions
 

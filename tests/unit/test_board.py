@@ -125,9 +125,10 @@ def test_wait_open_semantics():
     started = time.monotonic()
     reply = board.wait_open(0, 0.1)
     assert time.monotonic() - started >= 0.08  # waited: no round open
-    assert reply == {"round": -1, "open": False, "late": False, "stop": False, "learning_rate": None, "collect": False}
+    assert reply == {"round": -1, "open": False, "late": False, "stop": False, "learning_rate": None, "collect": False, "validate": None}
     board.open(0, master, {0, 1}, learning_rate=0.25, collect=True)
-    assert board.wait_open(0, 0.0) == {"round": 0, "open": True, "late": False, "stop": False, "learning_rate": 0.25, "collect": True}
+    assert board.wait_open(0, 0.0) == {"round": 0, "open": True, "late": False, "stop": False, "learning_rate": 0.25, "collect": True,
+                                       "validate": None}
     reply = board.wait_open(1, 0.05)  # round 1 is not open yet
     assert reply["round"] == 0 and not reply["open"] and not reply["late"]
     replies = []
@@ -378,3 +379,46 @@ def test_weights_only_pull_leaves_out_the_optimizer_arrays():
         assert weights.optimizer is None and weights.weights[0].tolist() == [1.0, 2.0] and version == 0
         assert server.stats()["bytes_pulled"] - before < before  # 8 bytes of weights, not 24 of everything
         assert_arrays_equal(full.optimizer, master.optimizer)
+
+
+def test_validation_in_the_tasks_is_posted_run_by_each_expected_worker_once_and_closed():
+    """The driver posts epoch 0's weights for workers 0 and 1 (2 has no validation rows): a worker
+    waiting for the next round is woken with "validate", reports once (a retry's second report is
+    not recorded), the driver sees the validation complete and closes it; then nothing is pending
+    and a later worker's wait for that epoch says done at once."""
+    board = RoundBoard(3)
+    master = ModelState([np.zeros(2, np.float32)])
+    board.open(0, master, {0, 1, 2})
+    board.close()
+    replies = []
+    waiter = threading.Thread(target=lambda: replies.append(board.wait_open(1, 10.0, worker=1)))
+    waiter.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    board.post_validation(0, [np.ones(2, np.float32)], {0, 1})
+    waiter.join(10.0)
+    assert time.monotonic() - started < 5.0 and replies[0]["validate"] == 0 and not replies[0]["open"]
+    assert board.wait_open(1, 0.0, worker=2)["validate"] is None  # no validation rows: not asked
+    np.testing.assert_array_equal(board.validation_weights(0)[0], [1.0, 1.0])
+    assert board.validation_weights(1) is None
+    assert board.report_validation(1, 0, 10, [np.array([2.0]), np.array(10.0)])
+    assert not board.report_validation(1, 0, 10, [np.array([9.0]), np.array(10.0)])  # a second report of worker 1
+    assert not board.report_validation(2, 0, 5, None)  # not expected
+    assert not board.report_validation(0, 1, 5, None)  # not the open epoch
+    assert not board.validation_complete()
+    assert board.wait_validation(0, 0, 0.0) == {"validate": 0, "done": False, "stop": False}
+    assert board.report_validation(0, 0, 6, [np.array([3.0]), np.array(6.0)])
+    assert board.validation_complete()
+    with pytest.raises(ValueError, match="one after the other"):
+        board.post_validation(1, [np.ones(2, np.float32)], {0})  # epoch 0 is still open
+    reports = board.close_validation()
+    assert sorted(reports) == [0, 1] and reports[1][0] == 10 and float(reports[1][1][0][0]) == 2.0
+    assert board.validation_weights(0) is None
+    started = time.monotonic()
+    assert board.wait_validation(1, 0, 10.0) == {"validate": None, "done": True, "stop": False}
+    assert time.monotonic() - started < 5.0
+    with pytest.raises(ValueError, match="one after the other"):
+        board.post_validation(0, [np.ones(2, np.float32)], {0})  # not after the last posted epoch
+    board.post_validation(1, [np.ones(2, np.float32)], {0})
+    board.stop()
+    assert board.wait_validation(0, 1, 10.0)["stop"]

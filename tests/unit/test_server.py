@@ -513,7 +513,7 @@ def test_round_board_over_flight_serves_starts_decodes_compressed_pushes_and_dro
     board = RoundBoard(2)
     with ParameterServer(fit.master, board, names=NAMES) as srv, ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
         assert c.wait_round(0, 0.05) == {"round": -1, "open": False, "late": False, "stop": False, "learning_rate": None,
-                                         "collect": False}
+                                         "collect": False, "validate": None}
         board.open(0, policy.starts(fit), {0, 1}, learning_rate=0.01)
         reply = c.wait_round(0, 1.0, worker=0)
         assert reply["open"] and reply["learning_rate"] == 0.01 and srv.contacts()["0"]["state"] == "alive"
@@ -550,6 +550,35 @@ def test_round_board_over_flight_serves_starts_decodes_compressed_pushes_and_dro
             c.push(_delta(), worker=0, attempt=1, seq=3, base_version=2, rows=5, encoding="1bit")
         board.stop()
         assert c.wait_round(2, 5.0)["stop"]
+
+
+def test_validation_in_the_tasks_over_flight_serves_the_posted_weights_and_records_each_workers_sums():
+    """The val:<epoch> ticket serves what the driver posted (and nothing for another epoch); a wait
+    for a round wakes with "validate"; the "validation" action records a worker's rows and sums once
+    and refuses malformed sums and a worker id that is not the fit's; wait_validation says done."""
+    from sparkdl.core.board import RoundBoard, encode_metric_sums
+
+    board = RoundBoard(2)
+    with ParameterServer(_initial(), board, names=NAMES, workers=2) as srv, \
+            ParameterServerClient(srv.location, srv.token, timeout_s=10) as c:
+        posted = [w + 3.0 for w in _initial().weights]
+        board.post_validation(0, posted, {0, 1})
+        assert c.wait_round(0, 5.0, worker=1)["validate"] == 0
+        assert_arrays_equal(c.validation_weights(0), posted)
+        with pytest.raises(ServerError, match="val:<epoch>"):
+            c.validation_weights(1)
+        sums = [np.array([1.5, 2.0]), np.array(4.0)]
+        assert c.report_validation(1, 7, 0, 4, encode_metric_sums(sums))
+        assert not c.report_validation(1, 8, 0, 4, encode_metric_sums(sums))  # once per worker
+        with pytest.raises(ServerError, match="validation metrics"):
+            c.report_validation(0, 7, 0, 4, [["not a shape", [1.0]]])
+        with pytest.raises(ServerError, match="worker"):
+            c.report_validation(5, 7, 0, 4, None)
+        assert c.wait_validation(0, 0, 0.0) == {"validate": 0, "done": False, "stop": False}
+        assert c.report_validation(0, 7, 0, 2, None)
+        reports = board.close_validation()
+        assert reports[1][0] == 4 and float(reports[1][1][0][1]) == 2.0 and reports[0] == (2, None)
+        assert c.wait_validation(0, 0, 5.0) == {"validate": None, "done": True, "stop": False}
 
 
 def test_round_actions_need_a_round_board(server, client):

@@ -84,8 +84,9 @@ class Delay(TaskHooks):
 
 @dataclass(frozen=True)
 class Fault(TaskHooks):
-    """One fault, once: when partition ``partition`` reaches the fit's round (slot) ``index``, its
-    task fails as ``how`` says:
+    """One fault, once: when partition ``partition`` reaches the fit's round (slot) ``index`` (or,
+    with ``index`` = −(e + 1), the validation after epoch e in a ``ps`` worker's task), its task
+    fails as ``how`` says:
 
     - ``"exit"``: the Python worker dies (``os._exit(1)``, as an out-of-memory kill looks to Spark);
     - ``"kill"``: the Python worker is killed by SIGKILL;

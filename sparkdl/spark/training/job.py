@@ -77,7 +77,7 @@ class TrainJob:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        return self.data.df.select(F.lit(0).cast(T.ByteType()).alias("_"))
+        return self.data.rows_df.select(F.lit(0).cast(T.ByteType()).alias("_"))
 
     def release_executors(self) -> None:
         """After an early stop: one job over the partition ids that frees what the last round would

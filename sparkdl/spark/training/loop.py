@@ -7,8 +7,8 @@ transport run the round (:meth:`~sparkdl.spark.transports.Transport.run_round`),
 for the new master (:meth:`~sparkdl.core.modes.RoundPolicy.apply`), checks it and commits it, then
 runs the callbacks' round hooks. No round starts before the callbacks of the previous one
 returned, so a callback's decision (stop, a learning rate, weights it set) reaches every worker
-in the same round, on either transport. At each epoch's end: the rows invariant, validation (the
-transport frees its task slots first), ``on_epoch_end`` (weights or optimizer variables a
+in the same round, on either transport. At each epoch's end: the rows invariant, validation (in the
+transport's worker tasks, else a job once the transport freed its task slots), ``on_epoch_end`` (weights or optimizer variables a
 callback set become the master, as in Keras), the history, and the snapshots that are due
 (``checkpointDir``, ``BackupAndRestore``). The asynchronous modes run as one "round" per epoch
 from the loop's point of view: the epoch's pushes, applied by the parameter server as they came.
@@ -116,8 +116,7 @@ class TrainingLoop:
         metrics = job.reader.results(fit.epoch.sums) if fit.epoch.sums is not None else {}
         metrics.update(extra_logs)
         if self.validator is not None:
-            self.transport.pause()
-            metrics.update(self.validator(fit.master.weights, epoch, epoch + 1 == job.config.epochs or stopped))
+            metrics.update(self.validator(fit.master.weights, epoch, epoch + 1 == job.config.epochs or stopped, self.transport))
         seconds = reported_seconds or (time.perf_counter() - started)
         self._pending = (epoch, metrics)
         logs = callbacks.epoch_end(epoch, metrics, fit.master)

@@ -40,8 +40,8 @@ from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.server.tls import TLSPin
 from sparkdl.spark.partitions import release
 from sparkdl.spark.training import worker_state
-from sparkdl.spark.training.tasks import TaskSpec, prepare_worker, replica_for
-from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, train_slot
+from sparkdl.spark.training.tasks import TaskSpec, evaluate_rows, hook_point, prepare_worker, replica_for
+from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, load_validation, split_validation, train_slot
 
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
                            ("partition", "attempt", "rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets")])
@@ -57,7 +57,9 @@ class PSTaskSpec:
 
     ``snapshots``: the fit writes snapshots, so a worker of a quantized round mode puts its own
     state on the server after its last slot of each epoch (a snapshot after a later round of the
-    epoch needs it); ``final``: whether ``last`` is the fit's last slot.
+    epoch needs it); ``final``: whether ``last`` is the fit's last slot; ``validation_rows``: the
+    validation rows of each partition, when the workers evaluate the master in their tasks (their
+    partitions hold those rows beside the training rows), else None.
     """
 
     task: TaskSpec
@@ -74,6 +76,7 @@ class PSTaskSpec:
     call_timeout_s: float = 30.0
     retries: int = 3
     heartbeat_s: float = 2.0  # FitConfig.heartbeat_s: a tenth of workerTimeout, at most 2 s
+    validation_rows: tuple[int, ...] | None = None  # per partition; set: each worker validates its share in its task
 
 
 def _nbytes(state: ModelState) -> int:
@@ -95,13 +98,19 @@ def ps_partition(spec: PSTaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
     task = spec.task
     try:
         prepare_worker(context, task)
-        data = load_rows(task, partition, batches)
+        kept: list = []
+        data = load_rows(task, partition, split_validation(batches, kept) if spec.validation_rows else batches)
         expected = len(data)
+        val_rows = spec.validation_rows[partition] if spec.validation_rows else 0
         worker = Worker(spec, client, partition, attempt, context.attemptNumber(), superseded=heartbeat.superseded)
-        counts = worker.run(data) if expected else worker.counts
+        if val_rows:
+            worker.validation = load_validation(task, partition, iter(kept), val_rows)
+        del kept
+        counts = worker.run(data) if expected or val_rows else worker.counts
         if spec.final or worker.stopped:
             worker_state.drop(task.fit_id, partition)
             release(task.fit_id, "train", partition)
+            release(task.fit_id, "val", partition)
         client.heartbeat(partition, "done", attempt=attempt)
     except BaseException as exc:
         try:
@@ -138,6 +147,8 @@ class Worker:
         self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "skipped": 0, "late": 0, "local_resets": 0}
         self.stopped = False
         self.local: WorkerLocal | None = None
+        self.validation = None  # this worker's validation rows (a Partition), when it validates in its task
+        self.validated: set[int] = set()  # the epochs whose validation this attempt ran
 
     def slots(self) -> list[int]:
         """The slots of ``[first, last)`` in which this worker has rows."""
@@ -175,6 +186,8 @@ class Worker:
                 self._async_slot(g, slots)
         if not spec.rounds_mode and not self.stopped and slots:
             self._put_local(slots[-1])  # the optimizer state (and residual) it keeps, for a snapshot or the next stage
+        if self.validation is not None and not self.stopped:
+            self._last_validation()
         return self.counts
 
     def _before_first(self, slots: list[int]) -> int:
@@ -224,8 +237,33 @@ class Worker:
         while True:
             self._check_current()
             reply = self.client.wait_round(g, WAIT_CHUNK_S, worker=self.partition)
+            if reply.get("validate") is not None and self.validation is not None:
+                self._validate(reply["validate"])  # the master after an epoch this worker is done with
+                continue
             if reply["open"] or reply["late"] or reply["stop"]:
                 return reply
+
+    # ---- validation in the task ------------------------------------------------------------------
+
+    def _validate(self, epoch: int) -> None:
+        """Evaluate the master the driver posted for ``epoch`` on this worker's validation rows and report the sums."""
+        weights = self.client.validation_weights(epoch)
+        hook_point(self.spec.task, self.partition, epoch, -1, -(epoch + 1), self.attempt_number)  # (fault injection: index -(epoch + 1))
+        sums = evaluate_rows(self.spec.task, self.replica, self.validation, weights)
+        self.client.report_validation(self.partition, self.attempt, epoch, len(self.validation), encode_metric_sums(sums))
+        self.validated.add(epoch)
+
+    def _last_validation(self) -> None:
+        """After this stage's last slot: run the validations still asked of this worker, up to the
+        one of the stage's last epoch (or the fit's stop)."""
+        last_epoch = (self.spec.last - 1) // self.plan.rounds_per_epoch
+        while True:
+            self._check_current()
+            reply = self.client.wait_validation(self.partition, last_epoch, WAIT_CHUNK_S)
+            if reply.get("validate") is not None:
+                self._validate(reply["validate"])
+            elif reply.get("done") or reply.get("stop"):
+                return
 
     def _round_slot(self, g: int, slots: list[int]) -> None:
         spec, client, task = self.spec, self.client, self.spec.task

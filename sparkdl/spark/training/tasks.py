@@ -322,6 +322,23 @@ VALIDATION_SCHEMA = pa.schema([("partition", pa.int32()), ("rows", pa.int64()), 
 VALIDATION_SPARK_SCHEMA = from_arrow_schema(VALIDATION_SCHEMA)
 
 
+def evaluate_rows(task: TaskSpec, replica, data: Partition, weights: list[np.ndarray]) -> list[np.ndarray]:
+    """``weights`` evaluated on a validation partition's rows (``data``, in their content order) by
+    ``replica``: the summed metric variables of ``test_on_batch`` over its batches (exact when
+    summed across partitions). Rows are weighted by the sample-weight column, if any, never by
+    ``class_weight``. The replica keeps ``weights`` (a round sets its whole state again)."""
+    replica.set_state(ModelState(weights, None))
+    arrays = data.arrays
+    order = data.rows(np.arange(len(data))) if data.base is not None else None  # on disk or in memory: ordered through base
+    return replica.evaluate(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=order, pads=task.validation.input_pads)
+
+
+def validation_columns(task: TaskSpec) -> ModelColumns:
+    """How a task reads the validation rows: the fit's validation columns without ``class_weight``
+    (Keras applies it to training rows only)."""
+    return dataclasses.replace(task.validation, class_weight=None)
+
+
 def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: bool,
                        batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Evaluate the master weights on one validation partition: the loss and compiled metrics of
@@ -341,19 +358,13 @@ def evaluate_partition(task: TaskSpec, rows: tuple[int, ...], weights, last: boo
     prepare_worker(context, task)
     partition = context.partitionId()
     expected = rows[partition] if partition < len(rows) else 0
-    columns = dataclasses.replace(task.validation, class_weight=None)
-    data = load_partition(task.fit_id, "val", partition, columns, batches, expected, task.budget_bytes, True, share=False)
+    data = load_partition(task.fit_id, "val", partition, validation_columns(task), batches, expected, task.budget_bytes, True, share=False)
     if len(data) != expected:
         release(task.fit_id, "val", partition)
         raise InvariantError(f"validation partition {partition} must hold the {expected} rows counted. Received: {len(data)}")
     payload = None
     if expected:
-        replica = replica_for(task)
-        replica.set_state(ModelState(decode_arrays(weights.value, copy=False).arrays, None))
-        arrays = data.arrays
-        order = data.rows(np.arange(expected)) if data.base is not None else None  # on disk or in memory: ordered through base
-        payload = encode_arrays(replica.evaluate(arrays.x, arrays.y, task.batch_size, sample_weight=arrays.w, rows=order,
-                                                 pads=columns.input_pads))
+        payload = encode_arrays(evaluate_rows(task, replica_for(task), data, decode_arrays(weights.value, copy=False).arrays))
     if last:
         release(task.fit_id, "val", partition)
     yield pa.RecordBatch.from_pylist([{"partition": partition, "rows": expected, "payload": payload}],

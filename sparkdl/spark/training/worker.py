@@ -10,8 +10,8 @@ import threading
 from sparkdl.core.schedule import epoch_order
 from sparkdl.errors import InvariantError
 from sparkdl.server.tls import TLSPin
-from sparkdl.spark.partitions import load_partition, release
-from sparkdl.spark.training.tasks import TaskSpec, hook_point
+from sparkdl.spark.partitions import VALIDATION_FLAG, load_partition, release
+from sparkdl.spark.training.tasks import TaskSpec, hook_point, validation_columns
 
 
 class SupersededAttempt(RuntimeError):
@@ -85,6 +85,32 @@ def load_rows(task: TaskSpec, partition: int, batches):
             f"partition {partition} must hold the {expected} rows counted before training. Received: {len(data)} rows "
             "(the cached training data changed; is the input non-deterministic?)"
         )
+    return data
+
+
+def split_validation(batches, kept: list):
+    """``batches`` as they are, their validation rows (:data:`VALIDATION_FLAG`) also appended to
+    ``kept`` as they go by: one pass over a partition that holds both a worker's training rows and
+    its validation rows feeds both loads."""
+    for batch in batches:
+        if VALIDATION_FLAG in batch.schema.names:
+            rows = batch.filter(batch.column(VALIDATION_FLAG))
+            if rows.num_rows:
+                kept.append(rows)
+        yield batch
+
+
+def load_validation(task: TaskSpec, partition: int, batches, expected: int):
+    """This worker's validation rows (from this Python worker's cache, or ``batches``), checked
+    against the ``expected`` rows the driver counted.
+
+    Raises:
+        InvariantError: another number of rows (a non-deterministic input).
+    """
+    data = load_partition(task.fit_id, "val", partition, validation_columns(task), batches, expected, task.budget_bytes, True, share=False)
+    if len(data) != expected:
+        release(task.fit_id, "val", partition)
+        raise InvariantError(f"validation partition {partition} must hold the {expected} rows counted. Received: {len(data)}")
     return data
 
 

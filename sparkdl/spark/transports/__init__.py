@@ -118,6 +118,12 @@ class Transport(Protocol):
             round ran past its time; InvariantError: what came back breaks an invariant.
         """
 
+    def validate(self, weights: list, epoch: int, last: bool) -> dict | None:
+        """Evaluate ``weights`` (the master after ``epoch``) in the workers' own tasks, each on the
+        validation rows its partition holds: ``{partition: (rows, summed metric variables)}`` of
+        the partitions with validation rows, or None where the transport cannot (the loop then
+        runs :meth:`pause` and a validation job). ``last``: the fit's last validation."""
+
     def pause(self) -> None:
         """Free every task slot of the fit until the next round (validation jobs need them)."""
 

@@ -38,10 +38,18 @@ mode whose workers wait for each other (``ssp``; it runs only on ``ps``) fails w
 asynchronous modes the lost worker's task runs on the slot another worker frees when its slots are
 done (the console says so).
 
-**Stages.** With validation (and, for the asynchronous modes, snapshots) the workers' tasks end
-at each epoch's end, freeing every slot for the validation job, and new ones start for the next
-epoch (each Python worker keeps the partition and the replica, so a stage costs a Spark job, not
-a reload); otherwise one stage runs the whole fit.
+**Validation.** In a round mode each worker's partition holds its share of the validation rows
+(:func:`~sparkdl.spark.data.prepare_with_validation`): after an epoch's last round the driver posts
+the master on the board (:meth:`~sparkdl.core.board.RoundBoard.post_validation`), each worker with
+validation rows evaluates it in its task (woken from its wait for the next round, or after its last
+slot) and reports its summed metric variables; the driver adds them up: no job, and the stage goes
+on. A retried task evaluates what its worker had not reported.
+
+**Stages.** For the asynchronous modes with validation or snapshots (and a round mode whose
+validation rows are not in its partitions) the workers' tasks end at each epoch's end, freeing every
+slot for the validation job, and new ones start for the next epoch (each Python worker keeps the
+partition and the replica, so a stage costs a Spark job, not a reload); otherwise one stage runs the
+whole fit.
 
 Where the server binds and what the executors dial: :meth:`~sparkdl.spark.cluster.ClusterFacts.server_addresses`
 (``spark.sparkdl.ps.host``, the driver's addresses; on Spark Connect this client's).
@@ -117,6 +125,11 @@ class PSTransport:
         self._last_weights = None
         self._learning_rate = None
         self._epoch_done = time.monotonic()
+        # the workers validate in their tasks where their partitions hold the validation rows (a round mode); the stage
+        # then runs the whole fit, else it ends at each epoch's end for the validation job
+        validation = job.validation
+        self.validation_rows = validation.partition_rows if self.rounds_mode and validation is not None and validation.role == "val" else None
+        self.pause_at_epochs = options.pause_at_epochs and self.validation_rows is None
 
     # ---- the loop's calls ------------------------------------------------------------------------
 
@@ -158,6 +171,9 @@ class PSTransport:
         if orders.learning_rate is not None and orders.learning_rate != self._learning_rate:
             self._learning_rate = orders.learning_rate
             self.server.set_control(learning_rate=orders.learning_rate)
+
+    def validate(self, weights: list, epoch: int, last: bool) -> dict | None:
+        return None  # asynchronous modes: the stage ends at the epoch's end, a validation job evaluates
 
     def pause(self) -> None:
         """Let the running stage end (its tasks end at this epoch's end) and check what it returned."""
@@ -220,13 +236,13 @@ class PSTransport:
             return
         self._end_stage()
         job, config = self.job, self.job.config
-        last = ((slot // self.plan_rounds) + 1) * self.plan_rounds if self.options.pause_at_epochs else self.total_slots
+        last = ((slot // self.plan_rounds) + 1) * self.plan_rounds if self.pause_at_epochs else self.total_slots
         snapshots = self.options.snapshots
         spec = PSTaskSpec(task=self.task, mode=config.mode, rounds_mode=self.rounds_mode, location=self.server.location,
                           token=self.server.token, tls=self.identity.pin() if self.identity is not None else None,
                           staleness=config.staleness, first=slot, last=last, final=last == self.total_slots,
                           snapshots=snapshots, call_timeout_s=max(30.0, 2 * 5.0), retries=3,
-                          heartbeat_s=config.heartbeat_s)
+                          heartbeat_s=config.heartbeat_s, validation_rows=self.validation_rows)
         self._before_stage(slot)
         out = job.data.df.mapInArrow(lambda batches: ps_partition(spec, batches), RESULT_SPARK_SCHEMA)
         tag = f"sparkdl-{job.fit_id}-ps-{slot}"
@@ -261,6 +277,7 @@ class PSRoundsTransport(PSTransport):
         super().__init__(job, policy, options)
         self.fallback = None  # backend rounds, for the rounds after a node was lost for good
         self.node_lost: dict | None = None
+        self.validations_in_tasks = 0
 
     def _rule(self):
         return RoundBoard(self.job.workers, per_worker=bool(self.policy.per_worker))
@@ -278,11 +295,11 @@ class PSRoundsTransport(PSTransport):
         try:
             return self._round(orders)
         except NodeLostError as lost:
-            self._hand_over(lost, orders)
+            self._hand_over(lost, orders.index)
         return self.fallback.run_round(orders)
 
-    def _hand_over(self, lost: NodeLostError, orders: RoundOrders) -> None:
-        """A node was lost for good: cancel the stage and run this round and the rest on backend
+    def _hand_over(self, lost: NodeLostError, index: int) -> None:
+        """A node was lost for good: cancel the stage and run round ``index`` and the rest on backend
         ``rounds`` (the same rounds: the round's pushes so far are dropped, its start is the same).
 
         Raises:
@@ -301,7 +318,7 @@ class PSRoundsTransport(PSTransport):
         # its last slot before this round; a task on another executor finds none and counts a reset
         plan = self.job.plan
         for p in range(self.job.workers):
-            last = next((g for g in range(orders.index - 1, -1, -1) if plan.partition_rows[p] and
+            last = next((g for g in range(index - 1, -1, -1) if plan.partition_rows[p] and
                          plan.row_range(p, g % self.plan_rounds)[1] > plan.row_range(p, g % self.plan_rounds)[0]), -1)
             fallback.restart_from(p, last)
         self.fallback = fallback
@@ -309,11 +326,29 @@ class PSRoundsTransport(PSTransport):
         self.rule.stop()
         self.server.shutdown()
         loss, total = lost.loss, self.total_slots
-        self.node_lost = {**(loss.info() if loss is not None else {}), "continued_on": "rounds", "from_round": orders.index + 1}
+        self.node_lost = {**(loss.info() if loss is not None else {}), "continued_on": "rounds", "from_round": index + 1}
         line = (f"sparkdl: {loss.describe('ps workers') if loss is not None else 'a node was lost'}; the fit goes on on "
-                f"backend 'rounds' from round {orders.index + 1} of {total}: a Spark job a round over the executors left, the "
+                f"backend 'rounds' from round {index + 1} of {total}: a Spark job a round over the executors left, the "
                 "lost worker's rows trained by a task on one of them (the same rounds as on 'ps')")
         tell(line, bool(self.job.config.verbose))
+
+    def validate(self, weights: list, epoch: int, last: bool) -> dict | None:
+        """The workers evaluate ``weights`` in their tasks (each on its partition's validation rows):
+        the driver posts them on the board, waits for every worker with validation rows to report
+        (the stage watched as in a round), and returns their reports; None without validation rows
+        in the partitions, or once the fit went on on backend ``rounds`` after a lost node."""
+        if self.validation_rows is None or self.fallback is not None or self.stages is None or self.stages.stage is None:
+            return None
+        board = self.rule
+        board.post_validation(epoch, weights, {p for p, n in enumerate(self.validation_rows) if n})
+        try:
+            self.stages.wait(board.validation_complete, f"the validation after epoch {epoch + 1} in the ps workers' tasks",
+                             block=board.wait_change)
+        except NodeLostError as lost:  # the validation job evaluates, on the executors left
+            self._hand_over(lost, (epoch + 1) * self.plan_rounds)
+            return None
+        self.validations_in_tasks += 1
+        return board.close_validation()
 
     def pause(self) -> None:
         if self.fallback is not None:
@@ -335,9 +370,10 @@ class PSRoundsTransport(PSTransport):
             super().close()
 
     def info(self) -> dict:
-        if self.fallback is None:
-            return super().info()
-        return {**self._ps_info, "node_lost": {**self.node_lost, "rounds": self.fallback.info()}}
+        out = super().info() if self.fallback is None else {**self._ps_info, "node_lost": {**self.node_lost, "rounds": self.fallback.info()}}
+        if self.validation_rows is not None:  # the epochs validated in the workers' tasks (the others: a job)
+            out["validations_in_tasks"] = self.validations_in_tasks
+        return out
 
     def _round(self, orders: RoundOrders) -> RoundReport:
         job, config, board = self.job, self.job.config, self.rule
@@ -415,7 +451,7 @@ class PSAsyncTransport(PSTransport):
                    block=ledger.wait_change)
         done = time.monotonic()
         seconds, self._epoch_done = done - self._epoch_done, done
-        if self.options.pause_at_epochs:
+        if self.pause_at_epochs:
             self._end_stage()  # every worker at the epoch's end: a consistent state for validation and snapshots
         _, master = self.server.state()
         # each worker's latest optimizer state, for the policy's fitted optimizer state (weighted by its rows)
@@ -424,7 +460,7 @@ class PSAsyncTransport(PSTransport):
         self._last_weights = master.weights
         stats = ledger.epochs[epoch]
         local = {}
-        if self.options.pause_at_epochs:
+        if self.pause_at_epochs:
             local = {p: self.server.local(str(p)) for p in range(job.workers) if self.server.local(str(p)) is not None}
         sums = stats.sums.total()
         return RoundReport(

@@ -203,6 +203,9 @@ class RoundsTransport:
             local_resets=outcome.local_resets, rows_expected=job.plan.round_rows(orders.round_in_epoch),
         )
 
+    def validate(self, weights: list, epoch: int, last: bool) -> None:
+        return None  # a validation job evaluates
+
     def pause(self) -> None:
         """Rounds hold no slot between jobs."""
 
