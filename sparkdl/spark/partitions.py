@@ -38,6 +38,18 @@ WORKER_CACHE = WorkerCache(max_fits=4)
 VALIDATION_FLAG = "__sparkdl_val"  # a boolean column: a validation row, where a fit's training and validation rows share a DataFrame
 
 
+def split_validation(batches, kept: list):
+    """``batches`` as they are, their validation rows (:data:`VALIDATION_FLAG`) also appended to
+    ``kept`` as they go by: one pass over a partition that holds both a worker's training rows and
+    its validation rows feeds both loads."""
+    for batch in batches:
+        if VALIDATION_FLAG in batch.schema.names:
+            rows = batch.filter(batch.column(VALIDATION_FLAG))
+            if rows.num_rows:
+                kept.append(rows)
+        yield batch
+
+
 def role_rows(batches: Iterator[pa.RecordBatch], key: str) -> Iterator[pa.RecordBatch]:
     """``batches`` with the rows of ``key`` only (``"val"``: the validation rows, else the training
     rows) where a :data:`VALIDATION_FLAG` column tells them apart; unchanged otherwise."""

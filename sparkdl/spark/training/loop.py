@@ -7,15 +7,23 @@ transport run the round (:meth:`~sparkdl.spark.transports.Transport.run_round`),
 for the new master (:meth:`~sparkdl.core.modes.RoundPolicy.apply`), checks it and commits it, then
 runs the callbacks' round hooks. No round starts before the callbacks of the previous one
 returned, so a callback's decision (stop, a learning rate, weights it set) reaches every worker
-in the same round, on either transport. At each epoch's end: the rows invariant, validation (in the
-transport's worker tasks, else a job once the transport freed its task slots), ``on_epoch_end`` (weights or optimizer variables a
-callback set become the master, as in Keras), the history, and the snapshots that are due
-(``checkpointDir``, ``BackupAndRestore``). The asynchronous modes run as one "round" per epoch
+in the same round, on either transport. At each epoch's end: the rows invariant, validation,
+``on_epoch_end`` (weights or optimizer variables a callback set become the master, as in Keras),
+the history, and the snapshots that are due (``checkpointDir``, ``BackupAndRestore``).
+
+Validation costs no Spark job of its own where it can: on ``ps`` the workers evaluate the master
+in their tasks (:meth:`~sparkdl.spark.transports.Transport.validate`); on ``rounds`` the next
+epoch's first round runs ahead of the callbacks, its tasks also evaluating the master
+(:meth:`TrainingLoop._validate`), and is kept only when the callbacks left its orders unchanged
+(else it runs again: the one exception to the rule above, and it changes nothing of the result);
+otherwise, and for the fit's last epoch on ``rounds``, one job evaluates it once the transport freed
+its task slots. The asynchronous modes run as one "round" per epoch
 from the loop's point of view: the epoch's pushes, applied by the parameter server as they came.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -60,6 +68,8 @@ class TrainingLoop:
         self.first_round_s: float | None = None
         self.first_round_end: float | None = None  # time.perf_counter() when the first round came back
         self.round_seconds: list[float] = []  # each round's transport time, in order
+        self._ahead = None  # (orders, report, master, mode, seconds): the next epoch's first round, run with a validation
+        self._riding = True  # validations ride rounds until a callback changed a round run ahead
 
     def run(self, fit: FitState) -> FitState:
         """Train from ``fit`` (or from a snapshot the snapshots or a ``BackupAndRestore`` hold) to the
@@ -116,7 +126,7 @@ class TrainingLoop:
         metrics = job.reader.results(fit.epoch.sums) if fit.epoch.sums is not None else {}
         metrics.update(extra_logs)
         if self.validator is not None:
-            metrics.update(self.validator(fit.master.weights, epoch, epoch + 1 == job.config.epochs or stopped, self.transport))
+            metrics.update(self._validate(fit, epoch, epoch + 1 == job.config.epochs or stopped, rounds_per_epoch))
         seconds = reported_seconds or (time.perf_counter() - started)
         self._pending = (epoch, metrics)
         logs = callbacks.epoch_end(epoch, metrics, fit.master)
@@ -136,20 +146,66 @@ class TrainingLoop:
 
     # ---- one round -----------------------------------------------------------------------------
 
-    def _round(self, fit: FitState, epoch: int, r: int, rounds_per_epoch: int) -> RoundReport:
-        job, callbacks = self.job, self.callbacks
-        total = job.config.epochs * rounds_per_epoch
+    def _orders(self, fit: FitState, epoch: int, r: int, rounds_per_epoch: int, evaluate: list | None = None) -> RoundOrders:
+        """The orders of round ``r`` of ``epoch`` (the fit's next round) as ``fit`` and the callbacks stand now."""
+        job, total = self.job, self.job.config.epochs * rounds_per_epoch
         description = (f"sparkdl fit {job.fit_id[:8]}: round {fit.rounds + 1}/{total} "
                        f"(epoch {epoch + 1}/{job.config.epochs}, round {r + 1}/{rounds_per_epoch})")
         remote = self.transport.applies_policy  # the slice owners apply the policy where the state lives
-        orders = RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, None if remote else self.policy.starts(fit),
-                             callbacks.learning_rate, self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description)
-        started = time.perf_counter()
-        report = self.transport.run_round(orders)
-        ended = time.perf_counter()
-        self.round_seconds.append(ended - started)
+        return RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, None if remote else self.policy.starts(fit),
+                           self.callbacks.learning_rate, self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description,
+                           evaluate)
+
+    def _validate(self, fit: FitState, epoch: int, last: bool, rounds_per_epoch: int) -> dict:
+        """The ``val_*`` logs of the master after ``epoch``. Where the transport's tasks can validate
+        with a round (:attr:`~sparkdl.spark.transports.Transport.rides_validation`), the next
+        epoch's first round runs now, ahead of the callbacks, its tasks also evaluating this master:
+        no job of its own. That round is kept only if the callbacks leave its orders as they were
+        (no stop, no learning rate, weights or optimizer state set, :meth:`_round`); otherwise it is
+        dropped and runs again, so the fit is the one an ordinary validation gives."""
+        if not last and self.transport.rides_validation and self._riding:
+            orders = self._orders(fit, epoch + 1, 0, rounds_per_epoch, evaluate=fit.master.weights)
+            if not orders.last and not orders.collect:  # (a last round releases the workers' caches; a collected one feeds a snapshot)
+                started = time.perf_counter()
+                report = self.transport.run_round(orders)
+                if report.validation is not None:
+                    self._ahead = (orders, report, fit.master, fit.mode, time.perf_counter() - started)
+                    fit.info["validations_riding_rounds"] = fit.info.get("validations_riding_rounds", 0) + 1
+                    return self.validator.read(report.validation, epoch)
+        return self.validator(fit.master.weights, epoch, last, self.transport)
+
+    def _ran_ahead(self, fit: FitState, r: int) -> tuple[RoundOrders, RoundReport, float] | None:
+        """The round :meth:`_validate` ran ahead, when it is round ``r`` and the callbacks left its
+        orders as they were (None otherwise: it is dropped, counted in ``fitInfo``, and no round runs
+        ahead any more in this fit: its callbacks change what rounds train with)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        orders, report, master, mode, seconds = ahead
+        if (r == orders.round_in_epoch and fit.rounds == orders.index and fit.master is master and fit.mode is mode
+                and self.callbacks.learning_rate == orders.learning_rate and not self.callbacks.stop_training):
+            return dataclasses.replace(orders, evaluate=None), report, seconds
+        fit.info["rounds_run_again"] = fit.info.get("rounds_run_again", 0) + 1
+        self._riding = False
+        return None
+
+    def _round(self, fit: FitState, epoch: int, r: int, rounds_per_epoch: int) -> RoundReport:
+        job, callbacks = self.job, self.callbacks
+        remote = self.transport.applies_policy
+        ahead = self._ran_ahead(fit, r)
+        if ahead is not None:
+            orders, report, seconds = ahead
+            ended = time.perf_counter()
+        else:
+            orders = self._orders(fit, epoch, r, rounds_per_epoch)
+            started = time.perf_counter()
+            report = self.transport.run_round(orders)
+            ended = time.perf_counter()
+            seconds = ended - started
+        description = orders.description
+        self.round_seconds.append(seconds)
         if self.first_round_s is None:
-            self.first_round_s, self.first_round_end = ended - started, ended
+            self.first_round_s, self.first_round_end = seconds, ended
         not_finite = None
         if remote:  # the owners checked their slices finite (the transport raised otherwise)
             fit.master = self.transport.master(fit.rounds + 1)

@@ -38,10 +38,10 @@ from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
 from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.server.tls import TLSPin
-from sparkdl.spark.partitions import release
+from sparkdl.spark.partitions import release, split_validation
 from sparkdl.spark.training import worker_state
 from sparkdl.spark.training.tasks import TaskSpec, evaluate_rows, hook_point, prepare_worker, replica_for
-from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, load_validation, split_validation, train_slot
+from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, load_validation, train_slot
 
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
                            ("partition", "attempt", "rows", "steps", "pushes", "dropped", "skipped", "late", "local_resets")])

@@ -44,6 +44,8 @@ RESULT_SCHEMA = pa.schema(
         ("nbytes", pa.int64()),  # meta: bytes of the worker's update (what it sends)
         ("local_reset", pa.bool_()),  # meta: 1bit/threshold: the worker's residual and optimizer state were not found
         ("version", pa.int64()),  # meta of a collected round: the round its own state follows
+        ("val_rows", pa.int64()),  # meta of a round that also validated: the partition's validation rows evaluated
+        ("val_payload", pa.binary()),  # meta of such a round: Arrow IPC of their metric variable sums (null for no rows)
     ]
 )
 RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)  # the jobs' return type: no DDL string for the JVM to parse
@@ -54,12 +56,14 @@ RESIDUAL, LOCAL_OPTIMIZER = 2, 3
 
 
 def meta_row(partition: int, rows: int, partition_rows: int, steps: int, missing: bool = False, metrics=None, nbytes: int = 0,
-             local_reset: bool = False, version: int | None = None) -> pa.RecordBatch:
-    """A task's meta row as a one-row batch of :data:`RESULT_SCHEMA`."""
+             local_reset: bool = False, version: int | None = None, validation: tuple | None = None) -> pa.RecordBatch:
+    """A task's meta row as a one-row batch of :data:`RESULT_SCHEMA` (``validation``: ``(rows,
+    metric sums or None)`` of the validation the task ran with its round)."""
     row = {
         "partition": partition, "piece": META, "rows": rows, "partition_rows": partition_rows, "steps": steps, "missing": missing,
         "payload": encode_arrays(metrics) if metrics is not None else None, "nbytes": nbytes, "local_reset": local_reset,
-        "version": version,
+        "version": version, "val_rows": validation[0] if validation is not None else None,
+        "val_payload": encode_arrays(validation[1]) if validation is not None and validation[1] is not None else None,
     }
     return pa.RecordBatch.from_pylist([row], schema=RESULT_SCHEMA)
 
@@ -81,7 +85,7 @@ def piece_batch(partition: int, rows: int, index: int, piece: Piece) -> pa.Recor
         pa.nulls(1, pa.int64()), pa.nulls(1, pa.int64()), pa.nulls(1, pa.bool_()),
         pa.array([piece.group], pa.int32()), pa.array([piece.array], pa.int32()), pa.array([piece.offset], pa.int64()),
         pa.array([piece.shape_json], pa.string()), pa.array([piece.dtype], pa.string()), payload, pa.nulls(1, pa.int64()),
-        pa.nulls(1, pa.bool_()), pa.nulls(1, pa.int64()),
+        pa.nulls(1, pa.bool_()), pa.nulls(1, pa.int64()), pa.nulls(1, pa.int64()), pa.nulls(1, pa.binary()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=RESULT_SCHEMA)
 
@@ -131,6 +135,7 @@ class RoundOutcome:
         local: a collected round: each trained worker's own state after it.
         dropped: straggler-tolerant rounds: the partitions whose updates came late and were dropped.
         rows_dropped: the rows those partitions trained in vain.
+        validation: a round that also validated: per partition ``(validation rows, metric sums or None)``.
     """
 
     workers: list[tuple[int, int, int]]
@@ -144,6 +149,7 @@ class RoundOutcome:
     local: dict[int, WorkerLocal] = field(default_factory=dict)
     dropped: list[int] = field(default_factory=list)
     rows_dropped: int = 0
+    validation: dict | None = None
 
 
 def read_round(table: pa.Table, plan: RoundPlan, description: str, reduced: bool, partitions: list[int] | None = None,
@@ -178,11 +184,14 @@ def read_round(table: pa.Table, plan: RoundPlan, description: str, reduced: bool
     resets = sum(1 for r in meta["local_reset"] if r)
     if missing:
         return RoundOutcome(workers, None, rows, metrics, missing, nbytes, local_resets=resets)
+    validation = {p: (n, decode_arrays(v).arrays if v is not None else None)
+                  for p, n, v in zip(meta["partition"], meta["val_rows"], meta["val_payload"], strict=True) if n is not None} or None
     versions = {p: v for p, v in zip(meta["partition"], meta["version"], strict=True) if v is not None}
     if separate:
         trained = {p: n for p, n, _ in workers if n}
         states, local = _separate(table, trained, versions, description)
-        return RoundOutcome(workers, None, rows, metrics, missing, nbytes, states=states, local_resets=resets, local=local)
+        return RoundOutcome(workers, None, rows, metrics, missing, nbytes, states=states, local_resets=resets, local=local,
+                            validation=validation)
     if reduced:
         pieces = pieces_of(table)
     else:
@@ -204,7 +213,7 @@ def read_round(table: pa.Table, plan: RoundPlan, description: str, reduced: bool
             yield piece
 
     mean = assemble(checked(pieces))
-    return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing, nbytes, local_resets=resets)
+    return RoundOutcome(workers, mean if mean.weights else None, rows, metrics, missing, nbytes, local_resets=resets, validation=validation)
 
 
 def _separate(table: pa.Table, trained: dict[int, int], versions: dict[int, int], description: str) -> tuple[dict, dict[int, WorkerLocal]]:

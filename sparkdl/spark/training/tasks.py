@@ -30,7 +30,7 @@ from sparkdl.keras.runtime import keras_backend
 from sparkdl.keras.spec import CompileSpec, ModelSpec
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 from sparkdl.serialization.columns import ModelColumns, PartitionArrays
-from sparkdl.spark.partitions import WORKER_CACHE, Partition, load_partition, release
+from sparkdl.spark.partitions import WORKER_CACHE, Partition, load_partition, release, split_validation
 from sparkdl.spark.training import worker_state
 from sparkdl.spark.training.faults import Point, TaskHooks
 from sparkdl.spark.training.results import LOCAL, LOCAL_OPTIMIZER, RESIDUAL, chunk_batch, meta_row, piece_batch
@@ -85,7 +85,11 @@ class RoundTask:
     whose update the driver last applied per partition (``accepted``, -1: none), in a
     straggler-tolerant round the one partition this job trains (``only``), and whether the
     workers send their own state with their update (``collect``: a snapshot follows the round).
-    ``local`` (a resumed fit's first round) holds per partition its own state, restored."""
+    ``local`` (a resumed fit's first round) holds per partition its own state, restored.
+    ``validation_rows``: the validation rows of each partition where the cached training data
+    holds them too (a task reading the data keeps its share); ``evaluate``: the task also
+    evaluates these weights on its validation rows (an epoch's validation riding the next epoch's
+    first round, :class:`~sparkdl.spark.training.loop.TrainingLoop`)."""
 
     epoch: int
     round_in_epoch: int
@@ -98,6 +102,8 @@ class RoundTask:
     release_only: bool = False  # a callback stopped the fit early: free this fit's cached rows, replica and state, train nothing
     collect: bool = False
     local: object | None = None  # a Broadcast / Inline of {partition: (version, residual IPC, optimizer IPC)}
+    validation_rows: tuple[int, ...] | None = None  # per partition, where the training data holds the validation rows too
+    evaluate: object | None = None  # validate with the round: "start" (its start weights), or a Broadcast / Inline of weights IPC
 
 
 # ---- the replica a Python worker keeps -------------------------------------------------------
@@ -250,6 +256,9 @@ def train_partition(task: TaskSpec, round_task: RoundTask, batches: Iterator[pa.
     if not from_data:
         for _ in batches:  # the placeholder column; an unread input stops Spark reusing this Python worker
             pass
+    kept: list = []
+    if from_data and round_task.validation_rows:
+        batches = split_validation(batches, kept)
     try:
         data = load_partition(task.fit_id, "train", partition, task.columns, batches if from_data else None, expected,
                               task.budget_bytes, task.canonical_order)
@@ -258,7 +267,16 @@ def train_partition(task: TaskSpec, round_task: RoundTask, batches: Iterator[pa.
         raise
     if data is None and expected == 0:  # nothing to find: an empty partition needs no data
         data = Partition(PartitionArrays.empty(task.columns))
-    if data is None:
+    val_rows = round_task.validation_rows[partition] if round_task.validation_rows else 0
+    validation = None
+    if val_rows and (from_data or round_task.evaluate is not None):  # kept on the executor's disk for the rounds that validate
+        validation = load_partition(task.fit_id, "val", partition, validation_columns(task), iter(kept) if from_data else None,
+                                    val_rows, task.budget_bytes, True)
+        if validation is not None and len(validation) != val_rows:
+            release(task.fit_id, "val", partition)
+            raise InvariantError(f"validation partition {partition} must hold the {val_rows} rows counted. Received: {len(validation)}")
+    del kept
+    if data is None or (round_task.evaluate is not None and val_rows and validation is None):
         yield meta_row(partition, 0, expected, 0, missing=True)
         return
     if len(data) != expected:
@@ -301,12 +319,20 @@ def train_partition(task: TaskSpec, round_task: RoundTask, batches: Iterator[pa.
             update = encode_update(state, start, task.compression) if task.compression else state
             pieces = list(split_state(update, task.piece_bytes))
             nbytes = sum(len(piece.values) for piece in pieces)
+    evaluated = None
+    if round_task.evaluate is not None:  # the master of the epoch before, on this partition's validation rows
+        if val_rows:
+            weights = round_task.state.value[0] if round_task.evaluate == "start" else round_task.evaluate.value
+            evaluated = (val_rows, evaluate_rows(task, replica_for(task), validation, decode_arrays(weights, copy=False).arrays))
+        else:
+            evaluated = (0, None)
     collect = round_task.collect and local is not None
     if round_task.last:
         worker_state.drop(task.fit_id, partition)
+        release(task.fit_id, "val", partition)  # (the last validation's job reads its rows again)
         release(task.fit_id, "train", partition)
     yield meta_row(partition, rows, expected, steps, metrics=metrics, nbytes=nbytes, local_reset=reset,
-                   version=local.version if collect else None)
+                   version=local.version if collect else None, validation=evaluated)
     for index, piece in enumerate(pieces):
         yield piece_batch(partition, rows, index, piece)
     for offset in range(0, len(payload), task.piece_bytes):

@@ -52,9 +52,19 @@ class Validator:
             table = evaluation_job(self.spark, data, task, encode_arrays(weights), last, f"sparkdl fit {task.fit_id[:8]}: {what}",
                                    f"sparkdl-{task.fit_id}-val-{epoch}", self.timeout_s)
             reports = table_reports(table)
-        else:  # the workers without validation rows report nothing
-            reports = {**{p: (0, None) for p, n in enumerate(data.partition_rows) if not n}, **reports}
-        values = summed(reports, len(data.partition_rows), data.total_rows, self.reader, what)
+        return self.read(reports, epoch)
+
+    def read(self, reports: dict[int, tuple[int, list | None]], epoch: int) -> dict:
+        """The ``val_*`` logs of an evaluation after ``epoch`` from its ``{partition: (rows, metric
+        sums)}`` (a job's, the workers' tasks', or a round's that carried it); partitions without
+        validation rows may be left out.
+
+        Raises:
+            InvariantError: they do not cover every validation row exactly once.
+        """
+        data = self.data
+        reports = {**{p: (0, None) for p, n in enumerate(data.partition_rows) if not n}, **reports}
+        values = summed(reports, len(data.partition_rows), data.total_rows, self.reader, f"validation after epoch {epoch + 1}")
         return {f"val_{name}": value for name, value in values.items()}
 
 

@@ -10,7 +10,7 @@ import threading
 from sparkdl.core.schedule import epoch_order
 from sparkdl.errors import InvariantError
 from sparkdl.server.tls import TLSPin
-from sparkdl.spark.partitions import VALIDATION_FLAG, load_partition, release
+from sparkdl.spark.partitions import load_partition, release
 from sparkdl.spark.training.tasks import TaskSpec, hook_point, validation_columns
 
 
@@ -86,18 +86,6 @@ def load_rows(task: TaskSpec, partition: int, batches):
             "(the cached training data changed; is the input non-deterministic?)"
         )
     return data
-
-
-def split_validation(batches, kept: list):
-    """``batches`` as they are, their validation rows (:data:`VALIDATION_FLAG`) also appended to
-    ``kept`` as they go by: one pass over a partition that holds both a worker's training rows and
-    its validation rows feeds both loads."""
-    for batch in batches:
-        if VALIDATION_FLAG in batch.schema.names:
-            rows = batch.filter(batch.column(VALIDATION_FLAG))
-            if rows.num_rows:
-                kept.append(rows)
-        yield batch
 
 
 def load_validation(task: TaskSpec, partition: int, batches, expected: int):

@@ -40,6 +40,8 @@ class RoundOrders:
         learning_rate: the rate every replica trains with, when a callback set one (else None).
         collect: whether the workers send their own state with their update (a snapshot follows).
         description: the round's Spark job description.
+        evaluate: weights the round's tasks also evaluate on their validation rows (the master of
+            the epoch before: its validation riding this round, :attr:`Transport.rides_validation`), or None.
     """
 
     epoch: int
@@ -50,6 +52,7 @@ class RoundOrders:
     learning_rate: float | None
     collect: bool
     description: str
+    evaluate: list | None = None
 
 
 @dataclass
@@ -70,6 +73,7 @@ class RoundReport:
             server's clock), 0 when the loop's own clock tells it.
         logs: more of the epoch's logs (async: the parameter server's counters of the epoch:
             ``updates_applied``, ``staleness_mean``, ``staleness_max``, ``bytes_pushed``, ``bytes_pulled``).
+        validation: with :attr:`RoundOrders.evaluate`: per partition ``(validation rows, metric sums or None)``.
     """
 
     updates: RoundUpdates
@@ -83,6 +87,7 @@ class RoundReport:
     rows_expected: int = 0
     seconds: float = 0.0
     logs: dict = field(default_factory=dict)
+    validation: dict | None = None
 
 
 class Transport(Protocol):
@@ -95,11 +100,15 @@ class Transport(Protocol):
         applies_policy: the transport applies the mode's policy where the state lives (``sharded``):
             the loop then neither asks the policy for starts nor applies it, and takes the master
             from :meth:`master`. False (the default) for the others.
+        rides_validation: a round's tasks can also evaluate weights on the validation rows their
+            partitions hold (:attr:`RoundOrders.evaluate`; ``rounds``), so an epoch's validation
+            can ride the next epoch's first round.
     """
 
     name: str
     rounds_per_epoch: int
     applies_policy: bool = False
+    rides_validation: bool = False
 
     def master(self, version: int) -> ModelState:
         """(``applies_policy`` only) The master after ``version`` rounds, its arrays read when used."""

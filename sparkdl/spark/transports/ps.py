@@ -107,6 +107,7 @@ class PSTransport:
 
     name = "ps"
     applies_policy = False
+    rides_validation = False  # the workers validate in their tasks, or a job does
     rounds_mode = True  # whether the workers run round slots (a round mode) or push as they go
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:

@@ -159,6 +159,11 @@ class RoundsTransport:
         self._busy_lock = threading.Lock()
         self._late_errors: list[str] = []
         self._info = {"reduced_on_executors": self.reduced, "rounds_reading_data": 0}
+        # an epoch's validation rides the next epoch's first round where the partitions hold the validation rows, and a
+        # round run ahead of the callbacks leaves nothing behind when dropped (no worker state of its own kept, no straggler jobs)
+        validation = job.validation
+        self.validation_rows = validation.partition_rows if validation is not None and validation.role == "val" else None
+        self.rides_validation = self.validation_rows is not None and config.compression not in QUANTIZED and self.min_workers == job.workers
         self.accepted = [-1] * job.workers  # per partition: the round whose update was last applied (1bit/threshold)
         self._restored: dict[int, WorkerLocal] = {}
         self._rounds_run = 0
@@ -182,15 +187,22 @@ class RoundsTransport:
         job = self.job
         restored = {p: _local_bytes(local) for p, local in self._restored.items() if self.accepted[p] == local.version}
         local_share = share(job.spark, restored, "the workers' own restored state") if restored else None
+        evaluate = None
+        if orders.evaluate is not None:
+            start = orders.starts if isinstance(orders.starts, ModelState) else None
+            evaluate = "start" if start is not None and start.weights is orders.evaluate else \
+                share(job.spark, encode_arrays(orders.evaluate), "the master weights to validate")
         round_task = RoundTask(orders.epoch, orders.round_in_epoch, orders.last, None, index=orders.index,
                                accepted=tuple(self.accepted), learning_rate=orders.learning_rate, collect=orders.collect,
-                               local=local_share)
+                               local=local_share, validation_rows=self.validation_rows if self.rides_validation else None,
+                               evaluate=evaluate)
         started = time.perf_counter()
         try:
             outcome = self._round(round_task, orders)
         finally:
-            if local_share is not None:
-                local_share.destroy()
+            for shared in (local_share, evaluate):
+                if shared is not None and shared != "start":
+                    shared.destroy()
         if self._rounds_run == 0:
             self._info["first_round_s"] = time.perf_counter() - started
         self._rounds_run += 1
@@ -201,6 +213,7 @@ class RoundsTransport:
             updates=outcome.updates, workers=[(p, n) for p, n, _ in outcome.workers if n], metrics=outcome.metrics,
             nbytes=outcome.nbytes, dropped=list(outcome.dropped), rows_dropped=outcome.rows_dropped, local=outcome.local,
             local_resets=outcome.local_resets, rows_expected=job.plan.round_rows(orders.round_in_epoch),
+            validation=outcome.validation if orders.evaluate is not None else None,
         )
 
     def validate(self, weights: list, epoch: int, last: bool) -> None:

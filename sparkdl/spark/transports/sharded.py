@@ -118,6 +118,7 @@ class ShardedTransport:
 
     name = "sharded"
     applies_policy = True  # the slice owners apply the mode's policy; the driver loop does not
+    rides_validation = False  # no validation data on sharded
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
         from sparkdl.spark.transports.ps import tls_identity
