@@ -12,13 +12,15 @@ Each repeat runs two fresh processes, one after the other, each with its own ``l
   costs Spark seconds more before any Python line runs: the SQL planning and the Arrow Python
   runner's start);
 - ``fit``: the main job's fit (``conf/mnist_cnn.yaml``: 2 workers, batch 64, τ=16, ``backend``
-  as given, 1 epoch), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
+  as given, 1 epoch) in a session started as ``sparkdl-train`` starts it (sparkdl's worker daemon,
+  ``start_workers`` right after the session starts, then the model built; ``--no-daemon``: a plain
+  session), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
   first step; ``checks``, ``prepare_data``, ``first_round``) and the fit's own wall time.
 
 Prints one JSON line per process, then the medians, ``ratio`` = median first_step / median
 import as an RDD job (goal: at most 1.5) and ``ratio_dataframe`` = the same against the DataFrame job.
 
-Usage: python benchmarks/cold_start.py [--repeats 3] [--backend auto|rounds|ps] [--workers 2]
+Usage: python benchmarks/cold_start.py [--repeats 3] [--backend auto|rounds|ps] [--workers 2] [--no-daemon]
 """
 
 from __future__ import annotations
@@ -38,9 +40,15 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 import setup_env  # noqa
 from pyspark.sql import SparkSession
-spark = (SparkSession.builder.master("local[{workers}]").config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+builder = (SparkSession.builder.master("local[{workers}]").config("spark.ui.enabled", "false")
+           .config("spark.ui.showConsoleProgress", "false"))
+if {daemon}:  # as sparkdl-train starts its session: sparkdl's worker daemon, the workers started at once
+    from sparkdl.spark.daemon import session_conf, start_workers
+    builder = builder.config(map=session_conf())
+spark = builder.getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
+if {daemon}:
+    start_workers(spark)
 """
 
 IMPORT = _HEAD + """
@@ -102,16 +110,19 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backend", default="auto", choices=["auto", "rounds", "ps"])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--no-daemon", action="store_true",
+                        help="the fit's session without sparkdl's worker daemon and start_workers (as before 2026-12-04)")
     args = parser.parse_args()
     bench = os.path.join(ROOT, "benchmarks")
-    values = {"root": bench, "workers": args.workers}
+    values = {"root": bench, "workers": args.workers, "daemon": False}
     imports, frames, fits = [], [], []
     for _ in range(args.repeats):
         imports.append(run(IMPORT.format(**values, dataframe=False)))
         print(json.dumps(imports[-1]), flush=True)
         frames.append(run(IMPORT.format(**values, dataframe=True)))
         print(json.dumps(frames[-1]), flush=True)
-        fits.append(run(FIT.format(**values, train=os.path.join(ROOT, "data", "mnist10k", "train.parquet"), backend=args.backend)))
+        fits.append(run(FIT.format(**dict(values, daemon=not args.no_daemon), train=os.path.join(ROOT, "data", "mnist10k", "train.parquet"),
+                                   backend=args.backend)))
         print(json.dumps(fits[-1]), flush=True)
     median = statistics.median
     phases = {key: round(median(f["seconds"][key] for f in fits), 2) for key in fits[0]["seconds"]}
@@ -119,7 +130,8 @@ def main():
     summary = {"import_and_build_s": import_s, "import_in_task_s": median(r["in_task_s"] for r in imports),
                "import_and_build_dataframe_s": frame_s, "first_step_s": phases["first_step"],
                "ratio": round(phases["first_step"] / import_s, 2), "ratio_dataframe": round(phases["first_step"] / frame_s, 2),
-               "fit_phases_s": phases, "backend": fits[0]["backend"], "repeats": args.repeats, "cpus": os.cpu_count()}
+               "fit_phases_s": phases, "backend": fits[0]["backend"], "repeats": args.repeats, "cpus": os.cpu_count(),
+               "daemon": not args.no_daemon}
     print(json.dumps(summary), flush=True)
     print("\n| measure (median of %d, fresh session each) | seconds |\n|---|---|" % args.repeats)
     print(f"| one-task RDD job: import TensorFlow + Keras, build the model | {import_s} |")

@@ -5,10 +5,15 @@ same epochs, batch size and optimizer, measured side by side in one run on the s
 Prints one JSON line per run (``samples_per_s`` = epochs × rows / fit seconds), a JSON line
 with ``ratio`` = sparkdl / Keras samples/s and both test accuracies, then a Markdown table.
 
-sparkdl runs once untimed first (1 epoch) so that executor Python workers have imported
-TensorFlow, as they have in any session after its first fit; the cold first fit is reported too.
-Each side runs ``--repeats`` times, alternating; JSON lines carry every run, the summary the
-medians (single fits on a shared 2-core machine vary by up to 25 %).
+The cold first fit: per backend, a fresh Python process starts its session as ``sparkdl-train``
+does (sparkdl's worker daemon, ``spark.python.daemon.module=sparkdl.spark.daemon``, and
+``start_workers`` right after the session starts; ``--no-daemon``: a plain session), then imports
+Keras, builds the model and fits (``--epochs``), timed from ``fit()`` to its return: what a
+spark-submit job's one fit costs. ``cold_ratio`` = that time / the median Keras fit (goal: at most
+1.25 on ``auto``). Then, in this process's session, sparkdl runs once untimed (1 epoch) so that
+the executors' Python workers are started, as in any session after its first fit, and each side
+runs ``--repeats`` times, alternating; JSON lines carry every run, the summary the medians (single
+fits on a shared 2-core machine vary by up to 25 %).
 
 Each backend of ``--backends`` (default ``rounds,ps``) runs in every repeat; the summary gives per
 backend ``time_ratio`` = median sparkdl fit seconds / median Keras fit seconds (goal: at most 1.0)
@@ -18,7 +23,7 @@ step, first round, other rounds, train, total).
 The main job's settings (conf/mnist_cnn.yaml): ``--epochs 8 --local-steps 16`` (batch 64, 2 workers).
 
 Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N] [--repeats 3] [--model cnn|mlp]
-       [--backends rounds,ps]
+       [--backends rounds,ps] [--no-daemon]
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before pyspark/keras)
@@ -64,12 +71,19 @@ def run_keras(epochs, batch_size, model_name="cnn"):
             "samples_per_s": round(epochs * len(x) / seconds, 1), "test_accuracy": accuracy}
 
 
-def start_spark(workers):
+def start_spark(workers, daemon=True):
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(f"local[{workers}]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    from sparkdl.spark.daemon import session_conf, start_workers
+
+    builder = (SparkSession.builder.master(f"local[{workers}]").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    for key, value in (session_conf() if daemon else {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if daemon:  # as sparkdl-train starts its session: the executors' workers start while this process builds the model
+        start_workers(spark)
     return spark
 
 
@@ -113,39 +127,76 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn", help="sparkdl.keras.zoo: mnist_cnn or mnist_mlp")
     parser.add_argument("--backends", default="rounds,ps", help="comma-separated: rounds, ps, auto")
+    parser.add_argument("--no-daemon", action="store_true",
+                        help="sessions without sparkdl's worker daemon (spark.python.daemon.module): each Python worker imports TensorFlow")
+    parser.add_argument("--cold-run", default=None, help=argparse.SUPPRESS)  # one cold fit in this fresh process
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    spark = start_spark(args.workers)
+    if args.cold_run:
+        started = time.perf_counter()
+        spark = start_spark(args.workers, daemon=not args.no_daemon)
+        session_s = round(time.perf_counter() - started, 2)
+        run = run_sparkdl(spark, args.epochs, args.batch_size, args.workers, args.local_steps, warm_up=False,
+                          model_name=args.model, backend=args.cold_run)
+        spark.stop()
+        print(json.dumps(dict(run, run=f"{run['run']} cold", session_s=session_s)), flush=True)
+        return
     keras_runs, spark_runs = [], {b: [] for b in backends}
+    keras_runs.append(run_keras(args.epochs, args.batch_size, args.model))
+    print(json.dumps(keras_runs[-1]), flush=True)
+    cold_runs = {}
+    for backend in backends:  # each in a fresh process, the first fit of its session: what a spark-submit job times
+        cold_runs[backend] = cold_fit(args, backend)
+        print(json.dumps(cold_runs[backend]), flush=True)
+    spark = start_spark(args.workers, daemon=not args.no_daemon)
     for i in range(args.repeats):  # alternating: keras, then each backend, per repeat
-        keras_runs.append(run_keras(args.epochs, args.batch_size, args.model))
-        print(json.dumps(keras_runs[-1]), flush=True)
+        if i > 0:
+            keras_runs.append(run_keras(args.epochs, args.batch_size, args.model))
+            print(json.dumps(keras_runs[-1]), flush=True)
         for j, backend in enumerate(backends):
             spark_runs[backend].append(run_sparkdl(spark, args.epochs, args.batch_size, args.workers, args.local_steps,
                                                    warm_up=i == 0 and j == 0, model_name=args.model, backend=backend))
             print(json.dumps(spark_runs[backend][-1]), flush=True)
     spark.stop()
     median = statistics.median
-    keras_s = median(r["fit_s"] for r in keras_runs)
+    keras_s = round(median(r["fit_s"] for r in keras_runs), 2)
     summary = {"keras_fit_s": keras_s, "keras_test_accuracy": keras_runs[-1]["test_accuracy"], "cpus": os.cpu_count(),
                "repeats": args.repeats, "model": args.model, "local_steps": args.local_steps, "epochs": args.epochs,
-               "workers": args.workers, "backends": {}}
+               "workers": args.workers, "daemon": not args.no_daemon, "backends": {}}
     for backend, runs in spark_runs.items():
         fit_s = median(r["fit_s"] for r in runs)
         summary["backends"][backend] = {
             "ran_on": runs[0]["backend"], "fit_s": fit_s, "time_ratio": round(fit_s / keras_s, 3),
             "ratios_per_repeat": [round(s["fit_s"] / k["fit_s"], 3) for k, s in zip(keras_runs, runs)],
+            "cold_fit_s": cold_runs[backend]["fit_s"], "cold_ratio": round(cold_runs[backend]["fit_s"] / keras_s, 3),
+            "cold_seconds": cold_runs[backend]["seconds"],
             "test_accuracy": runs[-1]["test_accuracy"], "rounds": runs[-1]["rounds"],
             "seconds": {key: round(median(r["seconds"][key] for r in runs), 2) for key in runs[0]["seconds"]},
         }
     print(json.dumps(summary), flush=True)
-    print("\n| run | fit s (median) | time / keras | test accuracy | checks | prepare_data | first_step | first_round | other_rounds |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    print(f"| keras | {keras_s} | 1.0 | {keras_runs[-1]['test_accuracy']:.4f} | | | | | |")
+    print("\n| run | cold first fit s | cold / keras | warm fit s (median) | warm / keras | test accuracy | checks | prepare_data | first_step | first_round | other_rounds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| keras | | | {keras_s} | 1.0 | {keras_runs[-1]['test_accuracy']:.4f} | | | | | |")
     for backend, b in summary["backends"].items():
-        s = b["seconds"]
-        print(f"| sparkdl {backend} ({b['ran_on']}) | {b['fit_s']} | {b['time_ratio']} | {b['test_accuracy']:.4f} | {s['checks']} "
-              f"| {s['prepare_data']} | {s['first_step']} | {s['first_round']} | {s['other_rounds']} |")
+        s, c = b["seconds"], b["cold_seconds"]
+        print(f"| sparkdl {backend} ({b['ran_on']}) | {b['cold_fit_s']} | {b['cold_ratio']} | {b['fit_s']} | {b['time_ratio']} "
+              f"| {b['test_accuracy']:.4f} | {c['checks']} / {s['checks']} | {c['prepare_data']} / {s['prepare_data']} "
+              f"| {c['first_step']} / {s['first_step']} | {c['first_round']} / {s['first_round']} | {c['other_rounds']} / {s['other_rounds']} |")
+    print("\n(phase columns: cold / warm median, seconds)")
+
+
+def cold_fit(args, backend):
+    """One fit of ``args.epochs`` in a fresh Python process and session (its first): the JSON line it prints."""
+    command = [sys.executable, os.path.abspath(__file__), "--cold-run", backend, "--epochs", str(args.epochs),
+               "--batch-size", str(args.batch_size), "--workers", str(args.workers), "--model", args.model]
+    if args.local_steps:
+        command += ["--local-steps", str(args.local_steps)]
+    if args.no_daemon:
+        command.append("--no-daemon")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 if __name__ == "__main__":
     main()

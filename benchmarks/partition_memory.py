@@ -75,7 +75,7 @@ import setup_env  # noqa: F401  (sys.path and the environment, before pyspark/ke
 HERE = os.path.dirname(os.path.abspath(__file__))
 MB = 2**20
 GOAL_MB = 400
-MARKERS = ("pyspark.daemon", "pyspark/daemon", "pyspark/worker", "pyspark.worker")
+MARKERS = ("pyspark.daemon", "pyspark/daemon", "pyspark/worker", "pyspark.worker", "sparkdl.spark.daemon")
 
 
 # --- /proc sampling -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ def spark():
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "sparkdl.spark.daemon")  # as sparkdl-train's sessions: workers fork with TensorFlow imported
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
