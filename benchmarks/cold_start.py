@@ -12,9 +12,9 @@ Each repeat runs two fresh processes, one after the other, each with its own ``l
   costs Spark seconds more before any Python line runs: the SQL planning and the Arrow Python
   runner's start);
 - ``fit``: the main job's fit (``conf/mnist_cnn.yaml``: 2 workers, batch 64, τ=16, ``backend``
-  as given, 1 epoch) in a session started as ``sparkdl-train`` starts it (sparkdl's worker daemon,
-  ``start_workers`` right after the session starts, then the model built; ``--no-daemon``: a plain
-  session), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
+  as given, 1 epoch) in a session started as the deployment page recommends (``session_conf()``:
+  sparkdl's worker daemon; ``start_workers`` right after the session starts, then the model built;
+  ``--no-daemon``: a plain session), its ``fitInfo["seconds"]`` (``first_step``: from ``fit()`` to the workers'
   first step; ``checks``, ``prepare_data``, ``first_round``) and the fit's own wall time.
 
 Prints one JSON line per process, then the medians, ``ratio`` = median first_step / median
@@ -42,7 +42,7 @@ import setup_env  # noqa
 from pyspark.sql import SparkSession
 builder = (SparkSession.builder.master("local[{workers}]").config("spark.ui.enabled", "false")
            .config("spark.ui.showConsoleProgress", "false"))
-if {daemon}:  # as sparkdl-train starts its session: sparkdl's worker daemon, the workers started at once
+if {daemon}:  # sparkdl's worker daemon, the workers started at once (docs/user-guide/deployment.md)
     from sparkdl.spark.daemon import session_conf, start_workers
     builder = builder.config(map=session_conf())
 spark = builder.getOrCreate()

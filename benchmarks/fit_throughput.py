@@ -5,10 +5,10 @@ same epochs, batch size and optimizer, measured side by side in one run on the s
 Prints one JSON line per run (``samples_per_s`` = epochs × rows / fit seconds), a JSON line
 with ``ratio`` = sparkdl / Keras samples/s and both test accuracies, then a Markdown table.
 
-The cold first fit: per backend, a fresh Python process starts its session as ``sparkdl-train``
-does (sparkdl's worker daemon, ``spark.python.daemon.module=sparkdl.spark.daemon``, and
-``start_workers`` right after the session starts; ``--no-daemon``: a plain session), then imports
-Keras, builds the model and fits (``--epochs``), timed from ``fit()`` to its return: what a
+The cold first fit: per backend, a fresh Python process starts its session as the deployment page
+recommends (``sparkdl.spark.daemon.session_conf()``: sparkdl's worker daemon, which imports
+TensorFlow and Keras once per executor; ``start_workers`` right after the session starts;
+``--no-daemon``: a plain session), then imports Keras, builds the model and fits (``--epochs``), timed from ``fit()`` to its return: what a
 spark-submit job's one fit costs. ``cold_ratio`` = that time / the median Keras fit (goal: at most
 1.25 on ``auto``). Then, in this process's session, sparkdl runs once untimed (1 epoch) so that
 the executors' Python workers are started, as in any session after its first fit, and each side
@@ -82,7 +82,7 @@ def start_spark(workers, daemon=True):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if daemon:  # as sparkdl-train starts its session: the executors' workers start while this process builds the model
+    if daemon:  # the executors' workers start while this process builds the model (docs/user-guide/deployment.md)
         start_workers(spark)
     return spark
 

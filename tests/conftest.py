@@ -22,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def spark():
     from pyspark.sql import SparkSession
 
+    from sparkdl.spark.daemon import session_conf
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("sparkdl-tests")
@@ -29,7 +31,7 @@ def spark():
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "sparkdl.spark.daemon")  # as sparkdl-train's sessions: workers fork with TensorFlow imported
+        .config(map=session_conf())  # as sparkdl-train's sessions: workers fork from a daemon that imported TensorFlow
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

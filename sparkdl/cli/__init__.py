@@ -18,25 +18,26 @@ def spark_session(app_name: str, master: str | None = None):
     spark-submit's), quieted to ERROR logs; returns ``(spark, started_here)``: stop it only when
     ``started_here`` (a Databricks or notebook session stays up).
 
-    A session started here runs its executors' Python workers from sparkdl's daemon
-    (``spark.python.daemon.module=sparkdl.spark.daemon``, unless the job's Spark conf names
-    another: :mod:`sparkdl.spark.daemon`), which imports TensorFlow and Keras once per executor, and
-    starts them at once (:func:`sparkdl.spark.daemon.start_workers`). The executors' Python is this
-    one unless ``PYSPARK_PYTHON`` says otherwise."""
+    A session started here runs its executors' Python workers from sparkdl's daemon, which imports
+    TensorFlow and Keras once per executor (:func:`sparkdl.spark.daemon.session_conf`'s settings,
+    each unless spark-submit's ``--conf`` or ``spark-defaults.conf`` gives it:
+    ``--conf spark.python.daemon.module=pyspark.daemon`` turns it off), and starts them at once
+    (:func:`sparkdl.spark.daemon.start_workers`). The executors' Python is this one unless
+    ``PYSPARK_PYTHON`` says otherwise."""
     import os
     import sys
 
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     from sparkdl.spark.daemon import session_conf, start_workers
+    from sparkdl.spark.internals import submitted_conf
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     started_here = SparkSession.getActiveSession() is None
     builder = SparkSession.builder.appName(app_name)
     if started_here:  # the fit prints its own progress: no Spark stage bars on top of it
         builder = builder.config("spark.ui.showConsoleProgress", "false")
-        given = SparkConf()  # spark-submit's --conf and spark-defaults.conf
+        given = submitted_conf()  # spark-submit's --conf and spark-defaults.conf
         for key, value in session_conf().items():
             if not given.contains(key):
                 builder = builder.config(key, value)

@@ -1,57 +1,76 @@
 """Spark's Python worker daemon with TensorFlow and Keras imported once, before it forks workers.
 
-Spark starts one daemon per executor (``python -m pyspark.daemon``) and forks a Python worker from
-it for each task that needs one; every worker of a fit then imports TensorFlow and Keras itself
-(4–6 s each on a CPU core, all of them at once when a stage starts). With
+Spark starts a daemon per executor (``python -m pyspark.daemon``; one for RDD tasks and one for
+DataFrame tasks, whose workers' environments differ) and forks a Python worker from it for each
+task that needs one; every worker of a fit then imports TensorFlow and Keras itself (4–6 s each on
+a CPU core, all of them at once when a stage starts). With :func:`session_conf`'s settings
 
-    spark.python.daemon.module  sparkdl.spark.daemon
+    spark.python.daemon.module                    sparkdl.spark.daemon
+    spark.executorEnv.SPARKDL_DAEMON_PRELOAD      tensorflow   (the driver's Keras backend)
 
-(a static setting: in ``spark-defaults.conf``, ``--conf`` of spark-submit or the session builder
-before the session starts; ``sparkdl-train``, ``jobs/train.py`` and :func:`session_conf` set it)
-the daemon imports them once, before it listens, and the workers forked from it start with them
-imported: a stage's Python workers no longer pay the import, and neither does a worker Spark
-starts after another ended (a retried task, a new job without worker reuse).
+(static settings: the session builder before the session starts, ``--conf`` of spark-submit or
+``spark-defaults.conf``; ``sparkdl-train`` and ``jobs/train.py`` set them) the daemon imports them
+once, before it listens, and the workers forked from it start with them imported: a stage's Python
+workers no longer pay the import, and neither does a worker Spark starts after another ended (a
+retried task, a worker Spark retired after a minute idle).
 
 What is imported: TensorFlow (start-up lines filtered as :func:`sparkdl.keras.runtime.import_tensorflow`
-filters them) and Keras, only when Keras' backend is TensorFlow (``KERAS_BACKEND``, else
-``keras.json``'s ``backend``, else TensorFlow). JAX and torch start thread pools that a fork does not
-carry, so with those backends the daemon imports nothing and the workers import as before. Nothing
-is started: TensorFlow's runtime (its thread pools, its devices, a GPU's context) starts in each
-worker when its first task configures it, so a task still sizes its pools to its CPUs and pins its
-GPUs (:func:`sparkdl.keras.runtime.configure`). A failed import is written to the daemon's stderr
-(the executor's log) and the daemon runs on: the workers then import and report the failure in
-their tasks.
+filters them) and Keras on it, only when ``SPARKDL_DAEMON_PRELOAD`` (the driver's backend when the
+session started, given to every Python worker's environment by ``spark.executorEnv``) is
+``tensorflow``, TensorFlow is installed, and the machine shows no NVIDIA GPU (``/dev/nvidiactl``,
+``/dev/nvidia0`` or ``nvidia-smi``: a GPU task pins its devices before TensorFlow loads in its
+worker). Otherwise the daemon imports nothing and is pyspark's: a fit on JAX or torch, or a driver
+whose backend is not known, never finds Keras preloaded on another backend. TensorFlow's runtime
+(its thread pools, its devices) is not started by the import, so each worker still sizes its pools
+to its task's CPUs (:func:`sparkdl.keras.runtime.configure`). Each forked worker reseeds numpy's
+global random state (a fork would copy the daemon's to every worker; Python's ``random`` reseeds
+itself). A failed import (any exception) is written to the daemon's stderr (the executor's log) and
+the daemon runs on as pyspark's. The daemon's stdout carries its port to the JVM, so everything the
+import writes to file descriptor 1 goes to stderr.
 
-The daemon's stdout carries its port to the JVM, so everything the import writes to file
-descriptor 1 goes to stderr.
+Memory: a daemon that imported TensorFlow holds about 0.9 GB resident (0.4 GB of it its own), which
+its workers share until they write to it; count it in ``spark.executor.memoryOverhead`` (or
+``spark.executor.pyspark.memory``) on YARN and Kubernetes, twice when both RDD and DataFrame Python
+tasks run on an executor.
 
-A daemon starts with the first Python task of its executor, and a fit's first Python tasks come
-after its data is planned, scanned and shuffled: :func:`start_workers`, called when the session
-starts (``sparkdl-train`` does), has the executors start their workers (and the daemon its import)
-while the driver imports Keras and builds the model.
-
-On a machine with an NVIDIA GPU the daemon imports nothing: a GPU task pins its devices
-(``CUDA_VISIBLE_DEVICES``) before TensorFlow is imported in its worker.
+A daemon starts with its executor's first Python task, and a fit's first Python tasks come after its
+data is planned, scanned and shuffled: :func:`start_workers`, called right after the session starts
+and before the driver imports Keras and builds the model, has the executors start their daemons
+meanwhile.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import json
 import os
+import shutil
 import sys
 import threading
 import traceback
 
 MODULE = "sparkdl.spark.daemon"
 DAEMON_CONF = "spark.python.daemon.module"
+PRELOAD_ENV = "SPARKDL_DAEMON_PRELOAD"
 
 
-def session_conf() -> dict[str, str]:
+def session_conf(backend: str | None = None) -> dict[str, str]:
     """The static Spark settings of a session whose Python workers start with TensorFlow and Keras
-    imported: ``{"spark.python.daemon.module": "sparkdl.spark.daemon"}``. Pass each to
-    ``SparkSession.builder.config(key, value)`` before the session starts (or to spark-submit's
-    ``--conf``); a running session keeps its daemon."""
-    return {DAEMON_CONF: MODULE}
+    imported: ``{"spark.python.daemon.module": "sparkdl.spark.daemon",
+    "spark.executorEnv.SPARKDL_DAEMON_PRELOAD": backend}``. Pass them to
+    ``SparkSession.builder.config(map=...)`` before the session starts (or to spark-submit's
+    ``--conf``); a running session keeps its daemon.
+
+    Args:
+        backend: the Keras backend the session's fits will use; default: the driver's now (the
+            imported Keras' backend, else ``KERAS_BACKEND``, else ``keras.json``'s, else
+            ``"tensorflow"``). Only ``"tensorflow"`` is preloaded.
+    """
+    if backend is None:
+        keras = sys.modules.get("keras")
+        backend = str(keras.backend.backend()) if keras is not None and hasattr(keras, "backend") else backend_from_environment()
+    return {DAEMON_CONF: MODULE, f"spark.executorEnv.{PRELOAD_ENV}": backend}
 
 
 _started: set[str] = set()  # applications whose workers start_workers has started
@@ -61,9 +80,10 @@ GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0")
 
 
 def _warm_task(backend: str):
-    """The start job's task: configure Keras' backend for this task's CPUs and import Keras (no GPU
-    pinned: the worker's first GPU task pins its own), in the task itself (two threads importing
-    TensorFlow at once can leave modules half imported)."""
+    """The start job's task: configure Keras' backend for this task's CPUs and import Keras, in the
+    task itself (two threads importing TensorFlow at once can leave modules half imported); a task
+    given GPUs imports nothing (the worker's training task pins its GPUs first). With the daemon's
+    preload both are done already."""
 
     def warm(batches):
         from pyspark import TaskContext
@@ -72,8 +92,11 @@ def _warm_task(backend: str):
 
         for _ in batches:
             pass
+        context = TaskContext.get()
+        if "gpu" in (context.resources() or {}):
+            return iter(())  # its training task pins its GPUs before the backend starts: nothing imported here
         try:
-            configure(TaskContext.get().cpus(), None, backend)
+            configure(context.cpus(), None, backend)
             keras_module()
         except Exception:  # noqa: BLE001 - a head start only: the fit's tasks import and report it
             pass
@@ -123,26 +146,26 @@ class DaemonStart:
 
 
 def start_workers(spark) -> DaemonStart | None:
-    """Start the Python workers of ``spark``'s executors now, in the background, with TensorFlow and
-    Keras imported, so that the first fit's tasks find them started: call it right after the
-    session starts, before the driver imports Keras and builds the model (seconds in which the
-    executors would otherwise wait). ``sparkdl-train`` and ``jobs/train.py`` call it.
+    """Start the Python workers of ``spark``'s executors now, in the background, so that the first
+    fit's tasks find them started with TensorFlow and Keras imported: call it right after a session
+    started with :func:`session_conf`'s settings, before the driver imports Keras and builds the
+    model (seconds in which the executors would otherwise wait).
 
-    One job of ``mapInArrow`` tasks (the kind of task a fit's data runs in, whose Python workers a
-    fit reuses), on a thread of its own: with this module's daemon (:func:`session_conf`) one
-    task per live executor (one on a ``local`` master), which makes the executor start its daemon,
-    which imports TensorFlow and Keras once; without it one task per task slot
-    (``defaultParallelism``), each importing them in its own Python worker, which Spark keeps for
-    the fit's tasks (``spark.python.worker.reuse``, on by default). Each task holds its slot while
-    it starts (seconds). Its failures are ignored: the fit's own tasks start their workers then.
+    One job of one ``mapInArrow`` task per live executor (one on a ``local`` master; executors
+    that register later start their daemons with their first task), on a thread of its own: the
+    kind of task a fit's data runs in, whose daemon the fit's DataFrame tasks fork from. Each task
+    holds its slot while its executor's daemon imports (seconds). Its failures are ignored: the
+    fit's own tasks start the daemon then.
 
     Args:
-        spark: a classic SparkSession (nothing is done on Spark Connect, where the server's
-            workers are not this client's to start).
+        spark: a classic SparkSession.
 
     Returns:
         The :class:`DaemonStart` (``running``, ``join()``, ``close()``), or None when nothing was
-        started: Spark Connect, or this application's workers already started by an earlier call.
+        started: Spark Connect (the server's workers are not this client's to start), a session
+        without sparkdl's daemon (``spark.python.daemon.module``) or with
+        ``spark.python.use.daemon=false``, or this application's daemons already started by an
+        earlier call.
     """
     from sparkdl.keras.runtime import keras_backend
     from sparkdl.spark import internals
@@ -151,17 +174,17 @@ def start_workers(spark) -> DaemonStart | None:
     if is_connect(spark):
         return None
     sc = spark.sparkContext
+    conf = sc.getConf()
+    if conf.get(DAEMON_CONF, "") != MODULE or conf.get("spark.python.use.daemon", "true").lower() == "false":
+        return None
     with _started_lock:
         if sc.applicationId in _started:
             return None
         _started.add(sc.applicationId)
-    if sc.getConf().get(DAEMON_CONF, "") == MODULE:
-        try:
-            tasks = len([e for e in internals.executors(sc) if e["active"]])
-        except Exception:  # noqa: BLE001 - a JVM without the list: one task
-            tasks = 0
-    else:
-        tasks = sc.defaultParallelism
+    try:
+        tasks = len([e for e in internals.executors(sc) if e["active"]])
+    except Exception:  # noqa: BLE001 - a JVM without the list: one task
+        tasks = 0
     return DaemonStart(spark, max(1, tasks), keras_backend())
 
 
@@ -180,13 +203,30 @@ def backend_from_environment() -> str:
         return "tensorflow"
 
 
+def gpu_machine() -> bool:
+    """Whether this machine shows an NVIDIA GPU: ``/dev/nvidiactl`` or ``/dev/nvidia0``, or
+    ``nvidia-smi`` on the ``PATH`` (device files can appear only once a program opens the driver)."""
+    return any(os.path.exists(p) for p in GPU_DEVICE_FILES) or shutil.which("nvidia-smi") is not None
+
+
+def _reseed_numpy() -> None:
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()  # from the OS's entropy, as a fresh import seeds it
+
+
 def preload() -> bool:
-    """Import TensorFlow and Keras into this process when the backend is TensorFlow and the machine
-    has no NVIDIA GPU device (``/dev/nvidiactl``, ``/dev/nvidia0``: a GPU task pins its devices
-    before TensorFlow is imported in its worker), with file descriptor 1 sent to stderr meanwhile.
-    Returns whether they were imported; a failure is written to stderr and returns False (never
-    raises)."""
-    if backend_from_environment() != "tensorflow" or any(os.path.exists(p) for p in GPU_DEVICE_FILES):
+    """Import TensorFlow and Keras into this process when ``SPARKDL_DAEMON_PRELOAD`` is
+    ``tensorflow``, TensorFlow is installed and :func:`gpu_machine` is False, with file descriptor 1
+    sent to stderr meanwhile; then have each process forked from this one reseed numpy's global
+    random state, and move the imported objects out of the garbage collector's sight
+    (``gc.freeze``: the forked workers do not copy their pages by collecting them). Returns whether
+    they were imported; any failure is written to stderr and returns False (never raises)."""
+    try:
+        if (os.environ.get(PRELOAD_ENV) != "tensorflow" or gpu_machine()
+                or importlib.util.find_spec("tensorflow") is None):
+            return False
+    except BaseException:  # noqa: BLE001 - a broken installation: the daemon runs as pyspark's
         return False
     sys.stdout.flush()
     saved = os.dup(1)
@@ -196,9 +236,10 @@ def preload() -> bool:
 
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         keras_module()  # TensorFlow first, its start-up lines filtered
-
+        os.register_at_fork(after_in_child=_reseed_numpy)
+        gc.freeze()
         return True
-    except Exception:  # noqa: BLE001 - the workers import again and report it in their tasks
+    except BaseException:  # noqa: BLE001 - SystemExit too: the workers import again and report it in their tasks
         print("sparkdl.spark.daemon: TensorFlow/Keras not preloaded; each worker imports them\n"
               + traceback.format_exc(), file=sys.stderr, flush=True)
         return False

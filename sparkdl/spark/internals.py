@@ -30,6 +30,20 @@ def jvm(sc) -> Any:
     return sc._jvm
 
 
+def submitted_conf() -> Any:
+    """The ``SparkConf`` a SparkContext started now would begin from: spark-submit's ``--conf``,
+    ``spark-defaults.conf`` and ``PYSPARK_SUBMIT_ARGS``, read from the JVM gateway, which
+    ``SparkContext._ensure_initialized()`` (private) launches or joins first: before it, ``SparkConf()``
+    is an empty Python-side dictionary and every key reads as unset.
+
+    Checked on Spark 4.0.0 and 4.3.0. No public API reads the submitted conf before a context starts.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return SparkConf()
+
+
 def jvm_context(sc) -> Any:
     """The JVM ``org.apache.spark.SparkContext`` behind the Python ``sc`` (``sc._jsc.sc()``).
 

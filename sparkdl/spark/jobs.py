@@ -92,6 +92,7 @@ def retry_advice(master: str, max_failures: str | None, text: str = "") -> str:
 _CANCELLED = re.compile(r"cancell?ed", re.IGNORECASE)
 # A task that could not import a module, or whose Python cannot run pyspark's worker.
 _MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([\w.]+)'")  # on a last exception line
+_DAEMON_MODULE = re.compile(r"Error while finding module specification for '[\w.]+' \((?:ModuleNotFoundError|ImportError): No module named '([\w.]+)'\)")
 _OTHER_PYTHON = re.compile(r"PYTHON_VERSION_MISMATCH|Python in worker has different version|Cannot run program \"([^\"]+)\"")
 #: top-level modules of sparkdl, its dependencies (setup.cfg) and pyspark's: missing on an executor, they mean
 #: the executors run another Python than the driver's
@@ -162,6 +163,9 @@ def _failed_import(text: str) -> tuple[bool, str | None]:
     inside a task and followed by another failure is not the cause."""
     if _OTHER_PYTHON.search(text):
         return True, None
+    daemon = _DAEMON_MODULE.search(text)  # python -m sparkdl.spark.daemon where sparkdl is not installed
+    if daemon:
+        return True, daemon.group(1)
     lines = [line.strip() for line in text.splitlines()]
     raised = [line for line in lines if _PYTHON_EXCEPTION.match(line) and not line.startswith(_JAVA)]
     missing = _MISSING_MODULE.match(raised[-1]) if raised else None

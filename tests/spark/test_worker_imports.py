@@ -83,6 +83,12 @@ def test_task_error_names_the_setting_for_sparkdl_or_a_user_module_missing_on_th
     caught = PythonException(message="Traceback:\nModuleNotFoundError: No module named 'scipy'\n\nDuring handling of the above "
                                      "exception, another exception occurred:\nValueError: bad value\n")
     assert "must be importable" not in str(task_error(caught, "job"))
+    # sparkdl's worker daemon where the executors' Python has no sparkdl: Spark's error carries the daemon's stderr
+    daemon = PythonException(message="org.apache.spark.SparkException: Python daemon failed to launch: Bad data in "
+                                     "sparkdl.spark.daemon's standard output. Invalid port number: 791289458 (0x2f2a2a2f)\n"
+                                     "/usr/bin/python3: Error while finding module specification for 'sparkdl.spark.daemon' "
+                                     "(ModuleNotFoundError: No module named 'sparkdl')\n")
+    assert str(task_error(daemon, "job")).startswith("the executors' Python must have sparkdl and its dependencies installed")
 
 
 SCRIPT = r"""
