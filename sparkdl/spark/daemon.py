@@ -106,8 +106,8 @@ def _warm_task(backend: str):
 
 
 class DaemonStart:
-    """The job :func:`start_workers` runs on a thread of its own; :meth:`close` cancels it if it
-    still runs and joins the thread (at most ``START_TIMEOUT_S`` seconds)."""
+    """The job :func:`start_workers` runs on a thread of its own (a daemon thread: it ends with the
+    job, or with the session when the session stops first)."""
 
     def __init__(self, spark, tasks: int, backend: str) -> None:
         self._spark = spark
@@ -125,24 +125,10 @@ class DaemonStart:
         except Exception:  # noqa: BLE001 - a head start only: the fit's tasks start their workers themselves
             pass
 
-    @property
-    def running(self) -> bool:
-        """Whether the start job's thread still runs."""
-        return self._thread.is_alive()
-
     def join(self, timeout_s: float = START_TIMEOUT_S) -> bool:
         """Wait up to ``timeout_s`` seconds for the start job; returns whether it ended."""
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
-
-    def close(self) -> None:
-        """Cancel the start job if it still runs and join its thread."""
-        if not self.running:
-            return
-        from sparkdl.spark.session import cancel_tag
-
-        cancel_tag(self._spark, self._tag)
-        self._thread.join(START_TIMEOUT_S)
 
 
 def start_workers(spark) -> DaemonStart | None:
@@ -161,7 +147,7 @@ def start_workers(spark) -> DaemonStart | None:
         spark: a classic SparkSession.
 
     Returns:
-        The :class:`DaemonStart` (``running``, ``join()``, ``close()``), or None when nothing was
+        The :class:`DaemonStart` (``join()``), or None when nothing was
         started: Spark Connect (the server's workers are not this client's to start), a session
         without sparkdl's daemon (``spark.python.daemon.module``) or with
         ``spark.python.use.daemon=false``, or this application's daemons already started by an
