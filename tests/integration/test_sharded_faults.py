@@ -37,6 +37,8 @@ HEAD = textwrap.dedent(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("OFF")
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")  # into the run's log
     rng = np.random.default_rng(0)
     x = rng.normal(size=(90, 4)).astype(np.float32)
     y = (x[:, 0] - x[:, 1] > 0).astype(np.float64)
@@ -62,8 +64,14 @@ HEAD = textwrap.dedent(
 
 def _run(script: str, out, env: dict, timeout_s: float = 800, args=()) -> dict:
     full = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, **env)
-    result = subprocess.run([sys.executable, "-c", script, str(out), *args], env=full, timeout=timeout_s, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
+    log = out.with_suffix(".log")
+    with open(log, "w") as sink:
+        try:
+            code = subprocess.run([sys.executable, "-c", script, str(out), *args], env=full, timeout=timeout_s, stdout=sink,
+                                  stderr=subprocess.STDOUT).returncode
+        except subprocess.TimeoutExpired:
+            code = f"killed at the test's timeout ({timeout_s} s)"
+    assert code == 0, f"{code}: {log.read_text()[-6000:]}"
     return json.loads(out.read_text())
 
 
@@ -156,7 +164,7 @@ NETCUT = HEAD + textwrap.dedent(
             subprocess.run(["ip", "link", "set", self.link, "down"], check=True)
 
     base = fit()
-    hit = fit(Cut(os.environ["TEST_NS_LINK"], sys.argv[2]), workerTimeout=240.0)
+    hit = fit(Cut(os.environ["TEST_NS_LINK"], sys.argv[2]), workerTimeout=240.0, roundTimeout=300.0)  # a stall fails, named
     json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"],
                "retrained": hit.fitInfo["worker_retrained"], "cut": int(open(os.path.join(sys.argv[2], "partition")).read())},
               open(sys.argv[1], "w"))
@@ -248,6 +256,8 @@ def test_a_slice_owner_cut_off_from_the_network_mid_round_is_replaced_with_the_s
         out = _run(NETCUT, tmp_path / "out.json", env, timeout_s=800, args=(str(markers),))
     except AssertionError:
         print(netns_cluster["log"].read_text()[-4000:])
+        for path in sorted((tmp_path / "work").glob("*/*/stderr")):  # each executor's own log
+            print(f"---- {path.relative_to(tmp_path)}\n{path.read_text()[-3000:]}")
         raise
     assert _difference(out["hit"], out["base"]) < 1e-5
     assert out["attempts"][str(out["cut"])] >= 2 and out["retrained"][out["cut"]] == 1, out
