@@ -57,7 +57,6 @@ Where the server binds and what the executors dial: :meth:`~sparkdl.spark.cluste
 
 from __future__ import annotations
 
-import logging
 import shutil
 import time
 
@@ -73,8 +72,6 @@ from sparkdl.spark.training.nodes import SlotWatch, tell
 from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.training.stage import StageWatch
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
-
-log = logging.getLogger("sparkdl")
 
 
 # ---- before any job ---------------------------------------------------------------------------
