@@ -504,6 +504,20 @@ class SliceBoard(RoundBoard):
             self._cond.notify_all()
             return True
 
+    def describe(self) -> str:
+        """Where the open round stands, in words, for a round that waits too long: the workers
+        whose pieces it still waits for, and each slice's registered task attempt and newest ready
+        version (``none`` while its owner reported none)."""
+        with self._cond:
+            missing = sorted(self._expected - set(self._pushed))
+            slices = []
+            for j in range(self.owners):
+                attempt = self._slices[j]["attempt"] if j in self._slices else "none"
+                ready = f"v{self._ready[j]}" if j in self._ready else "none"
+                slices.append(f"{j}: attempt {attempt}, ready {ready}")
+            return (f"round {self.opened + 1} of the fit {'closed' if self.closed else 'open'}, waiting for the pieces of "
+                    f"workers {missing or 'none'}; slices {'; '.join(slices)}; slice map version {self.map_version}")
+
     def ready_version(self) -> int:
         """The newest version every slice holds (-1 while a slice holds none)."""
         with self._cond:

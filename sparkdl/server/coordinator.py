@@ -53,7 +53,8 @@ class Coordinator(FlightEndpoint):
 
     PORT_SETTING = "serverPort"
     ACTIONS = (
-        ("register", "body {\"worker\": int, \"attempt\": int, \"location\": str, \"cert\": str, \"fingerprint\": str}"),
+        ("register", "body {\"worker\": int, \"attempt\": int, \"location\": str, \"cert\": str, \"fingerprint\": str, "
+                     "\"stage_id\": int}"),
         ("slice_map", "the slices' locations, JSON"),
         ("wait_round", "body {\"round\": int, \"timeout_s\": float, \"worker\": str, \"map_version\": int}"),
         ("report", "body {\"worker\": str, \"attempt\": int, \"round\": int, \"rows\": int, \"extra\": {...}, \"nbytes\": int}"),
@@ -63,9 +64,10 @@ class Coordinator(FlightEndpoint):
     )
 
     def __init__(self, board: SliceBoard, initial: Callable[[int], SliceVersion], *, token: str | None = None,
-                 host: str = "127.0.0.1", advertise: str | None = None, port: int = 0, tls: TLSIdentity | None = None) -> None:
+                 host: str = "127.0.0.1", advertise: str | None = None, port: int = 0, tls: TLSIdentity | None = None,
+                 stage_attempt: Callable[[int], int | None] | None = None) -> None:
         super().__init__(token=token, host=host, advertise=advertise, port=port, tls=tls, what="coordinator")
-        self.board, self.initial = board, initial
+        self.board, self.initial, self.stage_attempt = board, initial, stage_attempt
         self.start_version = board.opened + 1  # the version the fit starts from (served by ``init:<j>``)
         self._reports = ApplyLedger()
         self._counts = {"rejected": 0, "reports": 0, "duplicates_dropped": 0, "late_dropped": 0, "inits": 0, "bytes_out": 0}
@@ -107,6 +109,13 @@ class Coordinator(FlightEndpoint):
             info = {k: req.get(k) for k in ("location", "cert", "fingerprint")}
             if owner >= board.owners or not all(isinstance(v, str) and v for v in info.values()):
                 raise self._reject(f"register needs a slice below {board.owners}, a location, cert and fingerprint. Received: {req!r:.200}")
+            stage_id = req.get("stage_id")
+            if stage_id is not None:
+                if not (isinstance(stage_id, int) and stage_id >= 0):
+                    raise self._reject(f"register's stage_id must be an integer >= 0. Received: {stage_id!r:.100}")
+                attempt = self.stage_attempt(stage_id) if self.stage_attempt is not None else None
+                if attempt is not None:
+                    info["stage"] = [stage_id, attempt]
             layout = req.get("layout")
             with self._lock:
                 if self.layout is None and isinstance(layout, dict):
@@ -124,6 +133,7 @@ class Coordinator(FlightEndpoint):
             _, reported = self._progress(str(owner))
             opened, closed = board.position()
             return json_result({"previous": previous, "registrations": board.registrations(owner), "map": board.slice_map(),
+                                "stage": info.get("stage"),
                                 "opened": opened, "closed": closed, "version": self.accepted_version(), "reported": reported,
                                 "start": self.start_version})
         if kind == "slice_map":
@@ -197,9 +207,14 @@ class CoordinatorClient:
 
         return self.client._action(kind, json.dumps(body).encode())
 
-    def register(self, owner: int, attempt: int, location: str, cert: str, fingerprint: str, layout: dict) -> dict:
+    def register(self, owner: int, attempt: int, location: str, cert: str, fingerprint: str, layout: dict,
+                 stage_id: int | None = None) -> dict:
+        """``stage_id``: the task's Spark stage; the registration (and the reply's ``stage``) carries
+        ``[stage id, the stage's current attempt]`` as the driver's Spark knows it. Owners of an older
+        stage attempt end when one of a newer attempt registers (Spark resubmitted the stage)."""
         return self._action("register", {"worker": owner, "attempt": attempt, "location": location, "cert": cert,
-                                         "fingerprint": fingerprint, "layout": layout})
+                                         "fingerprint": fingerprint, "layout": layout,
+                                         **({"stage_id": int(stage_id)} if stage_id is not None else {})})
 
     def slice_map(self) -> dict:
         return self._action("slice_map", {})

@@ -152,6 +152,16 @@ NETCUT = HEAD + textwrap.dedent(
         \"\"\"Before round 4, the task that runs in the network namespace takes its own link down (once).\"\"\"
         def __init__(self, link, markers):
             self.link, self.markers = link, markers
+        def __setstate__(self, state):  # unpickled in a Python worker: its sparkdl log into the executor's stderr
+            self.__dict__.update(state)
+            import logging
+            log = logging.getLogger("sparkdl")
+            if "pyspark.worker" in sys.modules and not any(getattr(h, "in_test", False) for h in log.handlers):
+                handler = logging.StreamHandler()
+                handler.in_test = True
+                handler.setFormatter(logging.Formatter("%(asctime)s sparkdl worker pid %(process)d %(levelname)s %(message)s"))
+                log.addHandler(handler)
+                log.setLevel(logging.INFO)
         def before_steps(self, point):
             if point.index != 3 or not os.path.exists("/sys/class/net/" + self.link):
                 return

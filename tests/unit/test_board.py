@@ -422,3 +422,25 @@ def test_validation_in_the_tasks_is_posted_run_by_each_expected_worker_once_and_
     board.post_validation(1, [np.ones(2, np.float32)], {0})
     board.stop()
     assert board.wait_validation(0, 1, 10.0)["stop"]
+
+
+# ---- SliceBoard ----------------------------------------------------------------------------------
+
+
+def test_a_slice_board_says_which_pieces_and_slices_a_waiting_round_lacks():
+    """What a sharded round that times out names: the workers whose pieces it waits for, each
+    slice's registered attempt and ready version (none for an owner not registered or not ready)."""
+    from sparkdl.core.board import SliceBoard
+
+    board = SliceBoard(3, 3)
+    for owner, attempt in ((0, 26), (2, 23)):
+        board.register(owner, attempt, {"location": f"grpc+tls://h:{owner}"})
+    assert board.mark_ready(0, 26, 3) and board.mark_ready(2, 23, 3) and not board.mark_ready(2, 22, 4)
+    board.open(3, None, {0, 1, 2})
+    board.record(_meta(2, 3, 30))
+    text = board.describe()
+    assert text == ("round 4 of the fit open, waiting for the pieces of workers [0, 1]; slices 0: attempt 26, ready v3; "
+                    "1: attempt none, ready none; 2: attempt 23, ready v3; slice map version 2"), text
+    board.record(_meta(0, 3, 30))
+    board.record(_meta(1, 3, 30))
+    assert "waiting for the pieces of workers none" in board.describe()

@@ -136,14 +136,16 @@ def sharded_partition(spec: ShardedTaskSpec, batches: Iterator[pa.RecordBatch]) 
     try:
         prepare_worker(context, spec.task)
         data = load_rows(spec.task, partition, batches)
-        worker = ShardedWorker(spec, coordinator, partition, attempt, context.attemptNumber(), heartbeat)
+        worker = ShardedWorker(spec, coordinator, partition, attempt, context.attemptNumber(), heartbeat, stage_id=context.stageId())
         counts = worker.run(data)
         if worker.final:
             worker_state.drop(spec.task.fit_id, partition)
             release(spec.task.fit_id, "train", partition)
         coordinator.heartbeat(partition, "done", attempt=attempt)
     except SupersededAttempt:
-        if worker is not None:  # the attempt that replaces this one takes the slice from this server: serve it until then
+        # the attempt that replaces this one takes the slice from this server: serve it until then. Superseded by a newer
+        # stage attempt alone, its own replacement waits for this task slot: it ends now (the slice's backup holder has it)
+        if worker is not None and heartbeat.superseded.is_set():
             worker.server_handoff(HANDOFF_S)
         raise
     except BaseException as exc:
@@ -169,12 +171,20 @@ class ShardedWorker:
         partition, attempt: this worker (its slice's index) and its task attempt id.
         attempt_number: Spark's attempt number of the task (the fault hooks).
         heartbeat: the task's :class:`~sparkdl.spark.training.worker.Heartbeat` (superseded attempts).
+        stage_id: the task's Spark stage. The coordinator answers the registration with ``(stage id,
+            the stage's current attempt)``; when an owner of a newer stage attempt registers, Spark
+            resubmitted the stage: it runs every worker again and does not wait for this attempt, so
+            this attempt ends (:class:`SupersededAttempt`) to free its task slot for its own
+            replacement, which may have no other slot to run in.
     """
 
     def __init__(self, spec: ShardedTaskSpec, coordinator: CoordinatorClient, partition: int, attempt: int, attempt_number: int,
-                 heartbeat: Heartbeat) -> None:
+                 heartbeat: Heartbeat, stage_id: int | None = None) -> None:
         self.spec, self.coordinator, self.partition, self.attempt = spec, coordinator, partition, attempt
         self.attempt_number, self.heartbeat = attempt_number, heartbeat
+        self.stage_id = stage_id
+        self.stage: tuple[int, int] | None = None  # (stage id, attempt) as the coordinator answered the registration
+        self.newer_stage: tuple[int, int] | None = None  # a newer stage attempt's, once seen in the slice map
         task = spec.task
         self.plan = task.plan
         self.layout = SliceLayout.from_json(spec.layout)  # its optimizer group from the replica, with fresh_optimizer
@@ -210,7 +220,8 @@ class ShardedWorker:
                                   host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self._persist)
         self.server.start()
         reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
-                                          identity.fingerprint, self.layout.to_json())
+                                          identity.fingerprint, self.layout.to_json(), stage_id=self.stage_id)
+        self.stage = tuple(reply["stage"]) if reply.get("stage") else None
         self._take_map(reply["map"])
         self._restore(reply)
         return reply
@@ -226,6 +237,9 @@ class ShardedWorker:
                     if old is not None:
                         old.close()
                     self.registrations[j] = registration
+                if self.stage is not None and registration is not None and registration.get("stage") is not None \
+                        and tuple(registration["stage"]) > self.stage:
+                    self.newer_stage = tuple(registration["stage"])
             self.map_version = slice_map["version"]
         return changed
 
@@ -423,10 +437,10 @@ class ShardedWorker:
                 if attempt == 3:
                     return
                 time.sleep(0.5 * 2 ** attempt)
-                try:  # a new holder is asked next; the main thread puts the other new owners their pieces again
+                try:  # a new holder is asked next; the main thread puts every new owner its pieces again, this holder too
                     changed = self._take_map(self.coordinator.slice_map())
                     with self._clients_lock:
-                        self._unhandled.update(j for j in changed if j != holder)
+                        self._unhandled.update(changed)
                 except Exception:  # noqa: BLE001
                     pass
 
@@ -438,6 +452,10 @@ class ShardedWorker:
         return {p for p in range(len(self.plan.partition_rows)) if self.plan.row_range(p, r)[1] > self.plan.row_range(p, r)[0]}
 
     def _check(self) -> None:
+        if self.newer_stage is not None:
+            raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} (stage {self.stage[0]}, attempt "
+                                    f"{self.stage[1]}) is superseded: Spark resubmitted the stage (an owner of its attempt "
+                                    f"{self.newer_stage[1]} registered); it ends to free its task slot")
         if self.heartbeat.superseded.is_set():
             raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} is superseded by a later attempt "
                                     "(Spark resubmitted the stage while it ran); it ends to free its task slot")

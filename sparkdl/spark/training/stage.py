@@ -146,6 +146,21 @@ def _done_since(contact: dict | None, watched_s: float) -> bool:
     return contact is not None and contact["state"] == "done" and contact["seconds"] <= watched_s
 
 
+def stage_attempt(spark, stage_id: int) -> int | None:
+    """The current attempt of Spark stage ``stage_id`` (``SparkStatusTracker.getStageInfo``): 0, then
+    1, 2, ... each time Spark resubmits it. None where it is not known (Spark Connect, a stage no
+    longer tracked)."""
+    from sparkdl.spark.session import is_connect
+
+    if is_connect(spark):
+        return None
+    try:
+        info = spark.sparkContext.statusTracker().getStageInfo(int(stage_id))
+    except Exception:  # noqa: BLE001 - the JVM did not answer: no stage attempt for this registration
+        return None
+    return None if info is None else int(info.currentAttemptId)
+
+
 def kill_task_attempt(spark, attempt: int, reason: str) -> bool:
     """Kill task attempt ``attempt`` (Spark's task id, ``TaskContext.taskAttemptId()``): Spark runs
     the task again (a killed attempt does not count toward ``spark.task.maxFailures``). Returns

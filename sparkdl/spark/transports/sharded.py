@@ -47,7 +47,7 @@ from sparkdl.core.board import SliceBoard
 from sparkdl.core.modes import LOCAL_OPTIMIZER_MODES, SLICED_MODES
 from sparkdl.core.slices import SliceLayout, assemble_mode, mode_slice
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
-from sparkdl.errors import ConfigError, InvariantError, ServerError
+from sparkdl.errors import ConfigError, InvariantError, RoundTimeoutError, ServerError
 from sparkdl.server.coordinator import Coordinator
 from sparkdl.server.slices import SliceClient, SliceVersion
 from sparkdl.server.tls import TLSPin
@@ -55,7 +55,7 @@ from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.sharded_task import RESULT_SPARK_SCHEMA, ShardedTaskSpec, sharded_partition
 from sparkdl.spark.training.nodes import SlotWatch
-from sparkdl.spark.training.stage import StageWatch
+from sparkdl.spark.training.stage import StageWatch, stage_attempt
 from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
 log = logging.getLogger("sparkdl")
@@ -168,7 +168,7 @@ class ShardedTransport:
             return SliceVersion(version, layout.take(state, owner), mode_slice(layout, mode, owner))
 
         self.coordinator = Coordinator(board, initial, host=self.bind, advertise=self.advertise, port=config.server_port,
-                                       tls=self.identity)
+                                       tls=self.identity, stage_attempt=lambda stage_id: stage_attempt(job.spark, stage_id))
         try:
             self.coordinator.start()
         except ServerError as exc:
@@ -225,8 +225,7 @@ class ShardedTransport:
         job, board, plan = self.job, self.board, self.job.plan
         r = orders.round_in_epoch
         g = orders.index
-        self.stages.wait(lambda: board.ready_version() >= g or bool(board.problems), f"every slice ready for {orders.description}",
-                         block=board.wait_change)
+        self._wait(lambda: board.ready_version() >= g or bool(board.problems), f"every slice ready for {orders.description}")
         self._check_problems(orders)
         expected = {p for p in range(job.workers) if plan.row_range(p, r)[1] > plan.row_range(p, r)[0]}
         self.coordinator.learning_rate = orders.learning_rate
@@ -236,11 +235,18 @@ class ShardedTransport:
         def closable() -> bool:
             return bool(board.problems) or (expected <= board.pushed() and board.ready_version() >= g + 1)
 
-        self.stages.wait(closable, orders.description, block=board.wait_change)
+        self._wait(closable, orders.description)
         self._check_problems(orders)
         collection = board.close()
         return RoundReport(updates=RoundUpdates(collection.rows), workers=collection.workers, metrics=collection.metrics,
                            nbytes=collection.nbytes, rows_expected=plan.round_rows(r))
+
+    def _wait(self, ready, what: str) -> None:
+        """:meth:`StageWatch.wait` for the board; a round that times out says where it stood."""
+        try:
+            self.stages.wait(ready, what, block=self.board.wait_change)
+        except RoundTimeoutError as exc:
+            raise RoundTimeoutError(f"{exc} ({self.board.describe()})") from None
 
     def _check_problems(self, orders: RoundOrders) -> None:
         if self.board.problems:
