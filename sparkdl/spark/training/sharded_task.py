@@ -145,7 +145,7 @@ def sharded_partition(spec: ShardedTaskSpec, batches: Iterator[pa.RecordBatch]) 
     except SupersededAttempt:
         # the attempt that replaces this one takes the slice from this server: serve it until then. Superseded by a newer
         # stage attempt alone, its own replacement waits for this task slot: it ends now (the slice's backup holder has it)
-        if worker is not None and heartbeat.superseded.is_set():
+        if worker is not None and (heartbeat.superseded.is_set() or worker.replaced()):
             worker.server_handoff(HANDOFF_S)
         raise
     except BaseException as exc:
@@ -603,6 +603,12 @@ class ShardedWorker:
         self.coordinator.report(self.partition, self.attempt, g, rows, encode_metric_sums(metrics), nbytes)
         self.counts["rows"] += rows
         self.counts["steps"] += steps
+
+    def replaced(self) -> bool:
+        """Whether the slice map shows a later attempt of this worker serving its slice."""
+        with self._clients_lock:
+            own = self.registrations[self.partition]
+        return own is not None and own["attempt"] > self.attempt
 
     def server_handoff(self, timeout_s: float) -> None:
         """Keep serving this slice until the attempt that superseded this one took it (``release``),
