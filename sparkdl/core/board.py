@@ -461,6 +461,7 @@ class SliceBoard(RoundBoard):
         self._history: dict[int, int] = {}  # owner -> registrations so far
         self._ready: dict[int, int] = {}  # owner -> newest version reported ready (by its registered attempt)
         self.problems: list[str] = []  # slices that reported a non-finite candidate
+        self.lost: list[str] = []  # slices found nowhere by their owners (SliceLost): the fit fails at once
 
     def register(self, owner: int, attempt: int, info: dict) -> dict | None:
         """Owner ``owner`` (task attempt ``attempt``) serves its slice at ``info``; returns the
@@ -503,6 +504,12 @@ class SliceBoard(RoundBoard):
                 self._ready[owner] = max(version, self._ready.get(owner, -1))
             self._cond.notify_all()
             return True
+
+    def mark_lost(self, owner: int, attempt: int, message: str) -> None:
+        """Owner ``owner``'s task attempt ``attempt`` found its slice nowhere (``message``)."""
+        with self._cond:
+            self.lost.append(f"slice {owner} (task attempt {attempt}): {message}")
+            self._cond.notify_all()
 
     def describe(self) -> str:
         """Where the open round stands, in words, for a round that waits too long: the workers

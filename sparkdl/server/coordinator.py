@@ -21,6 +21,8 @@ call; JSON action bodies and answers):
   round, counted once per (worker, round) (:class:`~sparkdl.core.ledger.ApplyLedger`).
 * ``ready`` ``{"worker": j, "attempt", "version", "problem"}``: slice j holds ``version``; a
   ``problem`` names a non-finite candidate.
+* ``lost`` ``{"worker": j, "attempt", "message"}``: slice j's owner found its slice nowhere
+  (:class:`~sparkdl.server.slices.SliceLost`): the driver fails the fit at once, as no retry mends it.
 * ``heartbeat`` (as the parameter server's), answered with ``superseded``, the driver's orders and
   ``map_version``; ``progress`` ``{"worker"}``: its highest attempt and last reported round + 1.
 * ``DoGet`` ``init:<j>``: slice j of the state the fit starts from (the master, its mode state).
@@ -61,6 +63,7 @@ class Coordinator(FlightEndpoint):
         ("ready", "body {\"worker\": int, \"attempt\": int, \"version\": int, \"problem\": str | null}"),
         ("heartbeat", "body {\"worker\": str, \"attempt\": int, \"state\": \"alive\"|\"done\"|\"error\", \"message\": str}"),
         ("progress", "body {\"worker\": str}: the worker's highest attempt and last reported round + 1"),
+        ("lost", "body {\"worker\": int, \"attempt\": int, \"message\": str}: the owner found its slice nowhere"),
     )
 
     def __init__(self, board: SliceBoard, initial: Callable[[int], SliceVersion], *, token: str | None = None,
@@ -151,6 +154,10 @@ class Coordinator(FlightEndpoint):
             problem = req.get("problem")
             marked = board.mark_ready(int(req["worker"]), req["attempt"], req["version"], None if problem is None else str(problem)[:500])
             return json_result({"marked": marked})
+        if kind == "lost":
+            req = self._json_body(kind, body, ["worker", "attempt"])
+            board.mark_lost(int(req["worker"]), req["attempt"], str(req.get("message", ""))[:2000])
+            return json_result({"marked": True})
         if kind == "heartbeat":
             req, superseded, _ = self._heartbeat(body)
             return json_result({"superseded": superseded, "stop": board.stopped, "learning_rate": self.learning_rate,
@@ -228,6 +235,10 @@ class CoordinatorClient:
 
     def ready(self, owner: int, attempt: int, version: int, problem: str | None = None) -> dict:
         return self._action("ready", {"worker": owner, "attempt": attempt, "version": version, "problem": problem})
+
+    def lost(self, owner: int, attempt: int, message: str) -> dict:
+        """Slice ``owner``'s task attempt found the slice nowhere (``message``: the SliceLost's words)."""
+        return self._action("lost", {"worker": owner, "attempt": attempt, "message": message})
 
     def initial(self, owner: int, has_optimizer: bool) -> SliceVersion:
         """Slice ``owner`` of the state the fit starts from."""

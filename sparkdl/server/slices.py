@@ -49,6 +49,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -165,9 +166,10 @@ class SliceServer(FlightEndpoint):
         host, advertise: where it binds, and the address workers dial.
         on_ready: ``on_ready(version, finite_message)``: a candidate is ready (message None) or not
             finite (the first non-finite piece named); called from the applier thread.
-        persist: ``persist(version)``: keep a new version where a retried task on this executor
-            finds it (its disk); called from a writer thread of its own, newest version first, off
-            the round's path (None: nowhere).
+        persist: ``persist(slice_index, version)``: keep a new version of this slice, or of a slice
+            this server backs up, where a later task on this executor finds it (its disk); called
+            from a writer thread of its own, the newest version of each slice, off the round's path
+            (None: nowhere).
         send_backup: ``send_backup(version)``: put a version to this slice's holder (None: no holder);
             called from the applier thread after each apply.
         max_message_bytes: the largest put accepted (bytes); default 4 × a slice + 1 MiB.
@@ -187,7 +189,7 @@ class SliceServer(FlightEndpoint):
     def __init__(self, owner: int, layout: SliceLayout, policy, expected: Callable[[int], set[int]], *, names: Sequence[str],
                  token: str, tls: TLSIdentity | None, host: str = "127.0.0.1", advertise: str | None = None,
                  on_ready: Callable[[int, str | None], None] | None = None, send_backup: Callable[[int], None] | None = None,
-                 persist: Callable[[SliceVersion], None] | None = None, max_message_bytes: int | None = None) -> None:
+                 persist: Callable[[int, SliceVersion], None] | None = None, max_message_bytes: int | None = None) -> None:
         super().__init__(token=token, host=host, advertise=advertise, port=0, tls=tls, what=f"slice server {owner}")
         self.owner, self.layout, self.policy, self.expected, self.names = owner, layout, policy, expected, list(names)
         self.on_ready, self.send_backup, self.persist = on_ready, send_backup, persist
@@ -204,7 +206,8 @@ class SliceServer(FlightEndpoint):
                         "bytes_out": 0, "backups_in": 0, "applied": 0, "apply_s": 0.0}
         self._due = threading.Event()
         self.released = threading.Event()  # a new owner took the slice (``release``)
-        self._to_disk: SliceVersion | None = None  # the newest version the disk writer has not written yet
+        self._to_disk: dict[int, SliceVersion] = {}  # slice -> the newest version the disk writer has not written yet
+        self._writing = False
         self._written = threading.Event()
         self._writer: threading.Thread | None = None
         self._applier: threading.Thread | None = None
@@ -229,7 +232,7 @@ class SliceServer(FlightEndpoint):
             self._applier.start()
         for version in (committed, candidate):
             if version is not None and self.persist is not None:
-                self.persist(version)
+                self.persist(self.owner, version)
         if self.on_ready is not None:
             self.on_ready(committed.version, None)
             if candidate is not None:
@@ -358,18 +361,18 @@ class SliceServer(FlightEndpoint):
                 self._counts["applied"] += 1
                 self._counts["apply_s"] += time.perf_counter() - started
                 self._cond.notify_all()
-            self._keep_on_disk(candidate)
+            self._keep_on_disk(self.owner, candidate)
             if self.send_backup is not None:  # its holder has it before anyone hears it is ready
                 self.send_backup(g + 1)
         if self.on_ready is not None:
             self.on_ready(g + 1, problem)
 
-    def _keep_on_disk(self, version: SliceVersion) -> None:
-        """Hand ``version`` to the disk writer thread (a newer one replaces one not written yet)."""
+    def _keep_on_disk(self, slice_index: int, version: SliceVersion) -> None:
+        """Hand ``version`` of ``slice_index`` to the disk writer thread (a newer one replaces one not written yet)."""
         if self.persist is None:
             return
         with self._lock:
-            self._to_disk = version
+            self._to_disk[slice_index] = version
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, name=f"sparkdl-slice-{self.owner}-disk", daemon=True)
                 self._writer.start()
@@ -380,25 +383,39 @@ class SliceServer(FlightEndpoint):
             if not self._written.wait(0.5):
                 continue
             self._written.clear()
-            with self._lock:
-                version, self._to_disk = self._to_disk, None
-            if version is None:
-                continue
-            try:
-                self.persist(version)
-            except Exception as exc:  # noqa: BLE001 - a full disk costs the local copy, not the fit (the holder has one)
-                log.warning("sparkdl: slice %d could not keep version %d on this executor's disk: %s", self.owner, version.version, exc)
+            with self._cond:
+                pending, self._to_disk = self._to_disk, {}
+                self._writing = True
+            for k, version in sorted(pending.items()):
+                try:
+                    self.persist(k, version)
+                except Exception as exc:  # noqa: BLE001 - a full disk costs the local copy, not the fit (the holder has one)
+                    log.warning("sparkdl: slice server %d could not keep version %d of slice %d on this executor's disk: %s",
+                                self.owner, version.version, k, exc)
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+    def flush_disk(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds until every version handed to the disk writer is written;
+        returns whether it was."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._to_disk and not self._writing, timeout=max(0.0, timeout_s))
 
     # ---- backups --------------------------------------------------------------------------------
 
-    def keep_backup(self, slice_index: int, version: SliceVersion) -> None:
-        """Keep another owner's version as its backup (the last :data:`KEEP_VERSIONS` versions)."""
+    def keep_backup(self, slice_index: int, version: SliceVersion, to_disk: bool = True) -> None:
+        """Keep another owner's version as its backup (the last :data:`KEEP_VERSIONS` versions), in
+        memory and (``to_disk``) on this executor's disk, where a later owner on this executor finds
+        it when this server is gone."""
         with self._lock:
             held = self.backups.setdefault(slice_index, {})
             held[version.version] = version
             for old in sorted(held)[:-KEEP_VERSIONS]:
                 held.pop(old)
             self._counts["backups_in"] += 1
+        if to_disk:
+            self._keep_on_disk(slice_index, version)
 
     # ---- Flight handlers ------------------------------------------------------------------------
 
@@ -498,7 +515,7 @@ class SliceServer(FlightEndpoint):
 
 def write_slice(uri: str, version: SliceVersion, has_optimizer: bool) -> dict:
     """Write ``version`` (master and mode pieces) to ``uri`` as Arrow IPC through ``pyarrow.fs``
-    (written whole to ``uri + ".tmp"``, then moved); returns ``{"uri", "sha256", "bytes", "version"}``."""
+    (written whole to a temporary file of its own beside it, then moved); returns ``{"uri", "sha256", "bytes", "version"}``."""
     from pyarrow import fs as pafs
 
     from sparkdl.serialization.arrow_codec import encode_arrays
@@ -509,9 +526,10 @@ def write_slice(uri: str, version: SliceVersion, has_optimizer: bool) -> dict:
     filesystem, path = pafs.FileSystem.from_uri(uri)
     parent = path.rsplit("/", 1)[0]
     filesystem.create_dir(parent, recursive=True)
-    with filesystem.open_output_stream(path + ".tmp") as out:
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"  # two writers of one copy (an owner and its holder on one executor) never meet
+    with filesystem.open_output_stream(temporary) as out:
         out.write(payload)
-    filesystem.move(path + ".tmp", path)
+    filesystem.move(temporary, path)
     return {"uri": uri, "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload), "version": version.version,
             "optimizer": has_optimizer}
 

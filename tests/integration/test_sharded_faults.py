@@ -321,4 +321,5 @@ def test_a_slice_found_nowhere_fails_the_fit_naming_it_instead_of_hanging(tmp_pa
     out = _run(LOST, tmp_path / "out.json", {"TEST_MASTER": "local[2,4]"}, timeout_s=800, args=(str(markers),))
     assert out["failed"] and out["type"] == "WorkerError", out
     assert "SliceLost: slice 1 of the state" in out["message"] and "found nowhere" in out["message"], out["message"][:2000]
-    assert "backup holder (slice 0)" in out["message"]
+    assert "owner: worker 1" in out["message"] and "backup holder: worker 0" in out["message"], out["message"][:2000]
+    assert "no retry can mend this" in out["message"] and "maxFailures" not in out["message"]

@@ -41,11 +41,13 @@ from sparkdl.core.compression import encode_update
 from sparkdl.core.modes import get_policy
 from sparkdl.core.slices import SliceLayout
 from sparkdl.core.state import ModelState, WorkerLocal
+from sparkdl.errors import RoundTimeoutError
 from sparkdl.server.coordinator import CoordinatorClient
 from sparkdl.server.slices import SliceClient, SliceLost, SliceServer, SliceVersion, holder_of, read_slice, unavailable
 from sparkdl.server.tls import TLSPin, self_signed
-from sparkdl.spark.partitions import release
-from sparkdl.spark.training import worker_state
+from sparkdl.spark.partitions import release, spill_dir
+from sparkdl.spark.training import recovery, worker_state
+from sparkdl.spark.training.recovery import DiskCopies, Look
 from sparkdl.spark.training.tasks import TaskSpec, prepare_worker, replica_for
 from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, train_slot
 
@@ -64,10 +66,7 @@ PATIENCE_S = 3600.0
 # slice map and asks again, so an owner cut off costs one such wait before its replacement is asked, not
 # the client's retries x its timeout (measured: a cut owner held a round for 104 s with 4 x 30 s).
 PEER_CALL_S = 15.0
-# A retried task looks for its slice's version this many times, this many seconds apart, before SliceLost:
-# when Spark resubmits the whole stage its backup holder is new too and takes the versions from its own
-# previous owner meanwhile.
-RESTORE_LOOKS, RESTORE_PAUSE_S = 3, 5.0
+FLUSH_S = 10.0  # how long an ending attempt waits for its slice copies to reach this executor's disk (seconds)
 
 
 @dataclass(frozen=True)
@@ -143,13 +142,13 @@ def sharded_partition(spec: ShardedTaskSpec, batches: Iterator[pa.RecordBatch]) 
             release(spec.task.fit_id, "train", partition)
         coordinator.heartbeat(partition, "done", attempt=attempt)
     except SupersededAttempt:
-        # the attempt that replaces this one takes the slice from this server: serve it until then. Superseded by a newer
-        # stage attempt alone, its own replacement waits for this task slot: it ends now (the slice's backup holder has it)
-        if worker is not None and (heartbeat.superseded.is_set() or worker.replaced()):
-            worker.server_handoff(HANDOFF_S)
+        if worker is not None:
+            worker.end_superseded()
         raise
     except BaseException as exc:
         try:
+            if isinstance(exc, SliceLost):  # no retry mends it: the driver fails the fit at once
+                coordinator.lost(partition, attempt, str(exc))
             coordinator.heartbeat(partition, "error", f"{type(exc).__name__}: {exc}", attempt=attempt)
         except Exception:  # noqa: BLE001 - the task's own error is the one to raise
             pass
@@ -207,6 +206,7 @@ class ShardedWorker:
         self.stopped = False
         self.final = False
         self.own_optimizer: list[np.ndarray] | None = None
+        self.disk = DiskCopies(spill_dir(task.fit_id), self.layout.has_optimizer)
 
     # ---- the slice server and the slice map ----------------------------------------------------
 
@@ -217,7 +217,7 @@ class ShardedWorker:
         host = reachable_address(spec.location)
         self.server = SliceServer(self.partition, self.layout, self.policy, self.expected,
                                   names=self.layout.names(list(spec.names), self.partition), token=spec.token, tls=identity,
-                                  host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self._persist)
+                                  host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self.disk.write)
         self.server.start()
         reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
                                           identity.fingerprint, self.layout.to_json(), stage_id=self.stage_id)
@@ -287,79 +287,123 @@ class ShardedWorker:
 
     def _restore(self, reply: dict) -> None:
         """Take this slice's state: the fit's start (first registration), else the version the
-        driver accepted (and the candidate after it) from the previous owner or the backup holder.
+        driver accepted (and the candidate after it) from where :func:`recovery.restore_order` says,
+        waiting at most :data:`recovery.RESTORE_WAIT_S` for a source that holds it.
 
         Raises:
-            SliceLost: neither holds it.
+            SliceLost: no source held it in that time.
         """
         spec, version, has_optimizer = self.spec, reply["version"], self.layout.has_optimizer
-        if reply["registrations"] == 1 or (version == reply["start"] and spec.checkpoint is None):  # the fit's start: from the driver
-            if spec.checkpoint is not None:
-                found = read_slice(spec.checkpoint["uris"][self.partition], spec.checkpoint["sha256"][self.partition])
-                found.version = int(spec.checkpoint["version"])
-            else:
-                found = self.coordinator.initial(self.partition, has_optimizer)
-                if has_optimizer and not found.master.optimizer:  # the fit starts with a fresh optimizer: this replica's
-                    fresh = self.layout.take(ModelState([np.empty(s, d) for s, d in zip(self.layout.shapes[0], self.layout.dtypes[0],
-                                                                                         strict=True)], self.fresh), self.partition)
-                    found.master = ModelState(found.master.weights, fresh.optimizer)
+        previous = reply["previous"]
+        on_disk = version in self.disk.versions(self.partition)
+        order = recovery.restore_order(first_registration=reply["registrations"] == 1, at_fit_start=version == reply["start"],
+                                       checkpoint=spec.checkpoint is not None, on_disk=on_disk,
+                                       previous_answers=previous is not None and self._answers(previous))
+        if order == (recovery.CHECKPOINT,):
+            found = read_slice(spec.checkpoint["uris"][self.partition], spec.checkpoint["sha256"][self.partition])
+            found.version = int(spec.checkpoint["version"])
             self.server.install(found)
             return
-        held = self._persisted(version)
-        if held[0] is not None and reply["previous"] is not None and not self._answers(reply["previous"]):
-            self.server.install(*held)  # this executor's disk: the previous owner (its Python worker) is gone
-            log.info("sparkdl: slice %d restored at version %d from this executor's disk", self.partition, version)
-            self.restored_candidate = held[1] is not None
+        if order == (recovery.FIT_START,):
+            found = self.coordinator.initial(self.partition, has_optimizer)
+            if has_optimizer and not found.master.optimizer:  # the fit starts with a fresh optimizer: this replica's
+                fresh = self.layout.take(ModelState([np.empty(s, d) for s, d in zip(self.layout.shapes[0], self.layout.dtypes[0],
+                                                                                     strict=True)], self.fresh), self.partition)
+                found.master = ModelState(found.master.weights, fresh.optimizer)
+            self.server.install(found)
             return
+        self._serve_disk_copies()
+        looks: list[Look] = []
+
+        def look() -> tuple | None:
+            looks.clear()
+            self._take_map(self.coordinator.slice_map())
+            for source in order:
+                found = self._look(source, version, previous, looks)
+                if found is not None:
+                    return found
+            return None
+
         holder = holder_of(self.partition, self.owners)
-        previous = ("its previous owner", reply["previous"])
-        # a previous owner that does not answer a probe (lost, or cut off: each call would wait its whole
-        # deadline) is asked last, after the backup holder
-        answers = reply["previous"] is not None and (held[0] is not None or self._answers(reply["previous"]))
-        for look in range(RESTORE_LOOKS):
-            if look:  # a holder that is itself being replaced (a resubmitted stage) may take the versions meanwhile
-                time.sleep(RESTORE_PAUSE_S)
-                self._check()
-                self._take_map(self.coordinator.slice_map())
-            backup = [(f"its backup holder (slice {holder})", self.registrations[holder])] if holder is not None else []
-            sources = [previous, *backup] if answers else [*backup, previous]
-            tried = [] if held[0] is None else ["this executor's disk: skipped, its previous owner answers"]
-            for what, registration in sources:
-                if registration is None:
-                    continue
-                try:
-                    pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
-                    with SliceClient(registration["location"], spec.token, tls=pin, timeout_s=min(10.0, spec.call_timeout_s),
-                                     retries=1) as source:
-                        versions = source.held(self.partition)
-                        if version not in versions:
-                            tried.append(f"{what} at {registration['location']} holds versions {versions}")
-                            continue
-                        committed = source.fetch(f"held:{self.partition}:{version}", has_optimizer)
-                        candidate = source.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in versions else None
-                        backups = self._take_backups(source) if what == "its previous owner" else []
-                        if what == "its previous owner":
-                            try:
-                                source.release()
-                            except Exception:  # noqa: BLE001 - it may be on its way out
-                                pass
-                    self.server.install(committed, candidate)
-                    for k, kept in backups:
-                        self.server.keep_backup(k, kept)
-                    log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
-                    self.restored_candidate = candidate is not None
-                    return
-                except Exception as exc:  # noqa: BLE001 - the next source
-                    tried.append(f"{what} at {registration['location']}: {type(exc).__name__}: {str(exc)[:200]}")
-        raise SliceLost(f"slice {self.partition} of the state (version {version}) must be served again after its task was retried. "
-                        f"Received: it was found nowhere ({RESTORE_LOOKS} looks, {RESTORE_PAUSE_S:g} s apart; the last: "
-                        f"{'; '.join(tried) or 'no previous owner or backup holder registered'})")
+        found = recovery.wait_bounded(look, f"slice {self.partition} (task attempt {self.attempt}) looks for its version {version}",
+                                      recovery.RESTORE_WAIT_S, recovery.RESTORE_PAUSE_S, lambda: "; ".join(map(str, looks)) or "nobody asked",
+                                      check=self._check)
+        if found is None:
+            registration = self.registrations[holder] if holder is not None else None
+            where = "none (a single owner)" if holder is None else (
+                f"worker {holder}'s task attempt {registration['attempt']} at {registration['location']}" if registration else
+                f"worker {holder}, not registered")
+            raise SliceLost(f"slice {self.partition} of the state (version {version}) must be found after its owner was lost. "
+                            f"Received: it was found nowhere in {recovery.RESTORE_WAIT_S:g} s (owner: worker {self.partition}, "
+                            f"task attempt {self.attempt}; backup holder: {where}; {'; '.join(map(str, looks)) or 'no source'}). Its "
+                            "owner and every copy of it were lost together (two executors at once?): no retry can mend this; "
+                            "resume from the fit's checkpointDir")
+        committed, candidate, backups, what = found
+        self.server.install(committed, candidate)
+        for k, kept in backups:
+            self.server.keep_backup(k, kept)
+        log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
+
+    def _look(self, source: str, version: int, previous: dict | None, looks: list[Look]) -> tuple | None:
+        """Ask one source for this slice's ``version``; returns ``(committed, candidate, backups,
+        what)`` when it holds it, else None (its answer appended to ``looks``)."""
+        if source == recovery.DISK:
+            committed = self.disk.read(self.partition, version)
+            looks.append(Look("this executor's disk", "here", self.disk.versions(self.partition)))
+            if committed is None:
+                return None
+            return committed, self.disk.read(self.partition, version + 1), [], "this executor's disk"
+        holder = holder_of(self.partition, self.owners)
+        if source == recovery.PREVIOUS:
+            asked = [("its previous owner", previous)]
+        elif source == recovery.HOLDER:
+            asked = [(f"its backup holder (worker {holder})", self.registrations[holder])] if holder is not None else []
+        else:
+            known = {previous["location"]} if previous else set()
+            asked = [(f"worker {j}", self.registrations[j]) for j in range(self.owners)
+                     if j not in (self.partition, holder) and self.registrations[j] is not None
+                     and self.registrations[j]["location"] not in known]
+        for what, registration in asked:
+            if registration is None:
+                continue
+            try:
+                pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+                with SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=min(10.0, self.spec.call_timeout_s),
+                                 retries=1) as client:
+                    versions = client.held(self.partition)
+                    looks.append(Look(what, registration["location"], versions))
+                    if version not in versions:
+                        continue
+                    has_optimizer = self.layout.has_optimizer
+                    committed = client.fetch(f"held:{self.partition}:{version}", has_optimizer)
+                    candidate = client.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in versions else None
+                    backups = []
+                    if source == recovery.PREVIOUS:  # it is on its way out: take what it kept for a neighbour, then release it
+                        backups = self._take_backups(client)
+                        try:
+                            client.release()
+                        except Exception:  # noqa: BLE001 - it may be gone already
+                            pass
+                return committed, candidate, backups, f"{what} at {registration['location']}"
+            except Exception as exc:  # noqa: BLE001 - the next source
+                looks.append(Look(what, registration["location"], error=f"{type(exc).__name__}: {str(exc)[:160]}"))
+        return None
+
+    def _serve_disk_copies(self) -> None:
+        """Serve every copy of another slice this executor's disk holds (a neighbour's backup that a
+        Python worker gone with its task kept): the slice's new owner may find it only here."""
+        for k, versions in self.disk.everything().items():
+            if k == self.partition:
+                continue
+            for kept in versions.values():
+                self.server.keep_backup(k, kept, to_disk=False)
+            log.info("sparkdl: slice server %d serves slice %d's versions %s from this executor's disk", self.partition, k,
+                     sorted(versions))
 
     def _take_backups(self, source: SliceClient) -> list[tuple[int, SliceVersion]]:
-        """The backups the previous owner of this slice kept for the slice this worker backs up
-        (owner j - 1's), read from it before it ends: when Spark resubmits the whole stage every
-        owner is new, and the attempt that replaces owner j - 1 finds its versions here. Best
-        effort (the owner j - 1 that is left sends them again when this worker registers)."""
+        """The backups the previous owner of this slice kept for the slices this worker backs up
+        (owner j - 1's), read from it before it ends. Best effort (its executor's disk has them too,
+        and the owner j - 1 that is left sends them again when this worker registers)."""
         backed = [k for k in range(self.owners) if holder_of(k, self.owners) == self.partition and k != self.partition]
         taken = []
         try:
@@ -379,43 +423,6 @@ class ShardedWorker:
             return True
         except Exception:  # noqa: BLE001 - gone, cut off, or not a server any more
             return False
-
-    def _disk_path(self, version: int) -> str:
-        import os
-
-        from sparkdl.spark.partitions import spill_dir
-
-        return os.path.abspath(os.path.join(spill_dir(self.spec.task.fit_id), f"slice-{self.partition}-v{version}.arrow"))
-
-    def _persist(self, version: SliceVersion) -> None:
-        """Keep ``version`` on this executor's disk (the last two versions), for a retried task here."""
-        import os
-
-        from sparkdl.server.slices import write_slice
-
-        path = self._disk_path(version.version)
-        write_slice(path, version, self.layout.has_optimizer)
-        stale = self._disk_path(version.version - 2)
-        if os.path.exists(stale):
-            os.remove(stale)
-
-    def _persisted(self, version: int) -> tuple[SliceVersion | None, SliceVersion | None]:
-        """``(version, version + 1)`` of this slice from this executor's disk, when held."""
-        import os
-
-        found = []
-        for v in (version, version + 1):
-            path = self._disk_path(v)
-            if os.path.exists(path):
-                try:
-                    held = read_slice(path)
-                    held.version = v
-                    found.append(held)
-                    continue
-                except Exception:  # noqa: BLE001 - a write cut short: not this version
-                    pass
-            found.append(None)
-        return found[0], found[1] if found[0] is not None else None
 
     def _ready(self, version: int, problem: str | None) -> None:
         try:
@@ -452,11 +459,12 @@ class ShardedWorker:
         return {p for p in range(len(self.plan.partition_rows)) if self.plan.row_range(p, r)[1] > self.plan.row_range(p, r)[0]}
 
     def _check(self) -> None:
-        if self.newer_stage is not None:
+        decision = recovery.supersession(later_attempt=self.heartbeat.superseded.is_set(), newer_stage=self.newer_stage is not None)
+        if decision == recovery.END_NOW:
             raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} (stage {self.stage[0]}, attempt "
                                     f"{self.stage[1]}) is superseded: Spark resubmitted the stage (an owner of its attempt "
                                     f"{self.newer_stage[1]} registered); it ends to free its task slot")
-        if self.heartbeat.superseded.is_set():
+        if decision == recovery.HAND_OFF:
             raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} is superseded by a later attempt "
                                     "(Spark resubmitted the stage while it ran); it ends to free its task slot")
         if self.server is not None and self.server.failure is not None:
@@ -536,17 +544,8 @@ class ShardedWorker:
                     raise SliceLost(f"slice {owner} (this worker's own) does not hold round {g}'s start")
                 nbytes = 0
             else:
-                deadline = time.monotonic() + PATIENCE_S
-                while True:
-                    try:
-                        version = self.client(owner).fetch(f"start:{g}", has_optimizer)
-                        break
-                    except Exception as exc:  # noqa: BLE001 - an owner lost or being restored: ask again (bounded)
-                        if not unavailable(exc) or time.monotonic() > deadline:
-                            raise
-                        self._check()
-                        self._refresh_map(skip=owner)
-                        time.sleep(0.5)
+                version = self._patiently(lambda: self.client(owner).fetch(f"start:{g}", has_optimizer), owner,
+                                          f"pull round {g}'s start of slice {owner}")
                 piece = version.master
                 nbytes = sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
             self.layout.put(whole, owner, piece)
@@ -555,23 +554,49 @@ class ShardedWorker:
         self.counts["bytes_pulled"] += sum(self.pool.map(one, range(self.owners)))
         return whole
 
+    def _patiently(self, call, owner: int, what: str):
+        """``call()`` until it answers, asking again (the slice map read anew each time) while owner
+        ``owner`` is unavailable (lost, cut off, being restored), at most :data:`PATIENCE_S`;
+        says at INFO what it waits for after a few seconds.
+
+        Raises:
+            RoundTimeoutError: ``owner`` unavailable for :data:`PATIENCE_S` (the driver's
+                ``workerTimeout`` or ``roundTimeout`` ends the stage first, as a rule).
+            whatever ``call()`` raises that is not "unavailable, ask again".
+        """
+        last: list[str] = []
+
+        def attempt():
+            try:
+                return (call(),)
+            except Exception as exc:  # noqa: BLE001 - an owner lost or being restored: ask again (bounded)
+                if not unavailable(exc):
+                    raise
+                last[:] = [f"{type(exc).__name__}: {str(exc)[:200]}"]
+                return None
+
+        def describe() -> str:
+            registration = self.registrations[owner]
+            serving = "nobody registered" if registration is None else f"task attempt {registration['attempt']} at {registration['location']}"
+            return f"slice {owner}: {serving}; the last answer: {last[0] if last else 'none'}"
+
+        def check() -> None:
+            self._check()
+            self._refresh_map(skip=owner)
+
+        found = recovery.wait_bounded(attempt, f"worker {self.partition}: {what}", PATIENCE_S, 0.5, describe, check=check)
+        if found is None:
+            raise RoundTimeoutError(f"a slice owner must answer within {PATIENCE_S:g} s. Received: {what}: {describe()}")
+        return found[0]
+
     def _put(self, owner: int, piece: ModelState, meta: dict) -> None:
         """Put this worker's piece of the open round to owner ``owner`` (its own slice: in process)."""
         if owner == self.partition:
             answer = self.server.contribute(meta, piece)
         else:
-            deadline = time.monotonic() + PATIENCE_S
-            while True:
-                try:
-                    answer = self.client(owner).put_contribution(piece, round_=meta["round"], worker=self.partition,
-                                                                 attempt=self.attempt, rows=meta["rows"], encoding=meta["encoding"])
-                    break
-                except Exception as exc:  # noqa: BLE001 - an owner lost or being restored: put again (bounded)
-                    if not unavailable(exc) or time.monotonic() > deadline:
-                        raise
-                    self._check()
-                    self._refresh_map(skip=owner)
-                    time.sleep(0.5)
+            answer = self._patiently(lambda: self.client(owner).put_contribution(
+                piece, round_=meta["round"], worker=self.partition, attempt=self.attempt, rows=meta["rows"], encoding=meta["encoding"]),
+                owner, f"put round {meta['round']}'s piece to slice {owner}")
             self.counts["bytes_pushed"] += sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
         self.counts["pushes"] += 1
         if not answer.get("applied"):
@@ -610,11 +635,19 @@ class ShardedWorker:
             own = self.registrations[self.partition]
         return own is not None and own["attempt"] > self.attempt
 
-    def server_handoff(self, timeout_s: float) -> None:
-        """Keep serving this slice until the attempt that superseded this one took it (``release``),
-        at most ``timeout_s`` seconds."""
-        if self.server is not None and self.server.committed is not None:
-            self.server.released.wait(timeout_s)
+    def end_superseded(self) -> None:
+        """This attempt was superseded (:func:`recovery.supersession`): hand the slice to the later
+        attempt of this worker when one registered (serving it until it took it, at most
+        :data:`HANDOFF_S`); in any case first make sure its copies (its slice and the backups it
+        keeps) are on this executor's disk, where the next owner started here finds them."""
+        if self.server is None:
+            return
+        if not self.server.flush_disk(FLUSH_S):
+            log.warning("sparkdl: slice %d: its copies did not reach this executor's disk within %g s", self.partition, FLUSH_S)
+        decision = recovery.supersession(later_attempt=self.heartbeat.superseded.is_set() or self.replaced(),
+                                         newer_stage=self.newer_stage is not None)
+        if decision == recovery.HAND_OFF and self.server.committed is not None:
+            self.server.released.wait(HANDOFF_S)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

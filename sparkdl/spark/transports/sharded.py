@@ -47,7 +47,7 @@ from sparkdl.core.board import SliceBoard
 from sparkdl.core.modes import LOCAL_OPTIMIZER_MODES, SLICED_MODES
 from sparkdl.core.slices import SliceLayout, assemble_mode, mode_slice
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
-from sparkdl.errors import ConfigError, InvariantError, RoundTimeoutError, ServerError
+from sparkdl.errors import ConfigError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.server.coordinator import Coordinator
 from sparkdl.server.slices import SliceClient, SliceVersion
 from sparkdl.server.tls import TLSPin
@@ -242,11 +242,20 @@ class ShardedTransport:
                            nbytes=collection.nbytes, rows_expected=plan.round_rows(r))
 
     def _wait(self, ready, what: str) -> None:
-        """:meth:`StageWatch.wait` for the board; a round that times out says where it stood."""
+        """:meth:`StageWatch.wait` for the board; a round that times out says where it stood.
+
+        Raises:
+            WorkerError: an owner found its slice nowhere (``SliceLost``): no retry mends that, so the
+                fit fails at once, with the owner's words (the slice, its owner and its holder).
+        """
+        board = self.board
         try:
-            self.stages.wait(ready, what, block=self.board.wait_change)
+            self.stages.wait(lambda: bool(board.lost) or ready(), what, block=board.wait_change)
         except RoundTimeoutError as exc:
-            raise RoundTimeoutError(f"{exc} ({self.board.describe()})") from None
+            raise RoundTimeoutError(f"{exc} ({board.describe()})") from None
+        if board.lost:
+            raise WorkerError(f"every slice of the state must be served again after a fault. Received: SliceLost: "
+                              f"{'; '.join(board.lost)[:3000]}; the fit's job was cancelled")
 
     def _check_problems(self, orders: RoundOrders) -> None:
         if self.board.problems:

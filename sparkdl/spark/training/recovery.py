@@ -1,0 +1,211 @@
+"""Recovery's owner on the worker side: every decision a long-lived worker task makes about faults
+(Spark retried it, resubmitted its stage, lost an executor), as small pure functions of the facts,
+and the one place a ``sharded`` owner takes its slice back from.
+
+The decisions:
+
+* :func:`supersession`: go on, hand the slice off and end (a later attempt of this worker took
+  over), or end at once (Spark resubmitted the stage: its new tasks need this task's slot, and no
+  replacement of this worker registered yet to hand off to).
+* :func:`restore_order`: where a retried owner takes its slice from: the fit's start (the driver
+  or a checkpoint), its previous owner while it answers, this executor's disk, the slice's backup
+  holder, or any other owner that holds a copy.
+
+Where copies live (``sharded``): owner j keeps its slice in memory and on its executor's disk
+(:class:`DiskCopies`, the last two versions), and sends every version to its backup holder
+(j + 1), which keeps it in memory **and on its own executor's disk** as well. A Python worker ends
+with its task when Spark resubmits the stage (its slice server with it), but its executor's disk
+stays: every new owner that starts on an executor loads every copy found on that disk, its
+neighbours' included, and serves them to whoever asks. So a slice and the backups its owner kept
+survive any single executor loss, with or without a stage resubmission: the lost executor took one
+copy of two slices (its own and the one it backed up), and the other copy of each sits on a live
+executor's disk and in its new owner's server. A slice found nowhere within :data:`RESTORE_WAIT_S`
+is a loss no retry can mend: :class:`~sparkdl.server.slices.SliceLost`, reported to the driver,
+which fails the fit at once naming the slice, its owner and its holder.
+
+Every wait here is bounded and says at INFO what it waits for once :data:`QUIET_S` pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sparkdl.server.slices import SliceVersion, read_slice, write_slice
+
+log = logging.getLogger("sparkdl")
+KEEP_ON_DISK = 2  # versions of each slice an executor's disk keeps (the accepted one and its candidate)
+RESTORE_WAIT_S = 90.0  # how long a retried owner looks for its slice before SliceLost (seconds)
+RESTORE_PAUSE_S = 3.0  # between two looks (seconds): new owners of a resubmitted stage load their disks meanwhile
+QUIET_S = 5.0  # a wait says at INFO what it waits for after this many seconds, then every this many seconds
+
+# ---- decisions (pure) ---------------------------------------------------------------------------
+
+GO_ON, HAND_OFF, END_NOW = "go_on", "hand_off", "end_now"
+
+
+def supersession(*, later_attempt: bool, newer_stage: bool) -> str:
+    """What a running worker attempt does about attempts that replace it.
+
+    Args:
+        later_attempt: a later task attempt of this same worker registered (the driver's heartbeat
+            reply said so, or the slice map shows it serving this worker's slice).
+        newer_stage: a task of a newer attempt of this task's Spark stage registered (Spark
+            resubmitted the stage after a lost executor's shuffle output).
+
+    Returns:
+        :data:`HAND_OFF` when a later attempt of this worker registered: serve it the slice until it
+        took it (bounded), then end; :data:`END_NOW` when only a newer stage attempt registered: end
+        at once, freeing this task's slot for the resubmitted tasks (its copies are on this
+        executor's disk for whichever new owner starts here); :data:`GO_ON` otherwise.
+    """
+    if later_attempt:
+        return HAND_OFF
+    if newer_stage:
+        return END_NOW
+    return GO_ON
+
+
+FIT_START, CHECKPOINT, PREVIOUS, DISK, HOLDER, PEERS = "start", "checkpoint", "previous", "disk", "holder", "peers"
+
+
+def restore_order(*, first_registration: bool, at_fit_start: bool, checkpoint: bool, on_disk: bool,
+                  previous_answers: bool) -> tuple[str, ...]:
+    """Where an owner takes its slice from, in the order it asks.
+
+    Args:
+        first_registration: this slice's first owner of the fit.
+        at_fit_start: the version the driver accepted is the fit's start (no round closed yet).
+        checkpoint: the fit starts from a sharded checkpoint's slices.
+        on_disk: this executor's disk holds the version the driver accepted.
+        previous_answers: the previous owner's slice server answered a probe.
+
+    Returns:
+        ``(FIT_START,)`` or ``(CHECKPOINT,)`` for a fit's start; else the sources among
+        ``PREVIOUS`` (the previous owner, which holds the candidate after the accepted version too,
+        and the backups it kept), ``DISK``, ``HOLDER`` (the slice's backup holder) and ``PEERS``
+        (every other registered owner: one that loaded a lost holder's disk).
+    """
+    if first_registration or (at_fit_start and not checkpoint):
+        return (CHECKPOINT,) if checkpoint else (FIT_START,)
+    if previous_answers:
+        return (PREVIOUS, DISK, HOLDER, PEERS)
+    if on_disk:
+        return (DISK, HOLDER, PEERS, PREVIOUS)
+    return (HOLDER, PEERS, PREVIOUS)
+
+
+# ---- copies on this executor's disk ------------------------------------------------------------
+
+_NAME = re.compile(r"^slice-(\d+)-v(\d+)\.arrow$")
+
+
+class DiskCopies:
+    """Copies of slices on this executor's disk, whichever Python worker wrote them: its own slice
+    and the backups it keeps for a neighbour, the last :data:`KEEP_ON_DISK` versions of each, as
+    Arrow IPC files ``slice-<k>-v<version>.arrow`` (written whole, then moved).
+
+    Args:
+        folder: the fit's directory on this executor (Spark's per-application files directory).
+        has_optimizer: whether the slices hold optimizer pieces.
+    """
+
+    def __init__(self, folder: str, has_optimizer: bool) -> None:
+        self.folder, self.has_optimizer = folder, has_optimizer
+
+    def path(self, slice_index: int, version: int) -> str:
+        return os.path.abspath(os.path.join(self.folder, f"slice-{slice_index}-v{version}.arrow"))
+
+    def write(self, slice_index: int, version: SliceVersion) -> None:
+        """Keep ``version`` of slice ``slice_index``; drop the versions older than the last two."""
+        write_slice(self.path(slice_index, version.version), version, self.has_optimizer)
+        for old in self.versions(slice_index)[:-KEEP_ON_DISK]:
+            try:
+                os.remove(self.path(slice_index, old))
+            except OSError:
+                pass
+
+    def versions(self, slice_index: int) -> list[int]:
+        """The versions of slice ``slice_index`` on this disk, ascending."""
+        return sorted(v for k, v in self._files() if k == slice_index)
+
+    def read(self, slice_index: int, version: int) -> SliceVersion | None:
+        """Version ``version`` of slice ``slice_index``; None when absent or cut short."""
+        path = self.path(slice_index, version)
+        if not os.path.exists(path):
+            return None
+        try:
+            found = read_slice(path)
+        except Exception:  # noqa: BLE001 - a write cut short: not this version
+            return None
+        found.version = version
+        return found
+
+    def everything(self) -> dict[int, dict[int, SliceVersion]]:
+        """Every readable copy on this disk: ``{slice: {version: SliceVersion}}``."""
+        found: dict[int, dict[int, SliceVersion]] = {}
+        for k, v in self._files():
+            held = self.read(k, v)
+            if held is not None:
+                found.setdefault(k, {})[v] = held
+        return found
+
+    def _files(self) -> list[tuple[int, int]]:
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return []
+        return [(int(m.group(1)), int(m.group(2))) for m in map(_NAME.match, names) if m is not None]
+
+
+# ---- the bounded wait ----------------------------------------------------------------------------
+
+
+@dataclass
+class Look:
+    """One source's answer to "do you hold version v of slice j": ``what`` it is, ``where`` it
+    serves, the ``versions`` it holds (None when it did not answer) and the error when it failed."""
+
+    what: str
+    where: str
+    versions: list[int] | None = None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        if self.error is not None:
+            return f"{self.what} at {self.where}: {self.error}"
+        return f"{self.what} at {self.where} holds versions {self.versions}"
+
+
+def wait_bounded(attempt: Callable[[], object | None], what: str, timeout_s: float, pause_s: float,
+                 describe: Callable[[], str], check: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+    """Call ``attempt()`` until it returns something other than None, at most ``timeout_s`` seconds,
+    ``pause_s`` apart; after :data:`QUIET_S` seconds, logs at INFO ``what`` it waits for and
+    ``describe()`` (where things stand), then every :data:`QUIET_S` seconds.
+
+    Returns:
+        ``attempt()``'s answer, or None when ``timeout_s`` passed without one.
+
+    Raises:
+        whatever ``check()`` raises between two looks (e.g. this attempt was superseded).
+    """
+    started = clock()
+    said = started
+    while True:
+        found = attempt()
+        if found is not None:
+            return found
+        now = clock()
+        if now - started >= timeout_s:
+            return None
+        if now - said >= QUIET_S:
+            log.info("sparkdl: %s: still waiting after %.0f s (of %.0f s): %s", what, now - started, timeout_s, describe())
+            said = now
+        sleep(min(pause_s, max(0.0, timeout_s - (now - started))))
+        if check is not None:
+            check()

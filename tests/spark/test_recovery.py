@@ -1,0 +1,178 @@
+"""Recovery's owner on the worker side (``sparkdl.spark.training.recovery``): every decision over
+every case, the copies on an executor's disk (a neighbour's backup too), the bounded wait that says
+what it waits for, and a SliceLost that reaches the driver's coordinator over real Flight. The
+faults end to end through Spark are in tests/integration/test_sharded_faults.py."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from sparkdl.core.board import SliceBoard
+from sparkdl.core.modes import get_policy
+from sparkdl.core.slices import SliceLayout
+from sparkdl.core.state import ModelState
+from sparkdl.server import ParameterServerClient
+from sparkdl.server.coordinator import Coordinator, CoordinatorClient
+from sparkdl.server.slices import SliceServer, SliceVersion
+from sparkdl.spark.training import recovery
+from sparkdl.spark.training.recovery import (
+    CHECKPOINT,
+    DISK,
+    END_NOW,
+    FIT_START,
+    GO_ON,
+    HAND_OFF,
+    HOLDER,
+    PEERS,
+    PREVIOUS,
+    DiskCopies,
+    restore_order,
+    supersession,
+    wait_bounded,
+)
+
+
+@pytest.mark.parametrize(("later_attempt", "newer_stage", "decision"), [
+    (False, False, GO_ON),
+    (True, False, HAND_OFF),  # its own replacement registered: serve it the slice, then end
+    (True, True, HAND_OFF),  # both: the replacement still takes the slice from this server first
+    (False, True, END_NOW),  # a resubmitted stage, no replacement of its own yet: free the slot now
+])
+def test_supersession_over_every_case(later_attempt, newer_stage, decision):
+    assert supersession(later_attempt=later_attempt, newer_stage=newer_stage) == decision
+
+
+@pytest.mark.parametrize(("facts", "order"), [
+    (dict(first_registration=True, at_fit_start=True, checkpoint=False, on_disk=False, previous_answers=False), (FIT_START,)),
+    (dict(first_registration=True, at_fit_start=False, checkpoint=True, on_disk=False, previous_answers=False), (CHECKPOINT,)),
+    # a task retried before any round closed: the fit's start again, from the driver
+    (dict(first_registration=False, at_fit_start=True, checkpoint=False, on_disk=True, previous_answers=True), (FIT_START,)),
+    # a previous owner that answers holds the candidate and its neighbour's backups: first
+    (dict(first_registration=False, at_fit_start=False, checkpoint=False, on_disk=True, previous_answers=True),
+     (PREVIOUS, DISK, HOLDER, PEERS)),
+    (dict(first_registration=False, at_fit_start=False, checkpoint=False, on_disk=True, previous_answers=False),
+     (DISK, HOLDER, PEERS, PREVIOUS)),
+    (dict(first_registration=False, at_fit_start=False, checkpoint=False, on_disk=False, previous_answers=False),
+     (HOLDER, PEERS, PREVIOUS)),
+    (dict(first_registration=False, at_fit_start=False, checkpoint=True, on_disk=False, previous_answers=False),
+     (HOLDER, PEERS, PREVIOUS)),
+])
+def test_restore_order_over_every_case(facts, order):
+    assert restore_order(**facts) == order
+
+
+def _version(v: int, value: float, optimizer: bool = True) -> SliceVersion:
+    weights = [np.full((3, 2), value, np.float32), np.arange(4, dtype=np.float32) + value]
+    return SliceVersion(v, ModelState(weights, [np.array([v], np.int64), np.full((3, 2), -value, np.float32)] if optimizer else None))
+
+
+def _same(a: SliceVersion, b: SliceVersion) -> bool:
+    pairs = list(zip([*a.master.weights, *(a.master.optimizer or [])], [*b.master.weights, *(b.master.optimizer or [])],
+                     strict=True))
+    return a.version == b.version and all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in pairs)
+
+
+def test_disk_copies_keep_the_last_two_versions_of_every_slice_and_skip_a_copy_cut_short(tmp_path):
+    disk = DiskCopies(str(tmp_path / "fit"), has_optimizer=True)
+    for v in range(4):
+        disk.write(1, _version(v, float(v)))  # this worker's own slice
+        disk.write(0, _version(v, 10.0 + v))  # the backup it keeps of its neighbour's
+    assert disk.versions(1) == [2, 3] and disk.versions(0) == [2, 3] and disk.versions(2) == []
+    assert _same(disk.read(1, 3), _version(3, 3.0)) and disk.read(1, 1) is None
+    # another Python worker on this executor later (the first gone with its task) finds both slices
+    again = DiskCopies(str(tmp_path / "fit"), has_optimizer=True).everything()
+    assert sorted(again) == [0, 1] and sorted(again[0]) == [2, 3]
+    assert _same(again[0][3], _version(3, 13.0))
+    (tmp_path / "fit" / "slice-0-v3.arrow").write_bytes(b"cut short")
+    assert disk.read(0, 3) is None and sorted(disk.everything()[0]) == [2]
+    assert DiskCopies(str(tmp_path / "none"), True).everything() == {}
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_a_bounded_wait_says_what_it_waits_for_returns_what_it_found_or_none_at_its_bound(caplog):
+    clock = _Clock()
+    answers = iter([None] * 5 + ["found"])
+    with caplog.at_level(logging.INFO, logger="sparkdl"):
+        got = wait_bounded(lambda: next(answers), "slice 2 looks for version 7", 60.0, 3.0, lambda: "its holder holds [5, 6]",
+                           clock=clock, sleep=clock.sleep)
+    assert got == "found" and clock.now == 15.0
+    said = [r.getMessage() for r in caplog.records]
+    assert any("slice 2 looks for version 7: still waiting after 6 s (of 60 s): its holder holds [5, 6]" in m for m in said), said
+    clock = _Clock()
+    assert wait_bounded(lambda: None, "never", 10.0, 3.0, lambda: "-", clock=clock, sleep=clock.sleep) is None
+    assert clock.now == 10.0  # the last pause ends at the bound, not past it
+
+    def superseded():
+        raise RuntimeError("superseded")
+
+    with pytest.raises(RuntimeError, match="superseded"):
+        wait_bounded(lambda: None, "w", 10.0, 1.0, lambda: "-", check=superseded, clock=_Clock(), sleep=lambda s: None)
+
+
+def test_a_backup_a_server_keeps_reaches_its_executors_disk_and_a_later_server_there_serves_it(tmp_path):
+    """The defect this fixes: a holder's backup of its neighbour's slice lived in its memory alone,
+    so when its Python worker ended (a resubmitted stage) the neighbour's only copy went with it."""
+    weights = [np.zeros((3, 2), np.float32), np.zeros(4, np.float32)]
+    layout = SliceLayout.of(ModelState(weights, [np.array(0, np.int64), np.zeros((3, 2), np.float32)]), 2)
+    disk = DiskCopies(str(tmp_path / "fit"), layout.has_optimizer)
+    neighbour = SliceVersion(5, layout.take(ModelState([w + 5 for w in weights], [np.array(5, np.int64),
+                                                                                   np.full((3, 2), 5.0, np.float32)]), 0))
+
+    def server():
+        return SliceServer(1, layout, get_policy("sync"), lambda g: {0, 1}, names=["w0", "w1"], token="t", tls=None,
+                           persist=disk.write)
+
+    first = server()
+    first.keep_backup(0, neighbour)
+    assert first.flush_disk(30.0)
+    first.shutdown()
+    assert disk.versions(0) == [5]
+    kept = disk.everything()[0][5]
+    assert _same(kept, neighbour)
+    later = server()  # the next owner started on this executor serves what the disk holds
+    later.keep_backup(0, kept, to_disk=False)
+    later.start()
+    try:
+        from sparkdl.server.slices import SliceClient
+
+        with SliceClient(later.location, "t", timeout_s=10.0, retries=0) as client:
+            assert client.held(0) == [5]
+            assert _same(client.fetch("held:0:5", True), neighbour)
+    finally:
+        later.shutdown()
+
+
+def test_a_slice_lost_reaches_the_coordinators_board_at_once():
+    board = SliceBoard(2, 2)
+    coordinator = Coordinator(board, initial=lambda owner: None)
+    coordinator.start()
+    client = CoordinatorClient(ParameterServerClient(coordinator.location, coordinator.token, timeout_s=10.0, retries=0))
+    try:
+        assert board.lost == []
+        client.lost(1, 42, "slice 1 of the state (version 7) must be found after its owner was lost. Received: nowhere")
+        assert board.lost == ["slice 1 (task attempt 42): slice 1 of the state (version 7) must be found after its owner was "
+                              "lost. Received: nowhere"]
+    finally:
+        client.close()
+        coordinator.shutdown()
+
+
+def test_a_retried_owners_look_is_bounded_inside_round_timeout_and_speaks_long_before_its_bound():
+    """A retried owner's look for its slice is bounded well inside the driver's default roundTimeout
+    and says what it waits for long before its bound (a liveness interval, not the bound itself)."""
+    from sparkdl.param_specs import PARAMS
+
+    round_timeout = next(p.default for p in PARAMS if p.name == "roundTimeout")
+    assert recovery.RESTORE_WAIT_S < round_timeout
+    assert recovery.QUIET_S <= recovery.RESTORE_WAIT_S / 10 and recovery.RESTORE_PAUSE_S < recovery.QUIET_S
