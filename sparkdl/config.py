@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 from sparkdl.errors import ConfigError
-BACKENDS = ("rounds", "ps", "sharded", "auto")
+
+BACKENDS = ("rounds", "ps", "sharded", "auto")  # the backend Param's choices: the registry's names (sparkdl.spark.backends) and auto
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
 ASYNC_DEFAULT_LOCAL_STEPS = {"async": 4, "hogwild": 4, "staleness_aware": 4, "ssp": 4}
@@ -78,9 +79,9 @@ class FitConfig:
             weights alone (always with ``diloco``).
 
     ``backend="auto"`` is resolved against the session when the fit starts
-    (:func:`sparkdl.spark.transports.choose_backend`): ``ps`` for the asynchronous modes, and for the
-    round modes when the cluster allows it, else ``rounds``; ``rounds`` refuses the asynchronous
-    modes, and ``min_workers_per_round`` needs a round mode.
+    (:func:`sparkdl.spark.backends.choose_backend`); what each backend runs (modes, compressions,
+    stragglers, validation) is checked against the backends' registry
+    (:func:`sparkdl.spark.backends.check`), and ``min_workers_per_round`` needs a round mode.
 
     Raises:
         ConfigError: when a value is outside its range.
@@ -157,19 +158,6 @@ class FitConfig:
                 f"minWorkersPerRound closes the rounds of the round modes {list(ROUND_MODES)}; the asynchronous modes have no "
                 f"rounds to wait for. Received: minWorkersPerRound={value!r} with mode {self.mode!r}"
             )
-        if self.mode in ASYNC_MODES and self.backend == "rounds":
-            raise ConfigError(
-                f"mode {self.mode!r} is asynchronous and runs on backend 'ps' (a parameter server); backend 'rounds' "
-                f"runs modes 'sync', 'bmuf', 'easgd' and 'gossip'. Received: mode={self.mode!r}, backend='rounds' (use backend='ps' or 'auto')"
-            )
-        if self.mode == "diloco" and self.backend in ("rounds", "ps"):
-            raise ConfigError(
-                f"mode 'diloco' keeps each worker's optimizer and applies its outer step on the slices of backend 'sharded'. "
-                f"Received: mode='diloco', backend={self.backend!r} (use backend='sharded' or 'auto')"
-            )
-        if self.keep_local_optimizer and self.backend in ("rounds", "ps"):
-            raise ConfigError(f"keepLocalOptimizer is a setting of backend 'sharded'. Received: keepLocalOptimizer=True, "
-                              f"backend={self.backend!r} (use backend='sharded')")
         if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
             raise ConfigError(f"staleness must be an integer >= 0 (clocks). Received: staleness={self.staleness!r}")
         if isinstance(self.server_port, bool) or not isinstance(self.server_port, int) or not 0 <= self.server_port <= 65535:

@@ -135,3 +135,11 @@ def load_identity(cert_path: str, key_path: str) -> TLSIdentity:
     common = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     server_name = names[0] if names else (common[0].value if common else SERVER_NAME)
     return TLSIdentity(cert_pem, key_pem, str(server_name))
+
+
+def tls_identity(cert_file: str | None, key_file: str | None, tls: bool) -> TLSIdentity | None:
+    """A fit's server certificate and key: the user's own (``serverCertFile``, ``serverKeyFile``), a
+    fresh self-signed pair (``serverTls``, the default), or None (plain TCP)."""
+    if cert_file is not None:
+        return load_identity(cert_file, key_file)
+    return self_signed() if tls else None

@@ -15,8 +15,9 @@ from pyspark.sql import functions as F
 
 from dataclasses import dataclass
 
-from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, ASYNC_MODES, FitConfig
-from sparkdl.core.modes import get_policy
+from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, FitConfig
+from sparkdl.core.modes import build_policy, policy_class
+from sparkdl.spark.backends import check as check_backend
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import FitState, ModelState
 from sparkdl.errors import ConfigError, KeywordArgumentsError
@@ -347,7 +348,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         local_steps = self.getLocalSteps()
         if local_steps is None:
             local_steps = ASYNC_DEFAULT_LOCAL_STEPS.get(self.getMode())  # None for sync: one round per epoch
-        return FitConfig(
+        config = FitConfig(
             num_workers=self.getNumWorkers(),
             epochs=self.getEpochs(),
             batch_size=self.getBatchSize(),
@@ -375,6 +376,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             server_key_file=self.getServerKeyFile(),
             keep_local_optimizer=self.getKeepLocalOptimizer(),
         )
+        check_backend(config)  # what the named backend runs (the registry), before any job
+        return config
 
     def setValidationData(self, df: DataFrame | None) -> KerasEstimator:
         """Validate on ``df`` (the model's columns, as the training DataFrame) after each epoch; None
@@ -463,30 +466,14 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             raise SchemaError(f"validationData: {exc}") from exc
 
     def _policy(self, mode: str, trainable: list[bool], workers: int):
-        """The mode's policy for ``workers`` workers: bmuf with η = ``blockMomentum`` (default 1 −
-        1/workers) filtering the trainable weights only; easgd with α = ``elasticForce`` (default
-        0.9/workers); gossip seeded by ``seed``; the asynchronous modes averaging the
-        non-trainable arrays (BatchNorm statistics) over the workers.
+        """The mode's policy for ``workers`` workers, built by its class from the Params it declares
+        (:meth:`~sparkdl.core.modes.base.Mode.build`).
 
         Raises:
             ConfigError: a setting out of its range (η outside [0, 1), ζ <= 0, α·workers >= 1).
         """
-        if mode == "easgd":
-            return get_policy("easgd", workers=workers, elastic_force=self.getElasticForce())
-        if mode == "gossip":
-            return get_policy("gossip", workers=workers, seed=self.getSeed())
-        if mode in ASYNC_MODES:
-            return get_policy(mode, trainable=list(trainable), workers=workers)
-        if mode == "diloco":
-            return get_policy("diloco", outer_learning_rate=self.getOuterLearningRate(), outer_momentum=self.getOuterMomentum(),
-                              trainable=list(trainable))
-        if mode != "bmuf":
-            return get_policy(mode)
-        eta = self.getBlockMomentum()
-        return get_policy(
-            "bmuf", block_momentum=eta if eta is not None else 1.0 - 1.0 / max(1, workers),
-            block_learning_rate=self.getBlockLearningRate(), nesterov=self.getNesterov(), trainable=list(trainable),
-        )
+        params = {name: self.getOrDefault(self.getParam(name)) for name in policy_class(mode).PARAMS}
+        return build_policy(mode, params, trainable=list(trainable), workers=workers)
 
     def _fit(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.keras.callbacks import abort_all, exclusive
@@ -532,7 +519,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         from sparkdl.keras.callbacks import check_callbacks
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.spec import infer_task
-        from sparkdl.spark.transports import preflight
+        from sparkdl.spark.backends import preflight
 
         config = self._fit_config()
         if self._spec is None:
@@ -687,7 +674,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         from sparkdl.spark.training.checkpoint import Snapshots
         from sparkdl.spark.training.loop import TrainingLoop
         from sparkdl.spark.training.validation import Validator
-        from sparkdl.spark.transports import TransportOptions, get_transport
+        from sparkdl.spark.backends import get_transport
+        from sparkdl.spark.training.contract import TransportOptions
 
         config, fit_id = request.config, request.fit_id
         workers = len(data.partition_rows)
@@ -697,8 +685,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                        names=tuple(decode_arrays(request.spec.weights, copy=False).names), trainable=request.trainable,
                        validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active(),
                        cluster=request.cluster, state_bytes=request.state_bytes)
-        asynchronous = config.mode in ASYNC_MODES
-        snapshots = Snapshots(request.spark, fit_identity(job, self._mode_settings()), config.checkpoint_dir, config.checkpoint_every,
+        asynchronous = policy.asynchronous
+        snapshots = Snapshots(request.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
                               keep_sliced=request.backend == "sharded")
         validator = Validator(request.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
@@ -729,12 +717,6 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         check_state_dtypes(request.start.weights, fit.master.weights, "the fitted master weights")  # float32 in, float32 out
         loop.transport_info = transport.info()
         return job, fit, loop
-
-    def _mode_settings(self) -> dict:
-        """The mode's own settings, for the fit's identity (a snapshot resumes only with them)."""
-        return {"blockMomentum": self.getBlockMomentum(), "blockLearningRate": self.getBlockLearningRate(),
-                "nesterov": self.getNesterov(), "elasticForce": self.getElasticForce(),
-                "outerLearningRate": self.getOuterLearningRate(), "outerMomentum": self.getOuterMomentum()}
 
     # ---- step 4: the fitted model -----------------------------------------------------------
 

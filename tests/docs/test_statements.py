@@ -184,7 +184,7 @@ def test_the_shipped_configs_are_what_the_pages_say():
 def test_auto_picks_ps_on_local_2_with_the_line_the_pages_quote(spark):
     from sparkdl.config import FitConfig
     from sparkdl.spark.cluster import ClusterFacts
-    from sparkdl.spark.transports import choose_backend
+    from sparkdl.spark.backends import choose_backend
 
     choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=2))
     assert (choice.backend, choice.reason) == ("ps", "auto: static allocation, 2 task slots for 2 workers and a driver the executors reach")

@@ -2,9 +2,10 @@
 an executor JVM that owns a slice SIGKILLed mid-fit (``local-cluster[3,1,1024]``), the driver
 SIGKILLed mid-fit and its job run again with the same ``checkpointDir``, and a slice owner cut off
 rather than killed: a standalone Worker in a network namespace of its own (``ip netns``, as root)
-whose link is taken down mid-round. Each ends with the model of an undisturbed fit (1e-5). One test
-per kind of fault, in the default run (about 5 minutes of it on 2 cores); a slice found nowhere in
-``make test-all``. A SIGKILLed Python worker is in ``tests/spark/test_faults.py``."""
+whose link is taken down mid-round. Each ends with the model of an undisturbed fit (1e-5). The
+executor kill in two shapes (no spare slot, so Spark resubmits the whole stage; a spare executor and
+an input the user already repartitioned), the driver kill and the network cut run in the default
+run; a slice found nowhere (it fails the fit at once, naming it) in ``make test-all``. A SIGKILLed Python worker is in ``tests/spark/test_faults.py``."""
 
 import contextlib
 import json
@@ -81,6 +82,8 @@ def _difference(a, b):
 
 EXECUTOR_KILL = HEAD + textwrap.dedent(
     """
+    if os.environ.get("TEST_REPARTITION"):  # an input the user already repartitioned (itself a shuffle's output)
+        df = df.repartition(int(os.environ["TEST_REPARTITION"]))
     base = fit()
     hit = fit(faults.Fault(partition=1, index=3, how="executor", marker_dir=tempfile.mkdtemp()))
     json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"],
@@ -90,13 +93,20 @@ EXECUTOR_KILL = HEAD + textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # the default run's 25 minutes: the network-cut test below loses an owner's executor too (declared lost,
-# its task retried on a replacement, its slice served again from the backup holder); make test-all
-def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_same_model(tmp_path):
-    """Slice 1's executor JVM is SIGKILLed before round 4: Spark runs its task again on a new
-    executor, the slice is served again from its backup holder's copy (slice 2's owner), the other
+@pytest.mark.parametrize(("master", "repartition"), [
+    # no spare slot: the lost executor takes the library's repartition's shuffle output along, the retried task hits
+    # FetchFailed and Spark resubmits the whole stage; every owner gets a new attempt while the old ones still run
+    ("local-cluster[3,1,1024]", None),
+    # one spare executor, and an input the user already repartitioned: the retry may run on the spare at once
+    ("local-cluster[4,1,1024]", "3"),
+], ids=["no-spare-slot", "spare-executor-repartitioned-input"])
+def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_same_model(tmp_path, master, repartition):
+    """Slice 1's executor JVM is SIGKILLed before round 4: Spark runs its task again on another
+    executor, the slice is served again from a copy its backup holder kept (in memory, or on its
+    executor's disk when the holder's own task was superseded by a resubmitted stage), the other
     workers put their round-4 pieces to it again, and the fit ends as the undisturbed one."""
-    out = _run(EXECUTOR_KILL, tmp_path / "out.json", {"TEST_MASTER": "local-cluster[3,1,1024]"}, timeout_s=800)
+    env = {"TEST_MASTER": master, **({"TEST_REPARTITION": repartition} if repartition else {})}
+    out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
     assert _difference(out["hit"], out["base"]) < 1e-5
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
@@ -320,6 +330,6 @@ def test_a_slice_found_nowhere_fails_the_fit_naming_it_instead_of_hanging(tmp_pa
     markers.mkdir()
     out = _run(LOST, tmp_path / "out.json", {"TEST_MASTER": "local[2,4]"}, timeout_s=800, args=(str(markers),))
     assert out["failed"] and out["type"] == "WorkerError", out
-    assert "SliceLost: slice 1 of the state" in out["message"] and "found nowhere" in out["message"], out["message"][:2000]
+    assert "SliceLost: slice 1 (task attempt" in out["message"] and "found nowhere" in out["message"], out["message"][:2000]
     assert "owner: worker 1" in out["message"] and "backup holder: worker 0" in out["message"], out["message"][:2000]
     assert "no retry can mend this" in out["message"] and "maxFailures" not in out["message"]

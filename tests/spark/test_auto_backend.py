@@ -1,5 +1,5 @@
 """``backend="auto"`` (the default): which transport a fit runs on and why, decided before any job
-(:func:`sparkdl.spark.transports.choose_backend`) on the real ``local[2]`` session; dynamic
+(:func:`sparkdl.spark.backends.choose_backend`) on the real ``local[2]`` session; dynamic
 allocation is asserted in the fresh session of ``test_ps_cluster_checks.py`` (C35), a remote
 Spark Connect server on the stand-in sessions of ``test_connect.py``. One fit asserts the choice
 and its reason in ``fitInfo``."""
@@ -10,7 +10,7 @@ import pytest
 from sparkdl import KerasEstimator
 from sparkdl.config import FitConfig
 from sparkdl.spark.cluster import ClusterFacts
-from sparkdl.spark.transports import choose_backend
+from sparkdl.spark.backends import choose_backend
 from tests.spark.test_connect import _session
 
 import keras  # noqa: E402  (conftest selected the backend)

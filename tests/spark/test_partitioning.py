@@ -13,7 +13,7 @@ import keras
 from sparkdl import KerasEstimator
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.errors import InvariantError
-from sparkdl.spark.training.results import META, RESULT_SCHEMA, read_round
+from sparkdl.spark.backends.rounds.results import META, RESULT_SCHEMA, read_round
 from sparkdl.keras.spec import ModelSpec
 from sparkdl.spark.data import prepare_training_data, request_columns
 from sparkdl.keras.losses import describe_loss

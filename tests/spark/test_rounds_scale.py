@@ -9,7 +9,7 @@ from pyspark import SparkFiles
 from pyspark.sql import functions as F
 
 import sparkdl.spark.training.job as job_module
-import sparkdl.spark.training.reduce as reduce_module
+import sparkdl.spark.backends.rounds.reduce as reduce_module
 from sparkdl import KerasEstimator
 from sparkdl.core.state import FitState, ModelState
 from tests.conftest import run_spark_script
@@ -63,8 +63,8 @@ def test_a_round_whose_partitions_are_in_no_cache_reads_the_data_again_with_the_
     """A fresh fit id is in no Python worker's cache and on no executor's disk: the job without rows
     reports every partition missing, and the round runs again over the cached data."""
     from sparkdl.core.modes import get_policy
-    from sparkdl.spark.transports import RoundOrders
-    from sparkdl.spark.transports.rounds import RoundsTransport
+    from sparkdl.spark.training.contract import RoundOrders
+    from sparkdl.spark.backends.rounds.driver import RoundsTransport
 
     first = _fit(spark, epochs=1)  # a reference: its first round read the data
     est = KerasEstimator(model=_mlp(), optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"], featuresCol="x",

@@ -7,7 +7,7 @@ import pytest
 from sparkdl.core.pieces import PieceMean, assemble, split_state
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
-from sparkdl.spark.training.reduce import plan_reduction
+from sparkdl.spark.backends.rounds.reduce import plan_reduction
 
 
 def test_c27_a_state_over_2_gib_travels_in_pieces_without_touching_its_memory():

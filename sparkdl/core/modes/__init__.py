@@ -16,8 +16,10 @@ One module per family:
 - :mod:`~sparkdl.core.modes.asynchronous`: ``async``, ``hogwild``, ``staleness_aware``, ``ssp``:
   update rules the parameter server applies to each push as it arrives, and SSP's clocks.
 
-A new mode is a class with ``name``, ``per_worker``, ``starts`` and ``apply`` added to
-:data:`POLICIES`; no transport changes.
+A new mode is one class (:class:`~sparkdl.core.modes.base.Mode`: its Params, settings, checkpoint
+identity and declared facts, with ``starts`` and ``apply``) and one entry in :func:`policy_class`
+and :data:`MODE_NAMES`; the families below are read from the classes, and no backend changes
+unless the mode needs what no backend declares.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from sparkdl.core.state import FitState, ModelState, RoundUpdates
 from sparkdl.errors import ConfigError
 
 
-ROUND_MODES = ("sync", "bmuf", "easgd", "gossip", "diloco")  # the driver loop (or the slice owners) apply them round by round
-SLICED_MODES = ("sync", "bmuf", "diloco")  # elementwise policies: backend 'sharded' applies them slice by slice
-LOCAL_OPTIMIZER_MODES = ("diloco",)  # modes whose workers always keep their own optimizer state
-ASYNC_MODES = ("async", "hogwild", "staleness_aware", "ssp")  # the parameter server applies them push by push
-MODES = ROUND_MODES + ASYNC_MODES
+MODE_NAMES = ("sync", "bmuf", "easgd", "gossip", "diloco", "async", "hogwild", "staleness_aware", "ssp")
+
+
+def _declared(fact: str) -> tuple[str, ...]:
+    return tuple(name for name in MODE_NAMES if getattr(policy_class(name), fact))
 
 
 class Transition(NamedTuple):
@@ -65,7 +67,7 @@ class RoundPolicy(Protocol):
 
 
 def policy_class(mode: str) -> type:
-    """The policy class of mode ``mode`` (its ``per_worker`` and other class facts, without settings).
+    """The class of mode ``mode``: its rule and its declarations (:class:`~sparkdl.core.modes.base.Mode`).
 
     Raises:
         ConfigError: for an unknown mode.
@@ -74,14 +76,16 @@ def policy_class(mode: str) -> type:
 
     classes = {"sync": averaging.SyncAveraging, "bmuf": averaging.BlockMomentum, "diloco": averaging.DiLoCo,
                "easgd": worker_models.ElasticAveraging, "gossip": worker_models.GossipAveraging,
-               **{name: asynchronous.AsyncPolicy for name in ASYNC_MODES}}
+               **{name: asynchronous.AsyncPolicy for name in asynchronous.RULES}}
     if mode not in classes:
         raise ConfigError(f"mode must be one of {sorted(classes)}. Received: mode={mode!r}")
     return classes[mode]
 
 
 def get_policy(mode: str, **settings) -> RoundPolicy:
-    """A new policy object of a mode name; ``settings`` go to its constructor:
+    """A new policy object of a mode name; ``settings`` go to its constructor (what
+    :meth:`~sparkdl.core.modes.base.Mode.settings` gave, and ``trainable`` where the class
+    :attr:`~sparkdl.core.modes.base.Mode.uses_trainable`):
 
     - ``sync``: none.
     - ``bmuf``: ``block_momentum``, ``block_learning_rate``, ``nesterov``, ``trainable``.
@@ -94,8 +98,26 @@ def get_policy(mode: str, **settings) -> RoundPolicy:
         ConfigError: for an unknown mode or a setting out of range.
     """
     cls = policy_class(mode)
-    return cls(mode, **settings) if mode in ASYNC_MODES else cls(**settings)
+    return cls(mode, **settings) if cls.asynchronous else cls(**settings)
 
 
-__all__ = ["ASYNC_MODES", "LOCAL_OPTIMIZER_MODES", "MODES", "ROUND_MODES", "SLICED_MODES", "RoundPolicy", "Transition", "get_policy",
-           "policy_class"]
+def build_policy(mode: str, params, *, trainable, workers: int) -> RoundPolicy:
+    """Mode ``mode`` built from the estimator's Param values (``params``: name -> value, at least
+    the class's :attr:`~sparkdl.core.modes.base.Mode.PARAMS`) for a fit of ``workers`` workers
+    whose weight arrays are ``trainable`` (:meth:`~sparkdl.core.modes.base.Mode.build`).
+
+    Raises:
+        ConfigError: for an unknown mode or a setting out of range.
+    """
+    return policy_class(mode).build(mode, params, trainable=trainable, workers=workers)
+
+
+# The mode families, as the classes declare them (the order of MODE_NAMES)
+ROUND_MODES = tuple(name for name in MODE_NAMES if not policy_class(name).asynchronous)  # applied round by round
+ASYNC_MODES = _declared("asynchronous")  # the parameter server applies them push by push
+SLICED_MODES = _declared("elementwise")  # backend 'sharded' applies them slice by slice
+LOCAL_OPTIMIZER_MODES = _declared("local_optimizer")  # the workers always keep their own optimizer state
+MODES = MODE_NAMES
+
+__all__ = ["ASYNC_MODES", "LOCAL_OPTIMIZER_MODES", "MODES", "MODE_NAMES", "ROUND_MODES", "SLICED_MODES", "RoundPolicy", "Transition",
+           "build_policy", "get_policy", "policy_class"]

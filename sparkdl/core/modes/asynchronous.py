@@ -35,6 +35,7 @@ from collections.abc import Hashable, Mapping
 
 import numpy as np
 
+from sparkdl.core.modes.base import Mode
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
 
 
@@ -258,7 +259,7 @@ class SSPClock:
 RULES = {"async": DownpourRule, "hogwild": HogwildRule, "staleness_aware": StalenessAwareRule, "ssp": SSPRule}
 
 
-class AsyncPolicy:
+class AsyncPolicy(Mode):
     """An asynchronous mode as the driver loop sees it: the parameter server applies each push with
     :meth:`rule` as it arrives; at each epoch's end the loop adopts the server's master
     (:attr:`~sparkdl.core.state.RoundUpdates.master`).
@@ -269,7 +270,16 @@ class AsyncPolicy:
         workers: the workers of the fit.
     """
 
-    per_worker = False
+    asynchronous = True
+    uses_trainable = True
+
+    @classmethod
+    def _from_params(cls, name, params, trainable, workers):
+        """The non-trainable arrays (BatchNorm statistics) averaged over the workers."""
+        return cls(name, trainable=trainable, workers=workers)
+
+    def settings(self) -> dict:
+        return {"workers": self.workers}
 
     def __init__(self, name: str, trainable: list[bool] | None = None, workers: int = 1) -> None:
         self.name, self.trainable, self.workers = name, trainable, workers

@@ -12,6 +12,7 @@ import numpy as np
 
 from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.modes import Transition
+from sparkdl.core.modes.base import Mode
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerUpdate
 from sparkdl.errors import ConfigError
 
@@ -36,7 +37,7 @@ def _mean_of(round_: RoundUpdates) -> tuple[ModelState | None, int]:
     return round_.mean, round_.rows
 
 
-class SyncAveraging:
+class SyncAveraging(Mode):
     """Synchronous model averaging every τ local steps, weighted by rows.
 
     W ← Σᵢ nᵢ·Wᵢ / Σᵢ nᵢ over the workers that trained in the round, for model weights
@@ -51,7 +52,7 @@ class SyncAveraging:
     """
 
     name = "sync"
-    per_worker = False
+    elementwise = True
 
     def starts(self, fit: FitState) -> ModelState:
         """Every worker starts from the master."""
@@ -65,7 +66,7 @@ class SyncAveraging:
         return Transition(ModelState(mean.weights, mean.optimizer if mean.optimizer is not None else fit.master.optimizer), fit.mode)
 
 
-class BlockMomentum:
+class BlockMomentum(Mode):
     """Blockwise model-update filtering (BMUF): model averaging with momentum across blocks.
 
     Each round (a block of τ local steps) starts every worker from W_g; with W̄ the row-weighted
@@ -93,7 +94,19 @@ class BlockMomentum:
     """
 
     name = "bmuf"
-    per_worker = False
+    elementwise = True
+    uses_trainable = True
+    PARAMS = ("blockMomentum", "blockLearningRate", "nesterov")
+
+    @classmethod
+    def _from_params(cls, name, params, trainable, workers):
+        """η = ``blockMomentum`` (default 1 − 1/workers), ζ = ``blockLearningRate``, filtering the trainable weights only."""
+        eta = params.get("blockMomentum")
+        return cls(eta if eta is not None else 1.0 - 1.0 / max(1, workers), params["blockLearningRate"], params["nesterov"],
+                   trainable=trainable)
+
+    def settings(self) -> dict:
+        return {"block_momentum": self.eta, "block_learning_rate": self.zeta, "nesterov": self.nesterov}
 
     def __init__(self, block_momentum: float, block_learning_rate: float = 1.0, nesterov: bool = True,
                  trainable: Sequence[bool] | None = None) -> None:
@@ -139,7 +152,7 @@ class BlockMomentum:
         return Transition(ModelState(weights, optimizer), {**fit.mode, "delta": new_delta})
 
 
-class DiLoCo:
+class DiLoCo(Mode):
     """DiLoCo: local inner optimization, an outer Nesterov-momentum step on the averaged delta.
 
     Each worker trains τ inner steps with its own optimizer, whose state it keeps between rounds
@@ -167,7 +180,17 @@ class DiLoCo:
     """
 
     name = "diloco"
-    per_worker = False
+    elementwise = True
+    local_optimizer = True
+    uses_trainable = True
+    PARAMS = ("outerLearningRate", "outerMomentum")
+
+    @classmethod
+    def _from_params(cls, name, params, trainable, workers):
+        return cls(params["outerLearningRate"], params["outerMomentum"], trainable=trainable)
+
+    def settings(self) -> dict:
+        return {"outer_learning_rate": self.lr, "outer_momentum": self.mu}
 
     def __init__(self, outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, trainable: Sequence[bool] | None = None) -> None:
         if not outer_learning_rate > 0:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sparkdl.core.modes import Transition
+from sparkdl.core.modes.base import Mode
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerUpdate
 from sparkdl.errors import ConfigError, InvariantError
 
@@ -75,7 +76,7 @@ def _mean_optimizer(models: Sequence[ModelState]) -> list[np.ndarray] | None:
     return [_mean_arrays(list(arrays), "max") for arrays in zip(*states, strict=True)]
 
 
-class _WorkerModels:
+class _WorkerModels(Mode):
     """Base of the policies that keep one model per worker between rounds (``per_worker``).
 
     The driver sends worker i (its partition index, 0..workers−1) ``starts(fit)[i]`` each round
@@ -154,6 +155,15 @@ class ElasticAveraging(_WorkerModels):
     """
 
     name = "easgd"
+    PARAMS = ("elasticForce",)
+
+    @classmethod
+    def _from_params(cls, name, params, trainable, workers):
+        """α = ``elasticForce`` (default 0.9 / workers)."""
+        return cls(workers, params.get("elasticForce"))
+
+    def settings(self) -> dict:
+        return {"workers": self.workers, "elastic_force": self.alpha}
 
     def __init__(self, workers: int, elastic_force: float | None = None) -> None:
         super().__init__(workers)
@@ -235,6 +245,15 @@ class GossipAveraging(_WorkerModels):
     """
 
     name = "gossip"
+    PARAMS = ("seed",)
+    IDENTITY = ()  # the seed is the schedule's, which a snapshot matches already
+
+    @classmethod
+    def _from_params(cls, name, params, trainable, workers):
+        return cls(workers, params["seed"])
+
+    def settings(self) -> dict:
+        return {"workers": self.workers, "seed": self.seed}
 
     def __init__(self, workers: int, seed: int = 0) -> None:
         super().__init__(workers)

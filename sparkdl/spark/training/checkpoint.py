@@ -45,27 +45,25 @@ log = logging.getLogger("sparkdl")
 BACKUP_FOLDER = "sparkdl-fit-state"
 
 
-def fit_identity(job, mode_settings: dict) -> dict:
+def fit_identity(job, policy) -> dict:
     """What a fit's snapshots must match to be resumed by it (JSON): the model's weights (shapes and
-    dtypes, in order; not the names Keras numbers per model instance) and its optimizer's class, the mode and its settings, the schedule
-    (batch size, τ, seed, shuffling, partitioning), the compression, the straggler setting and the
-    data's rows per partition. Not the epochs (a resumed fit may train longer) nor the backend (a
-    snapshot of one transport resumes on the other)."""
+    dtypes, in order; not the names Keras numbers per model instance) and its optimizer's class, the
+    mode and its settings (the mode class's :meth:`~sparkdl.core.modes.base.Mode.identity`), the
+    schedule (batch size, τ, seed, shuffling, partitioning), the compression, the straggler setting
+    and the data's rows per partition. Not the epochs (a resumed fit may train longer) nor the
+    backend (a snapshot of one transport resumes on the other)."""
     from sparkdl.serialization.arrow_codec import decode_arrays
 
     config = job.config
     weights = decode_arrays(job.spec.weights, copy=False)
-    settings = {"sync": {}, "gossip": {}, "bmuf": {k: mode_settings.get(k) for k in ("blockMomentum", "blockLearningRate", "nesterov")},
-                "easgd": {"elasticForce": mode_settings.get("elasticForce")},
-                "diloco": {k: mode_settings.get(k) for k in ("outerLearningRate", "outerMomentum")}}.get(config.mode, {})
     return {
         "model": {"weights": [[list(a.shape), a.dtype.str] for a in weights.arrays], "optimizer": job.compile_spec.optimizer_kind()},
-        "mode": {"name": config.mode, **settings},
+        "mode": policy.identity(),
         "schedule": {"batch_size": config.batch_size, "local_steps": config.local_steps, "seed": config.seed,
                      "shuffle": config.shuffle, "keep_partitioning": config.keep_partitioning},
         "compression": {"method": config.compression,
                         "threshold": config.compression_threshold if config.compression == "threshold" else None},
-        "keep_local_optimizer": bool(config.keep_local_optimizer or config.mode == "diloco"),
+        "keep_local_optimizer": bool(config.keep_local_optimizer or policy.local_optimizer),
         "min_workers_per_round": config.min_workers(job.workers),
         "data": {"partition_rows": [int(n) for n in job.plan.partition_rows]},
     }

@@ -87,11 +87,10 @@ class TrainJob:
         import logging
 
         from sparkdl.spark.jobs import run_job
-        from sparkdl.spark.training.results import RESULT_SPARK_SCHEMA
-        from sparkdl.spark.training.tasks import RoundTask, train_partition
+        from sparkdl.spark.training.tasks import RELEASE_SPARK_SCHEMA, release_partition
 
-        task, orders = self.task_spec(), RoundTask(0, 0, True, None, release_only=True)
-        out = self.placeholder_rows().mapInArrow(lambda batches: train_partition(task, orders, batches, False), RESULT_SPARK_SCHEMA)
+        task = self.task_spec()
+        out = self.placeholder_rows().mapInArrow(lambda batches: release_partition(task, batches), RELEASE_SPARK_SCHEMA)
         try:
             run_job(self.spark, out.toArrow, f"sparkdl fit {self.fit_id[:8]}: release the executors' caches after an early stop",
                     f"sparkdl-{self.fit_id}-release", self.config.round_timeout_s)

@@ -3,7 +3,7 @@ snapshots, for every mode on every transport.
 
 The loop owns the fit's state (:class:`~sparkdl.core.state.FitState`). Each round it asks the
 mode's policy where the workers start (:meth:`~sparkdl.core.modes.RoundPolicy.starts`), has the
-transport run the round (:meth:`~sparkdl.spark.transports.Transport.run_round`), asks the policy
+transport run the round (:meth:`~sparkdl.spark.training.contract.Transport.run_round`), asks the policy
 for the new master (:meth:`~sparkdl.core.modes.RoundPolicy.apply`), checks it and commits it, then
 runs the callbacks' round hooks. No round starts before the callbacks of the previous one
 returned, so a callback's decision (stop, a learning rate, weights it set) reaches every worker
@@ -12,7 +12,7 @@ in the same round, on either transport. At each epoch's end: the rows invariant,
 the history, and the snapshots that are due (``checkpointDir``, ``BackupAndRestore``).
 
 Validation costs no Spark job of its own where it can: on ``ps`` the workers evaluate the master
-in their tasks (:meth:`~sparkdl.spark.transports.Transport.validate`); on ``rounds`` the next
+in their tasks (:meth:`~sparkdl.spark.training.contract.Transport.validate`); on ``rounds`` the next
 epoch's first round runs ahead of the callbacks, its tasks also evaluating the master
 (:meth:`TrainingLoop._validate`), and is kept only when the callbacks left its orders unchanged
 (else it runs again: the one exception to the rule above, and it changes nothing of the result);
@@ -32,7 +32,7 @@ from sparkdl.core.metrics import append_epoch
 from sparkdl.core.state import EpochProgress, FitState, ModelState
 from sparkdl.errors import InvariantError
 from sparkdl.spark.training.job import TrainJob
-from sparkdl.spark.transports import RoundOrders, RoundReport, Transport
+from sparkdl.spark.training.contract import RoundOrders, RoundReport, Transport
 
 log = logging.getLogger("sparkdl")
 
@@ -55,7 +55,7 @@ class TrainingLoop:
     Args:
         job: the fit's plain values.
         policy: the mode's policy (:mod:`sparkdl.core.modes`).
-        transport: how rounds run (:mod:`sparkdl.spark.transports`).
+        transport: how rounds run (:mod:`sparkdl.spark.training.contract`).
         callbacks: the driver's callbacks (:class:`~sparkdl.keras.callbacks.DriverCallbacks`).
         validator: validates the master after each epoch (:class:`~sparkdl.spark.training.validation.Validator`), or None.
         snapshots: the fit's snapshots (:class:`~sparkdl.spark.training.checkpoint.Snapshots`).
@@ -158,7 +158,7 @@ class TrainingLoop:
 
     def _validate(self, fit: FitState, epoch: int, last: bool, rounds_per_epoch: int) -> dict:
         """The ``val_*`` logs of the master after ``epoch``. Where the transport's tasks can validate
-        with a round (:attr:`~sparkdl.spark.transports.Transport.rides_validation`), the next
+        with a round (:attr:`~sparkdl.spark.training.contract.Transport.rides_validation`), the next
         epoch's first round runs now, ahead of the callbacks, its tasks also evaluating this master:
         no job of its own. That round is kept only if the callbacks leave its orders as they were
         (no stop, no learning rate, weights or optimizer state set, :meth:`_round`); otherwise it is

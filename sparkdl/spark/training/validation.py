@@ -2,7 +2,7 @@
 
 Where the transport's long-lived worker tasks hold the validation rows (backend ``ps``, a round
 mode: each worker's partition holds its share of them), the workers evaluate the master weights
-inside their tasks (:meth:`~sparkdl.spark.transports.Transport.validate`): no Spark job, and the
+inside their tasks (:meth:`~sparkdl.spark.training.contract.Transport.validate`): no Spark job, and the
 stage goes on. Otherwise one job over the cached validation data evaluates them (each partition's
 task: :func:`~sparkdl.spark.training.tasks.evaluate_partition`), after the transport freed its
 task slots. Either way the partitions' summed metric variables are added up on the driver and read

@@ -3,7 +3,7 @@ the driver only coordinates.
 
 The driver starts a :class:`~sparkdl.server.coordinator.Coordinator` (Arrow Flight, TLS with a
 per-fit certificate, a per-fit token) and runs the workers as one Spark stage of ordinary,
-retryable tasks (:func:`~sparkdl.spark.training.sharded_task.sharded_partition`, one per partition
+retryable tasks (:func:`~sparkdl.spark.backends.sharded.task.sharded_partition`, one per partition
 of the cached training data). Each task trains its partition and owns one slice of the state
 (:class:`~sparkdl.core.slices.SliceLayout`: 1/N of the weights, of the optimizer state and of the
 mode's state), which it serves from its executor (:class:`~sparkdl.server.slices.SliceServer`). A
@@ -44,46 +44,21 @@ import numpy as np
 import pyarrow as pa
 
 from sparkdl.core.board import SliceBoard
-from sparkdl.core.modes import LOCAL_OPTIMIZER_MODES, SLICED_MODES
 from sparkdl.core.slices import SliceLayout, assemble_mode, mode_slice
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
 from sparkdl.errors import ConfigError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.server.coordinator import Coordinator
 from sparkdl.server.slices import SliceClient, SliceVersion
-from sparkdl.server.tls import TLSPin
+from sparkdl.server.tls import TLSPin, tls_identity
+from sparkdl.spark.backends import backend, running
+from sparkdl.spark.backends.sharded.task import RESULT_SPARK_SCHEMA, ShardedTaskSpec, sharded_partition
 from sparkdl.spark.partitions import spill_dir
+from sparkdl.spark.training.contract import RoundOrders, RoundReport, TransportOptions
 from sparkdl.spark.training.job import TrainJob
-from sparkdl.spark.training.sharded_task import RESULT_SPARK_SCHEMA, ShardedTaskSpec, sharded_partition
 from sparkdl.spark.training.nodes import SlotWatch
 from sparkdl.spark.training.stage import StageWatch, stage_attempt
-from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
 log = logging.getLogger("sparkdl")
-
-
-def check_sliceable(config, validation: bool = False) -> None:
-    """Refuse, before any job, what backend ``sharded`` does not run.
-
-    Raises:
-        ConfigError: naming the setting and what to use instead.
-    """
-    if config.mode not in SLICED_MODES:
-        raise ConfigError(
-            f"backend 'sharded' runs the modes whose rule is elementwise, {list(SLICED_MODES)}: mode {config.mode!r} cannot be "
-            "sliced (the asynchronous modes apply each push on one server; easgd and gossip keep a model per worker). Use "
-            f"backend='ps' or 'auto'. Received: mode={config.mode!r}, backend='sharded'"
-        )
-    if config.compression not in (None, "fp16"):
-        raise ConfigError(f"backend 'sharded' sends updates in full precision or as fp16: compression={config.compression!r} "
-                          "(a quantized update with a residual) runs on backends 'ps' and 'rounds'. Received: "
-                          f"compression={config.compression!r}")
-    if config.min_workers_per_round is not None:
-        raise ConfigError("backend 'sharded' waits for every worker in each round: minWorkersPerRound (straggler-tolerant "
-                          f"rounds) runs on backends 'ps' and 'rounds'. Received: minWorkersPerRound={config.min_workers_per_round!r}")
-    if validation:
-        raise ConfigError("backend 'sharded' keeps the state in its workers' tasks for the whole fit, so no validation job can "
-                          "run between its epochs: use backend 'ps' or 'rounds' with validation data, or evaluate the fitted "
-                          "model (KerasModel.evaluate). Received: validation data with backend='sharded'")
 
 
 class RemoteState:
@@ -121,16 +96,14 @@ class ShardedTransport:
     rides_validation = False  # no validation data on sharded
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
-        from sparkdl.spark.transports.ps import tls_identity
 
         self.job, self.policy, self.options = job, policy, options
         config = job.config
-        check_sliceable(config, validation=job.validation is not None)
         self.rounds_per_epoch = job.plan.rounds_per_epoch
         self.total_slots = config.epochs * self.rounds_per_epoch
-        self.keep_local = config.keep_local_optimizer or config.mode in LOCAL_OPTIMIZER_MODES
+        self.keep_local = config.keep_local_optimizer or policy.local_optimizer
         self.bind, self.advertise = job.cluster.server_addresses()
-        self.identity = tls_identity(config)
+        self.identity = tls_identity(config.server_cert_file, config.server_key_file, config.server_tls)
         self.coordinator: Coordinator | None = None
         self.stages: StageWatch | None = None
         self._layout: SliceLayout | None = None  # the driver's: the weights alone when the slices start a fresh optimizer
@@ -174,7 +147,8 @@ class ShardedTransport:
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
         self.board = board
-        elsewhere = "" if config.mode in LOCAL_OPTIMIZER_MODES or config.keep_local_optimizer else ", or on backend 'rounds'"
+        others = [b for b in running(config.mode) if b != "sharded" and not backend(b).long_lived]
+        elsewhere = "" if self.keep_local or not others else f", or on backend {others[0]!r}"
         resume = (" With checkpointDir set, the fit run again resumes from the slices' last snapshot." if config.checkpoint_dir
                   else " Set checkpointDir for a fit run again to resume from its last snapshot.")
         self.stages = StageWatch(job.spark, self.coordinator.contacts, config.worker_timeout_s, config.round_timeout_s, "sharded worker",
@@ -189,7 +163,7 @@ class ShardedTransport:
     def _start_stage(self, first: int) -> None:
         job, config = self.job, self.job.config
         spec = ShardedTaskSpec(
-            task=job.task_spec(), mode=config.mode, mode_settings=self.policy_settings(), trainable=tuple(job.trainable),
+            task=job.task_spec(), mode=config.mode, mode_settings=self.policy.settings(), trainable=tuple(job.trainable),
             names=tuple(job.names), layout=self._layout.to_json(), location=self.coordinator.location, token=self.coordinator.token,
             tls=self.identity.pin() if self.identity is not None else None, first=first, last=self.total_slots,
             keep_local_optimizer=self.keep_local, fresh_optimizer=self.fresh_optimizer, encoding=config.compression,
@@ -211,15 +185,6 @@ class ShardedTransport:
         return self._registered[1] if registered is not None else self._layout
 
     _registered = None
-
-    def policy_settings(self) -> dict:
-        """The mode's settings for the owners' policies (``trainable`` is given per slice by each owner)."""
-        policy = self.policy
-        if self.job.config.mode == "bmuf":
-            return {"block_momentum": policy.eta, "block_learning_rate": policy.zeta, "nesterov": policy.nesterov}
-        if self.job.config.mode == "diloco":
-            return {"outer_learning_rate": policy.lr, "outer_momentum": policy.mu}
-        return {}
 
     def run_round(self, orders: RoundOrders) -> RoundReport:
         job, board, plan = self.job, self.board, self.job.plan
@@ -373,3 +338,8 @@ class ShardedTransport:
                 out[f"worker_{key}"] = [per[p] for p in sorted(per)]
             out["local_state_resets"] = int(sum(rows["local_resets"]))
         return out
+
+
+def transport(job: TrainJob, policy, options: TransportOptions) -> ShardedTransport:
+    """The ``sharded`` transport of a fit (the registry's entry point)."""
+    return ShardedTransport(job, policy, options)

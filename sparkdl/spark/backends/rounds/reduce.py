@@ -3,7 +3,7 @@ reaches the driver whatever ``numWorkers`` is) or on the driver as they come; an
 before any job, that they fit ``spark.driver.maxResultSize``.
 
 The executor-side reduction (:func:`reduce_pieces`) runs as ``groupBy("piece").applyInArrow``
-over a round's rows (:mod:`sparkdl.spark.training.results`): each piece of every worker's update
+over a round's rows (:mod:`sparkdl.spark.backends.rounds.results`): each piece of every worker's update
 becomes one row holding their row-weighted mean (:class:`~sparkdl.core.pieces.PieceMean`).
 """
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 from sparkdl.core.pieces import PieceMean
 from sparkdl.errors import ConfigError
 from sparkdl.spark.session import conf_size
-from sparkdl.spark.training.results import RESULT_SCHEMA, meta_rows, pieces_of
+from sparkdl.spark.backends.rounds.results import RESULT_SCHEMA, meta_rows, pieces_of
 
 # Rounds whose updates (workers x state bytes) exceed this, with more than two workers, are combined
 # on the executors; smaller ones come to the driver as they are (a second stage costs ~0.1 s).

@@ -38,7 +38,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import encode_update
-from sparkdl.core.modes import get_policy
+from sparkdl.core.modes import get_policy, policy_class
 from sparkdl.core.slices import SliceLayout
 from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import RoundTimeoutError
@@ -189,7 +189,7 @@ class ShardedWorker:
         self.layout = SliceLayout.from_json(spec.layout)  # its optimizer group from the replica, with fresh_optimizer
         self.owners = self.layout.owners
         settings = dict(spec.mode_settings)
-        if spec.mode in ("bmuf", "diloco"):
+        if policy_class(spec.mode).uses_trainable:  # the owner's pieces of the trainable mask
             settings["trainable"] = self.layout.per_piece(list(spec.trainable), partition)
         self.policy = get_policy(spec.mode, **settings)
         self.fresh: list[np.ndarray] | None = None  # the replica's fresh optimizer state (fresh_optimizer)

@@ -7,7 +7,7 @@ Keras metric variable sums), then its update as *pieces* of at most 16 MiB
 (group 2 residual, group 3 optimizer kept by the worker). The driver checks them
 (:func:`read_round`): one meta row per partition, each with its counted rows, every piece
 combined over every trained row, and combines them (unless the executors did, see
-:mod:`sparkdl.spark.training.reduce`).
+:mod:`sparkdl.spark.backends.rounds.reduce`).
 """
 
 from __future__ import annotations

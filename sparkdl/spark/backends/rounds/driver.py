@@ -8,11 +8,11 @@ bytes ride in the round's task closure instead, inside the plan
 (:func:`sparkdl.spark.session.share`; the fit is refused before any job when they cannot fit
 Connect's message limit). Each task trains its partition's rows of the round
 (:func:`~sparkdl.spark.training.tasks.train_partition`) and returns its update as rows of
-:mod:`sparkdl.spark.training.results`.
+:mod:`sparkdl.spark.backends.rounds.results`.
 
 - **Reduction**: with more than two workers and updates over 64 MiB in all, or when
   ``spark.driver.maxResultSize`` would not hold every update, a second stage combines each
-  piece across workers on the executors (:mod:`sparkdl.spark.training.reduce`), so the driver
+  piece across workers on the executors (:mod:`sparkdl.spark.backends.rounds.reduce`), so the driver
   receives one combined update per round whatever ``numWorkers`` is; otherwise the driver
   combines the pieces as they come.
 - **Data read once**: the first round runs over the cached training data; each task converts its
@@ -53,11 +53,11 @@ from sparkdl.serialization.arrow_codec import encode_arrays
 from sparkdl.spark.jobs import run_job, run_on_partitions
 from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.session import cancel_tag, check_inline, is_connect, share
+from sparkdl.spark.backends.rounds.reduce import check_separate, plan_reduction, reduce_pieces, result_limit_bytes
+from sparkdl.spark.backends.rounds.results import RESULT_SCHEMA, RESULT_SPARK_SCHEMA, RoundOutcome, read_round
+from sparkdl.spark.backends.rounds.task import RoundTask, train_partition
+from sparkdl.spark.training.contract import RoundOrders, RoundReport, TransportOptions
 from sparkdl.spark.training.job import TrainJob
-from sparkdl.spark.training.reduce import check_separate, plan_reduction, reduce_pieces, result_limit_bytes
-from sparkdl.spark.training.results import RESULT_SCHEMA, RESULT_SPARK_SCHEMA, RoundOutcome, read_round
-from sparkdl.spark.training.tasks import RoundTask, train_partition
-from sparkdl.spark.transports import RoundOrders, RoundReport
 
 log = logging.getLogger("sparkdl")
 
@@ -411,3 +411,8 @@ class RoundsTransport:
         table = run_job(spark, lambda: run_on_partitions(self.ids, produce, [partition], RESULT_SCHEMA), description,
                         self._tag(round_task, partition), self.job.config.round_timeout_s)
         return read_round(table, self.job.plan, description, False, [partition], separate=self.separate)
+
+
+def transport(job: TrainJob, policy, options: TransportOptions | None = None) -> RoundsTransport:
+    """The ``rounds`` transport of a fit (the registry's entry point; ``options`` change nothing here)."""
+    return RoundsTransport(job, policy)

@@ -2,7 +2,7 @@
 
 The driver starts a :class:`sparkdl.server.ParameterServer` (TLS with a per-fit certificate the
 workers pin, a per-fit bearer token) and runs the workers as one Spark stage of ordinary tasks
-(:func:`~sparkdl.spark.training.ps_task.ps_partition`, one per partition of the cached training
+(:func:`~sparkdl.spark.backends.ps.task.ps_partition`, one per partition of the cached training
 data), each keeping its partition and replica for the stage's slots.
 
 - **Round modes** (``sync``, ``bmuf``, ``easgd``, ``gossip``): the driver loop opens each round on
@@ -30,7 +30,7 @@ task slot per worker, and a worker that never starts is caught by the same timeo
 **A node lost for good** (its executor removed, no replacement within a minute:
 :mod:`~sparkdl.spark.training.nodes`) leaves a retried task no slot. A round mode goes on with the
 executors that are left: the stage is cancelled and the round it was in, and every round after it,
-run on backend ``rounds`` (:class:`~sparkdl.spark.transports.rounds.RoundsTransport`: a Spark job a
+run on backend ``rounds`` (:class:`~sparkdl.spark.backends.rounds.driver.RoundsTransport`: a Spark job a
 round, the lost worker's rows trained by a task on an executor that is left), the same rounds as
 on ``ps``, so the same model; the console and ``fitInfo["node_lost"]`` say so. An asynchronous
 mode whose workers wait for each other (``ssp``; it runs only on ``ps``) fails with
@@ -62,38 +62,28 @@ import time
 
 import pyarrow as pa
 
-from sparkdl.config import ROUND_MODES
 from sparkdl.core.board import EpochLedger, RoundBoard
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal, WorkerUpdate
 from sparkdl.errors import ConfigError, InvariantError, NodeLostError, ServerError
+from sparkdl.server.tls import tls_identity
+from sparkdl.spark.backends.ps.task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.partitions import spill_dir
+from sparkdl.spark.training.contract import RoundOrders, RoundReport, TransportOptions
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.nodes import SlotWatch, tell
-from sparkdl.spark.training.ps_task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.training.stage import StageWatch
-from sparkdl.spark.transports import RoundOrders, RoundReport, TransportOptions
 
 
 # ---- before any job ---------------------------------------------------------------------------
 
 
-def tls_identity(config):
-    """The server's certificate and key: the user's own (``serverCertFile``, ``serverKeyFile``), a
-    fresh self-signed pair (``serverTls``, the default), or None (plain TCP)."""
-    from sparkdl.server.tls import load_identity, self_signed
-
-    if config.server_cert_file is not None:
-        return load_identity(config.server_cert_file, config.server_key_file)
-    return self_signed() if config.server_tls else None
-
-
 # ---- the stage --------------------------------------------------------------------------------
 
 
-def ps_transport(job: TrainJob, policy, options: TransportOptions) -> PSTransport:
+def transport(job: TrainJob, policy, options: TransportOptions) -> PSTransport:
     """The ``ps`` transport of ``job``'s mode: :class:`PSRoundsTransport` for a round mode,
     :class:`PSAsyncTransport` for an asynchronous one."""
-    cls = PSRoundsTransport if job.config.mode in ROUND_MODES else PSAsyncTransport
+    cls = PSAsyncTransport if policy.asynchronous else PSRoundsTransport
     return cls(job, policy, options)
 
 
@@ -115,7 +105,7 @@ class PSTransport:
         self.total_slots = config.epochs * self.plan_rounds
         self.task = job.task_spec(per_worker=bool(policy.per_worker))
         self.bind, self.advertise = job.cluster.server_addresses()
-        self.identity = tls_identity(config)
+        self.identity = tls_identity(config.server_cert_file, config.server_key_file, config.server_tls)
         self.server = None
         self.stages: StageWatch | None = None
         self.segment_end = 0
@@ -304,13 +294,14 @@ class PSRoundsTransport(PSTransport):
             NodeLostError: ``rounds`` cannot run this fit (its updates would not fit
             ``spark.driver.maxResultSize``), with that cause.
         """
-        from sparkdl.spark.transports.rounds import RoundsTransport
+        from sparkdl.spark.backends import backend
 
+        successor = backend(backend(self.name).hands_over_to)  # the registry names who takes over
         self.stages.abandon()
         try:
-            fallback = RoundsTransport(self.job, self.policy)
+            fallback = successor.transport(self.job, self.policy, TransportOptions())
         except ConfigError as exc:
-            raise NodeLostError(f"{lost} The fit cannot go on on backend 'rounds': {exc}", lost.loss) from exc
+            raise NodeLostError(f"{lost} The fit cannot go on on backend {successor.name!r}: {exc}", lost.loss) from exc
         fallback.start(self.fit)
         # each worker's own state (1bit/threshold residuals) is the one its ps task kept on its executor after
         # its last slot before this round; a task on another executor finds none and counts a reset

@@ -1,0 +1,1 @@
+"""Backend ``ps``: its driver side (``driver.py``) and its executor side (``task.py``); see :mod:`sparkdl.spark.backends`."""

@@ -1,0 +1,1 @@
+"""Backend ``sharded``: its driver side (``driver.py``) and its executor side (``task.py``); see :mod:`sparkdl.spark.backends`."""
