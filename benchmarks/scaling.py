@@ -10,7 +10,7 @@ plus two moments, 12 MB for 1M parameters) in mode ``sync``, ``--epochs`` epochs
 - ``rounds`` (one Spark job per round), updates combined where sparkdl decides (``auto``: on the
   driver unless more than two workers send more than 64 MiB in all) and, with ``--reduce``,
   forced onto the executors (``reduce=executors``: the benchmark sets
-  ``sparkdl.spark.training.reduce.EXECUTOR_REDUCE_MIN_BYTES`` to 0 in the driver, as the tests do);
+  ``sparkdl.spark.backends.rounds.reduce.EXECUTOR_REDUCE_MIN_BYTES`` to 0 in the driver, as the tests do);
 - ``ps`` (parameter server on the driver, one long-lived task per worker);
 - ``sharded`` (the state in N slices owned and served by the workers' own long-lived tasks, the
   driver a coordinator: per round it should see only the workers' reports, a few hundred bytes
@@ -284,7 +284,7 @@ def run_child(n: int, args) -> None:
     from pyspark.sql import SparkSession
 
     import round_overhead as ro
-    import sparkdl.spark.training.reduce as reduce_module
+    import sparkdl.spark.backends.rounds.reduce as reduce_module
     from sparkdl import KerasEstimator
     from sparkdl.keras.replica import state_nbytes
 
