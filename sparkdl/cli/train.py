@@ -14,8 +14,8 @@ The model is saved first, then evaluated. Writes under ``runs/<config name>/`` (
 - ``metrics.json``: ``test_metrics`` (``KerasModel.evaluate`` on the test rows: the compiled loss
   and metrics, e.g. ``{"accuracy": 0.9855, "loss": 0.0452}``), ``test_accuracy`` (fraction; only
   for a single classification output with class-index labels or an accuracy metric),
-  ``fit_s`` (seconds), ``num_workers``, ``epochs``, ``rounds``, ``history`` (per-epoch metrics)
-  and row counts;
+  ``fit_s`` (seconds), ``num_workers``, ``epochs``, ``rounds``, ``history`` (per-epoch losses and
+  metrics), row counts and, on backend ``ps``, ``ps_epochs`` (the parameter server's counts per epoch);
 - ``history.png``: the history, one subplot per metric (needs matplotlib; skipped with a warning
   without it).
 
@@ -289,7 +289,8 @@ def train(config: dict, output: str | None = None, master: str | None = None, sp
             "backend": fitted.fitInfo["backend"],
             "backend_reason": fitted.fitInfo["backend_reason"],
             "fit_seconds": fitted.fitInfo["seconds"],
-            **{key: fitted.fitInfo[key] for key in ("resumed_from_epoch", "resumed_from_round", "epochs_run") if key in fitted.fitInfo},
+            **{key: fitted.fitInfo[key] for key in ("resumed_from_epoch", "resumed_from_round", "epochs_run", "ps_epochs")
+               if key in fitted.fitInfo},
         }
         results = summary(accuracy, evaluation)
         with tempfile.TemporaryDirectory(prefix="sparkdl-train-") as tmp:
