@@ -49,7 +49,7 @@ class FitConfig:
         keep_partitioning: train on the input's own partitions (one worker each) instead of
             spreading rows round-robin over ``num_workers`` partitions.
         staleness: SSP's bound s (clocks, >= 0): a worker more than s clocks ahead of the slowest waits.
-        server_port: TCP port of the ``ps`` backend's parameter server (0: a free port).
+        server_port: TCP port of the driver's server: ``ps``' parameter server, ``sharded``'s coordinator (0: a free port).
         worker_timeout_s: seconds a ``ps`` or ``sharded`` worker may stay silent (no push, pull or
             heartbeat) before its task attempt is killed and retried (>= ``MIN_WORKER_TIMEOUT_S``);
             its heartbeat thread beats every :attr:`heartbeat_s`. A stage short of task slots waits
@@ -73,7 +73,7 @@ class FitConfig:
             a fit with the same folder continues from its newest one (None: no checkpoints).
         checkpoint_every: with ``checkpoint_dir``: also a snapshot after every this many rounds
             (None: at epoch ends only; asynchronous modes: epoch ends only).
-        server_tls: the ``ps`` backend's server speaks TLS with a per-fit certificate its workers pin.
+        server_tls: the driver's server (``ps``, ``sharded``) speaks TLS with a per-fit certificate its workers pin.
         server_cert_file, server_key_file: your own PEM certificate and key for the server instead.
         keep_local_optimizer: backend ``sharded``: workers keep their optimizer state and send their
             weights alone (always with ``diloco``).

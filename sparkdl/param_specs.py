@@ -345,28 +345,29 @@ PARAMS: tuple[ParamSpec, ...] = (
         "cached plans, so after a shuffle that is `spark.sql.shuffle.partitions`, not the count "
         "`df.rdd.getNumPartitions()` shows; a warning names it), instead of spreading the rows round-robin over "
         "`numWorkers` partitions (so that label-sorted files do not give workers label-sorted shards)")),
-    # --- backend ps ---
+    # --- backends ps and sharded ---
     _P("staleness", "int", 2, rule="an integer >= 0", config="fit", example=3, doc=(
         "`ssp`: a worker more than this many clocks (pushes) ahead of the slowest waits")),
     _P("serverPort", "int", 0, rule="an integer in [0, 65535]", config="fit", example=7078, doc=(
-        "`ps`: the parameter server's TCP port on the driver (0: a free port; a taken port fails with `ServerError` "
-        "naming it)")),
+        "`ps`: the parameter server's TCP port on the driver; `sharded`: the coordinator's (its workers' slice servers "
+        "take free ports on their executors). 0: a free port; a taken port fails with `ServerError` naming it")),
     _P("workerTimeout", "float", 600.0, rule="a number of seconds >= 5", config="fit", example=900, doc=(
         "`ps`, `sharded`: seconds a worker may go without a heartbeat (each task sends one every tenth of it, at most every "
-        "2 s, from a thread of its own, whatever its step is doing) before its task attempt is killed and retried (after "
-        "two kills the fit fails with `WorkerError` naming its partition): a dead or stopped worker, not a slow one. A "
+        "2 s, from a thread of its own, whatever its step is doing) before its task attempt is killed and Spark runs "
+        "it again (at most twice a worker: silent a third time, the fit fails with `WorkerError` naming its partition): a dead or stopped worker, not a slow one. A "
         "worker not heard from since its task was started gets at least 180 s (a Python worker's start and TensorFlow's "
-        "import). A stage short of task slots (a node lost) waits at most 60 s, or half of this when shorter, for a "
-        "replacement")),
+        "import). A stage short of task slots (a node lost) waits at most 60 s (180 s on YARN and Kubernetes, whose "
+        "replacement executors start a container or a pod), or half of this when shorter, for a replacement")),
     _P("serverTls", "bool", True, config="fit", example=False, doc=(
-        "`ps`: the parameter server speaks TLS with a certificate made for the fit, which the workers pin (nobody on "
-        "the network sees the token or the weights); False: plain gRPC, e.g. to look at the traffic (a warning when "
+        "`ps`, `sharded`: the driver's server (`ps`' parameter server, `sharded`'s coordinator) speaks TLS with a "
+        "certificate made for the fit, which the workers pin (nobody on the network sees the token or the weights; "
+        "`sharded`'s slice servers speak TLS always, each with its own certificate); False: plain gRPC, e.g. to look at the traffic (a warning when "
         "the server listens on an address other than loopback: the token travels in clear)")),
     _P("serverCertFile", "str?", None, config="fit", example="/etc/sparkdl/ps.pem", doc=(
-        "`ps`: your own PEM certificate for the server (with `serverKeyFile`), instead of the fit's own; the workers "
+        "`ps`, `sharded`: your own PEM certificate for the driver's server (with `serverKeyFile`), instead of the fit's own; the workers "
         "pin it")),
     _P("serverKeyFile", "str?", None, config="fit", example="/etc/sparkdl/ps.key", doc=(
-        "`ps`: the unencrypted PEM private key of `serverCertFile` (read on the driver only)")),
+        "`ps`, `sharded`: the unencrypted PEM private key of `serverCertFile` (read on the driver only)")),
     # --- the modes' settings ---
     _P("blockMomentum", "float?", None, rule="None or a number in [0, 1)", config="fit", example=0.5, doc=(
         "`bmuf`: the block momentum η in [0, 1); None: 1 − 1/numWorkers (η = 0 with `blockLearningRate` 1 is `sync`)")),

@@ -49,7 +49,8 @@ def _options(pairs: list[str], flag: str) -> dict[str, str]:
     return options
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """``sparkdl-predict``'s options (docs/reference/cli.md's table is :func:`sparkdl.cli.options_markdown` of it)."""
     parser = argparse.ArgumentParser(prog="sparkdl-predict", description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("--model", required=True,
                         help="folder of a saved Spark ML model: a KerasModel (e.g. runs/mnist_cnn/model), a PipelineModel, ...")
@@ -69,7 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a spark.read option (repeatable); csv defaults: header=true, inferSchema=true")
     parser.add_argument("--output-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a DataFrame writer option (repeatable); csv default: header=true")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def check_paths(model: str, input_path: str, output: str, mode: str) -> None:

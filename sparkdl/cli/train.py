@@ -5,6 +5,7 @@ Usage::
     sparkdl-train --config conf/mnist_cnn.yaml [--master 'local[*]'] [--output DIR] [--set fit.epochs=1 ...]
     spark-submit --master 'local[*]' jobs/train.py --config conf/mnist_cnn.yaml [...]   # the same job
     sparkdl-train --config conf/mnist_cnn.yaml --check     # validate the config, print it, no Spark (config errors: no Keras either)
+    sparkdl-train --config job.yaml --master spark://host:7077 --py-files mymodels.py --conf spark.executor.memory=4g
 
 The model is saved first, then evaluated. Writes under ``runs/<config name>/`` (or ``output.dir``, or ``--output``; a URI such as
 ``hdfs://``, ``s3a://`` or ``dbfs:/`` goes through Spark's Hadoop filesystem):
@@ -13,13 +14,18 @@ The model is saved first, then evaluated. Writes under ``runs/<config name>/`` (
 - ``metrics.json``: ``test_metrics`` (``KerasModel.evaluate`` on the test rows: the compiled loss
   and metrics, e.g. ``{"accuracy": 0.9855, "loss": 0.0452}``), ``test_accuracy`` (fraction; only
   for a single classification output with class-index labels or an accuracy metric),
-  ``fit_s`` (seconds), ``num_workers``, ``epochs``, ``rounds``, ``history`` (per-epoch metrics)
-  and row counts;
+  ``fit_s`` (seconds), ``num_workers``, ``epochs``, ``rounds``, ``history`` (per-epoch losses and
+  metrics), row counts and, on backend ``ps``, ``ps_epochs`` (the parameter server's counts per epoch);
 - ``history.png``: the history, one subplot per metric (needs matplotlib; skipped with a warning
   without it).
 
 The config's keys are documented in ``conf/README.md`` (:mod:`sparkdl.cli.config`). ``--master``
 sets the Spark master; without it the master is spark-submit's (``--master``), else ``local[*]``.
+``--py-files`` ships your own modules to the executors (and puts them on the driver's path), and
+``--conf KEY=VALUE`` sets the session the command starts, both as spark-submit's options do; a
+session that exists already keeps its settings. Spark's own INFO lines are off from the session's
+start (``spark.log.level=WARN``) unless your log4j configuration or ``--conf spark.log.level`` says
+otherwise.
 The executors' Python is ``PYSPARK_PYTHON``, by default this interpreter. The job's own lines go to
 stdout through the ``sparkdl.cli`` logger; the last line gives the test results
 (``sparkdl: test accuracy 0.9855, loss 0.0452, fit 28.0 s, 32 rounds; wrote ...``, or
@@ -42,7 +48,7 @@ import sys
 import tempfile
 import time
 
-from sparkdl.cli import is_user_error, quiet_tensorflow, spark_session
+from sparkdl.cli import add_to_driver_path, is_user_error, python_files, quiet_tensorflow, spark_session, spark_settings
 from sparkdl.cli.config import build_callbacks, build_model, estimator_keywords, estimator_params, is_uri, load_config
 from sparkdl.errors import ConfigError
 
@@ -70,16 +76,27 @@ def join(folder: str, name: str) -> str:
     return f"{folder.rstrip('/')}/{name}" if is_uri(folder) else os.path.join(folder, name)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """``sparkdl-train``'s options (docs/reference/cli.md's table is :func:`sparkdl.cli.options_markdown` of it)."""
     parser = argparse.ArgumentParser(prog="sparkdl-train", description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("--config", required=True, help="YAML job config, e.g. conf/mnist_cnn.yaml (keys: conf/README.md)")
     parser.add_argument("--output", help="output folder or URI (default: output.dir of the config, else runs/<name>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config key, the value parsed as YAML (repeatable), e.g. --set fit.epochs=1")
     parser.add_argument("--master", help="Spark master, e.g. 'local[*]' (default: spark-submit's, else local[*])")
+    parser.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting of the session the command starts, as spark-submit's (repeatable), "
+                             "e.g. --conf spark.executor.memory=4g")
+    parser.add_argument("--py-files", dest="py_files", action="append", default=[], metavar="FILES",
+                        help="comma-separated .py, .zip, .egg or .whl files shipped to the executors (SparkContext.addPyFile), "
+                             "as spark-submit's: your own modules (model factories, custom objects, decoders)")
     parser.add_argument("--check", action="store_true",
                         help="validate the config (and build its callbacks), print it as JSON, and exit without Spark")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def _write_outputs(output: str, files: dict[str, str], spark) -> None:
@@ -209,7 +226,8 @@ def summary(accuracy: float | None, evaluation: dict) -> str:
     return ", ".join(parts)
 
 
-def train(config: dict, output: str | None = None, master: str | None = None) -> dict:
+def train(config: dict, output: str | None = None, master: str | None = None, spark_conf: dict[str, str] | None = None,
+          py_files: list[str] = ()) -> dict:
     """Run the job of a validated ``config`` (:func:`~sparkdl.cli.config.load_config`): fit, save
     the model, evaluate it on the test rows, write ``metrics.json`` and ``history.png``; returns the
     metrics.
@@ -220,7 +238,8 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
     means something (:func:`meaningful_accuracy`).
 
     Stops the SparkSession at the end only when it started it (an existing session, as in a
-    Databricks notebook or job, stays up).
+    Databricks notebook or job, stays up). ``spark_conf`` and ``py_files`` are ``--conf`` and
+    ``--py-files`` (:func:`~sparkdl.cli.spark_session`).
 
     Raises:
         ConfigError: a config that does not fit its model, loss or data (before Spark starts).
@@ -238,7 +257,7 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
     if not is_uri(output):
         os.makedirs(output, exist_ok=True)  # after the checks: a refused config leaves no folder behind
 
-    spark, started_here = spark_session(f"sparkdl {name}", master)
+    spark, started_here = spark_session(f"sparkdl {name}", master, conf=spark_conf, py_files=py_files)
     try:
         read = spark.read.format(data["format"])
         train_df = read.load(data["train"])
@@ -270,7 +289,8 @@ def train(config: dict, output: str | None = None, master: str | None = None) ->
             "backend": fitted.fitInfo["backend"],
             "backend_reason": fitted.fitInfo["backend_reason"],
             "fit_seconds": fitted.fitInfo["seconds"],
-            **{key: fitted.fitInfo[key] for key in ("resumed_from_epoch", "resumed_from_round", "epochs_run") if key in fitted.fitInfo},
+            **{key: fitted.fitInfo[key] for key in ("resumed_from_epoch", "resumed_from_round", "epochs_run", "ps_epochs")
+               if key in fitted.fitInfo},
         }
         results = summary(accuracy, evaluation)
         with tempfile.TemporaryDirectory(prefix="sparkdl-train-") as tmp:
@@ -311,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # The config's own errors (an unreadable file, a typo, a value out of range; for a run, a data path that is
         # not there) before TensorFlow's import, which costs seconds: a --check of a typo answers at once.
+        spark_conf, py_files = spark_settings(args.spark_conf), python_files(args.py_files)
+        add_to_driver_path(py_files)
         config = load_config(args.config, args.overrides)
         if not args.check:  # --check validates a config also where its data is not (a cluster's paths)
             check_data_paths(config)
@@ -319,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             check_job(config, build_estimator(config))
             print(json.dumps(config, indent=2, default=repr))
             return 0
-        train(config, output=args.output, master=args.master)
+        train(config, output=args.output, master=args.master, spark_conf=spark_conf, py_files=py_files)
     except Exception as e:
         if not is_user_error(e):
             raise

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import RDD
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -137,6 +138,10 @@ def check_dataframe(dataset, who: str) -> None:
         how = "make one from a polars DataFrame with spark.createDataFrame(polars_df.to_pandas())"
     elif isinstance(dataset, str):
         how = "read the file into one first, e.g. spark.read.parquet(path)"
+    elif isinstance(dataset, RDD):
+        how = ("make one from an RDD with spark.createDataFrame(rdd, schema), e.g. for (x, y) numpy pairs as Elephas "
+               "takes them: spark.createDataFrame(rdd.map(lambda p: (p[0].tolist(), float(p[1]))), "
+               "\"features array<double>, label double\")")
     else:
         how = ("make one with spark.createDataFrame(rows) (a pandas DataFrame, or a list of tuples or Rows, with a "
                "schema) or read one with spark.read")

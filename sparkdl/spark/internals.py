@@ -44,6 +44,27 @@ def submitted_conf() -> Any:
     return SparkConf()
 
 
+def default_log4j() -> bool:
+    """Whether the driver's JVM logs with Spark's default log4j profile
+    (``org/apache/spark/log4j2-defaults.properties``: INFO, about a hundred lines as a context
+    starts), not a configuration of the user's (``-Dlog4j2.configurationFile=...``,
+    ``log4j2.properties`` in ``SPARK_CONF_DIR``). Launches or joins the JVM gateway first, as
+    :func:`submitted_conf` does; False where the JVM cannot say.
+
+    Checked on Spark 4.0.0 and 4.3.0 (``SparkContext._ensure_initialized``, ``SparkContext._jvm``;
+    log4j's public ``LogManager`` inside). No public API tells which log4j configuration Spark read.
+    """
+    from pyspark import SparkContext
+
+    try:
+        SparkContext._ensure_initialized()
+        log4j = SparkContext._jvm.org.apache.logging.log4j
+        source = log4j.LogManager.getContext(False).getConfiguration().getConfigurationSource().getLocation()
+    except Exception:  # noqa: BLE001 - another logging backend, a JVM without log4j-core
+        return False
+    return str(source or "").endswith("/log4j2-defaults.properties")
+
+
 def jvm_context(sc) -> Any:
     """The JVM ``org.apache.spark.SparkContext`` behind the Python ``sc`` (``sc._jsc.sc()``).
 

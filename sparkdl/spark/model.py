@@ -66,8 +66,9 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
     record them: they read as their defaults), as Spark's models carry their estimator's Params.
 
     Attributes:
-        history: per-epoch training metrics, as ``keras.callbacks.History.history``:
-            ``{"loss": [0.41, 0.18], "accuracy": [0.87, 0.94]}``.
+        history: per-epoch losses and metrics (``val_*`` with validation), as
+            ``keras.callbacks.History.history``: ``{"loss": [0.41, 0.18], "accuracy": [0.87, 0.94]}``;
+            nothing else (the parameter server's counts of each epoch are ``fitInfo["ps_epochs"]``).
         fitInfo: facts of the fit: ``fit_id`` (str, names its Spark jobs), ``rows`` (rows trained per
             epoch, equal to the input's row count), ``partition_rows`` (rows of each worker's partition),
             ``rounds``, ``rounds_per_epoch``, ``local_steps`` (τ), ``epoch_seconds`` (seconds per epoch),

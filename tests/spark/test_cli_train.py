@@ -128,3 +128,47 @@ def test_a_shipped_config_copied_out_with_its_data_runs_from_another_directory(s
     optimizer = loaded.getOptimizer()
     assert optimizer["class_name"].lower() == "adam" and optimizer["config"]["learning_rate"] == pytest.approx(0.01)
     assert loaded.getLearningRate() == pytest.approx(0.01)  # the learningRate Param, saved with the model
+
+
+def test_py_files_reach_the_executors_of_an_existing_session_whose_settings_stay(spark, tmp_path, caplog):
+    """``--py-files`` on a session that exists already (a notebook's): ``addPyFile``, so a task imports the
+    module; ``--conf`` is not applied to it, and a warning says so."""
+    import logging
+
+    from sparkdl.cli import spark_session
+
+    module = tmp_path / "shipped_by_cli_44.py"
+    module.write_text("VALUE = 44\n")
+    with caplog.at_level(logging.WARNING, logger="sparkdl.cli"):
+        session, started_here = spark_session("sparkdl test", conf={"spark.sql.shuffle.partitions": "7"}, py_files=[str(module)])
+    assert session is spark and started_here is False
+    values = spark.sparkContext.parallelize([0, 1], 2).map(lambda _: __import__("shipped_by_cli_44").VALUE).collect()
+    assert values == [44, 44]
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"  # the fixture's, kept
+    assert "--conf spark.sql.shuffle.partitions=7 not applied" in caplog.text
+
+
+def test_spark_submit_of_a_job_is_quiet_from_the_sessions_start(tmp_path):
+    """``spark-submit`` of a script that starts its session as jobs/train.py does (``sparkdl.cli.spark_session``), with
+    Spark's default log4j profile: ``spark.log.level=WARN`` from the context's start, so at most the three INFO lines
+    Spark prints before it reads the setting (version, OS, Java), where a plain session prints about eighty."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = tmp_path / "job.py"
+    script.write_text("from sparkdl.cli import spark_session\n"
+                      "spark, started_here = spark_session('quiet', 'local[1]')\n"
+                      "print('level', spark.conf.get('spark.log.level'), started_here, spark.range(5).count())\n"
+                      "spark.stop()\n")
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("SPARK_CONF_DIR", None)
+    result = subprocess.run([submit, "--conf", "spark.ui.enabled=false", str(script)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "level WARN True 5" in result.stdout
+    info = [line for line in result.stderr.splitlines() if " INFO " in line]
+    assert len(info) <= 3, info[:10]

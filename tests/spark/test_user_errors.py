@@ -47,6 +47,25 @@ def test_fit_transform_and_evaluate_of_a_pandas_dataframe_say_how_to_make_a_spar
         est.fit(np.zeros((4, 3)))
 
 
+def test_fit_of_an_rdd_gives_the_one_line_recipe_that_makes_its_dataframe(spark):
+    """An Elephas user's RDD of (x, y) numpy pairs: refused before any job, and the message's recipe makes the DataFrame."""
+    import re
+
+    rdd = spark.sparkContext.parallelize([(np.array([1.0, 2.0]), 1), (np.array([3.0, 4.0]), 0)], 2)
+    with pytest.raises(ConfigError) as info:
+        _estimator().fit(rdd)
+    message = str(info.value)
+    assert message.startswith("KerasEstimator.fit needs a Spark DataFrame (pyspark.sql.DataFrame): make one from an RDD with "
+                              "spark.createDataFrame(rdd, schema), e.g. ")
+    assert message.endswith(". Received: pyspark.core.rdd.RDD")
+    with pytest.raises(ConfigError, match=r"^KerasModel\.transform needs a Spark DataFrame .*createDataFrame\(rdd, schema\)"):
+        KerasModel().transform(rdd)
+    recipe = re.search(r"as Elephas takes them: (spark\.createDataFrame\(.*\))\. Received", message)[1]
+    df = eval(recipe, {"spark": spark, "rdd": rdd})  # noqa: S307 - the message's own one line
+    assert df.schema.simpleString() == "struct<features:array<double>,label:double>"
+    assert sorted(tuple(r) for r in df.collect()) == [([1.0, 2.0], 1.0), ([3.0, 4.0], 0.0)]
+
+
 def test_positional_arguments_name_the_keyword_form():
     model = _model()
     with pytest.raises(KeywordArgumentsError) as info:

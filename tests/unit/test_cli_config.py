@@ -620,3 +620,74 @@ def test_check_reports_config_errors_before_importing_tensorflow(tmp_path, case)
                 "no config file": "cannot read the job config", "no data file": "data.train: no file or folder at"}[case]
     assert out["status"] == 2 and expected in out["stderr"] and out["stderr"].startswith("sparkdl-train: error: ")
     assert out["loaded"] == []  # reported before TensorFlow (and Keras, Spark) were imported
+
+
+# --- --conf and --py-files, and the options' reference -------------------------------------------
+
+
+def test_train_takes_conf_and_py_files_as_spark_submit_does(tmp_path, monkeypatch):
+    from sparkdl.cli import python_files, spark_settings
+    from sparkdl.cli.train import parse_args
+
+    (tmp_path / "mymodels.py").write_text("VALUE = 1\n")
+    (tmp_path / "lib.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["--config", "job.yaml", "--conf", "spark.executor.memory=4g", "--conf", "spark.a=x=y",
+                       "--py-files", "mymodels.py,lib.zip", "--py-files", "hdfs:///libs/more.zip"])
+    assert spark_settings(args.spark_conf) == {"spark.executor.memory": "4g", "spark.a": "x=y"}
+    assert python_files(args.py_files) == [str(tmp_path / "mymodels.py"), str(tmp_path / "lib.zip"), "hdfs:///libs/more.zip"]
+    assert parse_args(["--config", "job.yaml"]).spark_conf == [] and parse_args(["--config", "job.yaml"]).py_files == []
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--conf", "spark.executor.memory"], "--conf takes KEY=VALUE, a Spark setting, e.g. --conf spark.executor.memory=4g. "
+                                          "Received: --conf 'spark.executor.memory'"),
+    (["--conf", "=4g"], "Received: --conf '=4g'"),
+    (["--py-files", "nope.py"], "--py-files: no file at 'nope.py'"),
+    (["--py-files", "notes.txt"], "--py-files takes .py, .zip, .egg or .whl files (comma-separated). Received: 'notes.txt'"),
+])
+def test_bad_conf_or_py_files_are_refused_before_the_config_is_read(tmp_path, monkeypatch, capsys, argv, expected):
+    from sparkdl.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("")
+    assert main(["--config", "missing.yaml", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sparkdl-train: error: ") and expected in err and "missing.yaml" not in err
+
+
+def test_py_files_put_a_factory_module_on_the_drivers_path_for_check(tmp_path, monkeypatch, capsys):
+    """A config whose model factory lives in a --py-files module checks (--check) from another folder."""
+    import sys
+
+    from sparkdl.cli.train import main
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "my_factories_44.py").write_text("from sparkdl.keras.zoo import mnist_mlp as build\n")
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    config = json.loads(json.dumps(BASE))
+    config["model"] = {"factory": "my_factories_44:build", "kwargs": {"seed": 1}}
+    path = write_config(tmp_path, config)
+    assert main(["--config", path, "--check"]) == 2
+    assert "my_factories_44" in capsys.readouterr().err
+    assert main(["--config", path, "--check", "--py-files", "../lib/my_factories_44.py"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["factory"] == "my_factories_44:build"
+
+
+@pytest.mark.parametrize("command", ["train", "predict"])
+def test_the_cli_reference_tables_are_the_commands_parsers(command):
+    import importlib
+
+    from sparkdl.cli import options_markdown
+
+    parser = importlib.import_module(f"sparkdl.cli.{command}").build_parser()
+    page = open(os.path.join(ROOT, "docs", "reference", "cli.md"), encoding="utf-8").read()
+    table = page.split(f"<!-- options:begin sparkdl-{command} (sparkdl.cli.options_markdown) -->\n")[1].split(
+        f"<!-- options:end sparkdl-{command} -->")[0]
+    assert table.strip() == options_markdown(parser).strip(), f"docs/reference/cli.md's sparkdl-{command} table is out of date"
+    flags = {flag for action in parser._actions for flag in action.option_strings} - {"-h", "--help"}
+    assert flags == set(re.findall(r"^\| `(--[\w-]+)", table, re.M))
+    if command == "train":
+        assert {"--conf", "--py-files", "--master", "--set", "--check"} <= flags
