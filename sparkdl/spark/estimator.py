@@ -16,7 +16,6 @@ from pyspark.sql import functions as F
 from dataclasses import dataclass
 
 from sparkdl.config import ASYNC_DEFAULT_LOCAL_STEPS, FitConfig
-from sparkdl.core.board import EpochStats
 from sparkdl.core.modes import build_policy, policy_class
 from sparkdl.spark.backends import check as check_backend
 from sparkdl.core.schedule import RoundPlan
@@ -139,17 +138,6 @@ def zero_one_warnings(request: _FitRequest, data) -> list[str]:
             "column, which BinaryClassificationEvaluator needs (it fails with FIELD_NOT_FOUND rawPrediction; "
             "RegressionEvaluator reads prediction; task='classification' keeps the loss and writes it)")
     return out
-
-
-#: the parameter server's counts of an epoch (asynchronous modes): ``fitInfo["ps_epochs"]`` holds them, per epoch
-SERVER_COUNTS = frozenset(EpochStats().summary())
-
-
-def losses_and_metrics(history: dict) -> dict:
-    """The fit's history as the fitted model keeps it: the losses and metrics only (``loss``, each
-    metric, ``val_*``), as Keras' ``History``; the parameter server's counts of each epoch
-    (``updates_applied``, ``staleness_*``, ``bytes_*``) are ``fitInfo["ps_epochs"]``'s."""
-    return {name: values for name, values in history.items() if name not in SERVER_COUNTS}
 
 
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
@@ -764,7 +752,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             fit_info["min_workers_per_round"] = config.min_workers(job.workers)
         fit_info["seconds"] = fit_seconds(seconds, first_round, sum(loop.epoch_seconds), loop.first_round_end, loop.round_seconds)
         spec = request.spec
-        model = KerasModel._from_fit(spec.with_weights(fit.master.weights), losses_and_metrics(fit.history), fit_info,
+        model = KerasModel._from_fit(spec.with_weights(fit.master.weights), fit.history, fit_info,
                                      optimizer_state=fit.master.optimizer)
         self._copyValues(model)
         model._set(task=request.task)

@@ -76,10 +76,19 @@ def test_async_one_worker_with_tau_one_epoch_equals_plain_keras(spark, tmp_path)
 
 @pytest.mark.parametrize("mode", ["async", "hogwild", "staleness_aware", "ssp"])
 def test_each_async_mode_reports_updates_staleness_and_bytes_per_epoch(spark, mode):
+    import keras
+
+    class Keys(keras.callbacks.Callback):  # what a Keras callback (TensorBoard, MLflow, CSVLogger) is given each epoch
+        seen: list = []
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seen.append(sorted(logs or {}))
+
     df = _unequal_df(spark)
-    fitted = _estimator(numWorkers=2, epochs=2, localSteps=2, mode=mode, staleness=1).fit(df)  # backend auto -> ps
+    fitted = _estimator(numWorkers=2, epochs=2, localSteps=2, mode=mode, staleness=1, callbacks=[Keys()]).fit(df)  # auto -> ps
     info = fitted.fitInfo
     assert info["backend"] == "ps" and info["mode"] == mode
+    assert Keys.seen == [["accuracy", "loss"]] * 2  # the losses and metrics only: the server's counts are fitInfo's
     # per epoch: partition 0 pushes 3 times (5 steps, τ=2), partition 1 twice (3 steps)
     epochs = info["ps_epochs"]
     assert set(fitted.history) == {"loss", "accuracy"}

@@ -59,8 +59,6 @@ class RoundReport:
         rows_expected: rows of this round by the plan (async: the epoch's).
         seconds: the round's own time as the transport measured it (async: the epoch's, by the
             server's clock), 0 when the loop's own clock tells it.
-        logs: more of the epoch's logs (async: the parameter server's counters of the epoch:
-            ``updates_applied``, ``staleness_mean``, ``staleness_max``, ``bytes_pushed``, ``bytes_pulled``).
         validation: with :attr:`RoundOrders.evaluate`: per partition ``(validation rows, metric sums or None)``.
     """
 
@@ -74,7 +72,6 @@ class RoundReport:
     local_resets: int = 0
     rows_expected: int = 0
     seconds: float = 0.0
-    logs: dict = field(default_factory=dict)
     validation: dict | None = None
 
 

@@ -111,20 +111,18 @@ class TrainingLoop:
             fit.epoch = EpochProgress()
         callbacks.epoch_begin(epoch)
         started = time.perf_counter()
-        reported_seconds, extra_logs = 0.0, {}
+        reported_seconds = 0.0
         stopped = False
         for r in range(first, rounds_per_epoch):
             callbacks.round_begin(r)
             report = self._round(fit, epoch, r, rounds_per_epoch)
             reported_seconds += report.seconds
-            extra_logs.update(report.logs)
             stopped = callbacks.stop_training
             if stopped:
                 break
             self.snapshots.after_round(fit, epoch_end=r + 1 == rounds_per_epoch)
         check_epoch_rows(epoch, fit.epoch.rows, fit.epoch.dropped, fit.epoch.expected, job.data.total_rows, stopped)
         metrics = job.reader.results(fit.epoch.sums) if fit.epoch.sums is not None else {}
-        metrics.update(extra_logs)
         if self.validator is not None:
             metrics.update(self._validate(fit, epoch, epoch + 1 == job.config.epochs or stopped, rounds_per_epoch))
         seconds = reported_seconds or (time.perf_counter() - started)

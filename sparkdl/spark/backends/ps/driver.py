@@ -454,5 +454,5 @@ class PSAsyncTransport(PSTransport):
         sums = stats.sums.total()
         return RoundReport(
             updates=RoundUpdates(stats.rows, master=master, updates=optimizers or None), workers=[(-1, stats.rows)], metrics=[sums] if sums is not None else [],
-            nbytes=stats.bytes_pushed, local=local, rows_expected=total, seconds=seconds, logs=stats.summary(),
+            nbytes=stats.bytes_pushed, local=local, rows_expected=total, seconds=seconds,
         )
