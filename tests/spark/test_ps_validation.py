@@ -137,6 +137,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow  # the default run's 25 minutes (66 s); a killed ps worker's retry runs in tests/spark/test_faults.py; make test-all
 def test_a_worker_killed_while_it_validates_is_retried_with_the_same_history(tmp_path):
     """SIGKILL of partition 1's Python worker as it evaluates epoch 2's master (ps: in its long-lived
     task; rounds: in the task of the round that carries the validation): Spark runs the task again
