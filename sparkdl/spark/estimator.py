@@ -708,7 +708,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                  workers, config.mode, transport.name, request.backend_reason, config.epochs, transport.rounds_per_epoch)
         if config.verbose:
             print(f"sparkdl fit {fit_id[:8]}: backend {transport.name} ({request.backend_reason})", flush=True)
-        loop = TrainingLoop(job, policy, transport, callbacks, validator, snapshots)
+        loop = TrainingLoop(job, transport, callbacks, validator, snapshots)
         fit = loop.run(FitState(identity=snapshots.identity, master=request.start))
         changed = callbacks.changed_state()  # EarlyStopping(restore_best_weights=True) and the like, at on_train_end
         if changed is not None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from sparkdl.core.state import FitState
 from sparkdl.errors import ConfigError
 from sparkdl.spark import persistence
+from sparkdl.spark.training.contract import SlicedMaster
 
 log = logging.getLogger("sparkdl")
 BACKUP_FOLDER = "sparkdl-fit-state"
@@ -138,8 +139,8 @@ class FitStateStore:
     def save(self, fit: FitState) -> str:
         """Write ``fit`` as a new snapshot (data first, then its marker); returns its name."""
         name = f"snapshot-{fit.rounds:09d}-{fit.epochs:06d}"
-        write_slices = getattr(fit.master, "write_slices", None)  # backend sharded: each owner writes its slice
-        sliced = write_slices(persistence.qualify(self.folder, self.spark), name) if write_slices is not None else None
+        # a master that lives in its owners' slices: each owner writes its own
+        sliced = fit.master.write_slices(persistence.qualify(self.folder, self.spark), name) if isinstance(fit.master, SlicedMaster) else None
         payload, meta = fit.snapshot(sliced=sliced)
         text = json.dumps(meta, sort_keys=True).encode()
         persistence.write_bytes(_join(self.folder, f"{name}.arrow"), payload, self.spark)

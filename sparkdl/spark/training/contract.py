@@ -13,7 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
+from sparkdl.core.invariants import check_finite
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal
+from sparkdl.errors import InvariantError
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,9 @@ class Transport(Protocol):
         name: ``"rounds"``, ``"ps"`` or ``"sharded"``.
         rounds_per_epoch: the rounds the loop runs per epoch (the plan's; 1 for the asynchronous
             modes, whose round is the epoch's pushes).
-        applies_policy: the transport applies the mode's policy where the state lives (``sharded``):
-            the loop then neither asks the policy for starts nor applies it, and takes the master
-            from :meth:`master`. False (the default) for the others.
+        handle: where the master lives and who applies the mode's policy to it (:class:`LocalMaster`:
+            the driver loop, or a backend's own handle: the slice owners, where the state lives); the
+            loop runs every round through it, with no branch on the backend.
         rides_validation: a round's tasks can also evaluate weights on the validation rows their
             partitions hold (:attr:`RoundOrders.evaluate`; ``rounds``), so an epoch's validation
             can ride the next epoch's first round.
@@ -92,14 +94,8 @@ class Transport(Protocol):
 
     name: str
     rounds_per_epoch: int
-    applies_policy: bool = False
+    handle: MasterHandle
     rides_validation: bool = False
-
-    def master(self, version: int) -> ModelState:
-        """(``applies_policy`` only) The master after ``version`` rounds, its arrays read when used."""
-
-    def adopt(self, state: ModelState) -> None:
-        """(``applies_policy`` only) A callback set the master mid-fit: the transport takes it, or raises ConfigError."""
 
     def start(self, fit: FitState) -> None:
         """Get ready to run rounds from ``fit`` (a fresh fit, or one restored from a snapshot)."""
@@ -144,3 +140,65 @@ class TransportOptions:
 
     pause_at_epochs: bool = False
     snapshots: bool = False
+
+
+class MasterHandle(Protocol):
+    """Where a fit's master lives and who applies the mode's policy to it: the loop's one shape.
+
+    Methods are called by the driver loop, in this order: :meth:`starts` for each round's orders,
+    :meth:`advance` once its report came back, :meth:`adopt` when a callback set the weights, and
+    :meth:`final` once the transport finished.
+    """
+
+    def starts(self, fit: FitState) -> ModelState | list[ModelState] | None:
+        """What :attr:`RoundOrders.starts` carries (None where the state's owners know their start)."""
+
+    def advance(self, fit: FitState, report: RoundReport, description: str) -> Exception | None:
+        """Make ``fit.master`` (and ``fit.mode``) the state after the round ``report`` brought;
+        returns the error of a non-finite master instead of raising it (the master then keeps the
+        last finite state, and a callback may stop the fit: ``TerminateOnNaN``)."""
+
+    def adopt(self, fit: FitState, state: ModelState) -> None:
+        """A callback set the master mid-fit to ``state``; raises ConfigError where it cannot be taken."""
+
+    def final(self, fit: FitState) -> None:
+        """The fit ended: ``fit.master`` becomes the final master (read from where it lives)."""
+
+
+class LocalMaster:
+    """The master on the driver: the driver loop applies the mode's policy (``rounds``, ``ps``).
+
+    Args:
+        policy: the mode's policy (:mod:`sparkdl.core.modes`).
+        names: the weights' names (messages).
+    """
+
+    def __init__(self, policy, names) -> None:
+        self.policy, self.names = policy, list(names)
+
+    def starts(self, fit: FitState) -> ModelState | list[ModelState]:
+        return self.policy.starts(fit)
+
+    def advance(self, fit: FitState, report: RoundReport, description: str) -> Exception | None:
+        transition = self.policy.apply(fit, report.updates)
+        try:
+            check_finite(transition.master, self.names, description)
+        except InvariantError as exc:
+            return exc
+        fit.master, fit.mode = transition.master, transition.mode
+        return None
+
+    def adopt(self, fit: FitState, state: ModelState) -> None:
+        """The driver holds the master: the callback's state is the next round's start as it is."""
+
+    def final(self, fit: FitState) -> None:
+        """The driver holds the final master already."""
+
+
+class SlicedMaster:
+    """A master whose state lives in its owners' slices: a snapshot has each owner write its slice
+    (:meth:`write_slices`) instead of the driver writing the arrays."""
+
+    def write_slices(self, folder: str, name: str) -> dict:
+        """Have every owner write its slice next to snapshot ``name`` in ``folder``; returns the manifest."""
+        raise NotImplementedError

@@ -1,11 +1,12 @@
 """THE driver loop of a fit: epochs, rounds, callbacks, metric sums, invariants, validation and
 snapshots, for every mode on every transport.
 
-The loop owns the fit's state (:class:`~sparkdl.core.state.FitState`). Each round it asks the
-mode's policy where the workers start (:meth:`~sparkdl.core.modes.RoundPolicy.starts`), has the
-transport run the round (:meth:`~sparkdl.spark.training.contract.Transport.run_round`), asks the policy
-for the new master (:meth:`~sparkdl.core.modes.RoundPolicy.apply`), checks it and commits it, then
-runs the callbacks' round hooks. No round starts before the callbacks of the previous one
+The loop owns the fit's state (:class:`~sparkdl.core.state.FitState`) and has one shape for
+every backend. Each round it asks the transport's master handle
+(:class:`~sparkdl.spark.training.contract.MasterHandle`) where the workers start, has the
+transport run the round (:meth:`~sparkdl.spark.training.contract.Transport.run_round`), has the
+handle advance the master (on the driver: the mode's policy applied and checked finite; in the
+slice owners' hands: the version they applied), then runs the callbacks' round hooks. No round starts before the callbacks of the previous one
 returned, so a callback's decision (stop, a learning rate, weights it set) reaches every worker
 in the same round, on either transport. At each epoch's end: the rows invariant, validation,
 ``on_epoch_end`` (weights or optimizer variables a callback set become the master, as in Keras),
@@ -30,7 +31,6 @@ import time
 from sparkdl.core.invariants import check_epoch_rows, check_finite
 from sparkdl.core.metrics import append_epoch
 from sparkdl.core.state import EpochProgress, FitState, ModelState
-from sparkdl.errors import InvariantError
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.contract import RoundOrders, RoundReport, Transport
 
@@ -54,15 +54,14 @@ class TrainingLoop:
 
     Args:
         job: the fit's plain values.
-        policy: the mode's policy (:mod:`sparkdl.core.modes`).
-        transport: how rounds run (:mod:`sparkdl.spark.training.contract`).
+        transport: how rounds run, and where the master lives (its ``handle``) (:mod:`sparkdl.spark.training.contract`).
         callbacks: the driver's callbacks (:class:`~sparkdl.keras.callbacks.DriverCallbacks`).
         validator: validates the master after each epoch (:class:`~sparkdl.spark.training.validation.Validator`), or None.
         snapshots: the fit's snapshots (:class:`~sparkdl.spark.training.checkpoint.Snapshots`).
     """
 
-    def __init__(self, job: TrainJob, policy, transport: Transport, callbacks, validator, snapshots) -> None:
-        self.job, self.policy, self.transport = job, policy, transport
+    def __init__(self, job: TrainJob, transport: Transport, callbacks, validator, snapshots) -> None:
+        self.job, self.transport = job, transport
         self.callbacks, self.validator, self.snapshots = callbacks, validator, snapshots
         self.epoch_seconds: list[float] = []
         self.first_round_s: float | None = None
@@ -95,8 +94,7 @@ class TrainingLoop:
                 logs, stopped = self._epoch(fit, rounds_per_epoch)
             callbacks.train_end(logs)
             self.transport.finish(stopped)
-            if self.transport.applies_policy:  # the final master, read from the slices once
-                fit.master = self.transport.final
+            self.transport.handle.final(fit)  # the final master, read from where it lives, once
         finally:
             self.transport.close()
         self.snapshots.finish(fit)
@@ -149,8 +147,7 @@ class TrainingLoop:
         job, total = self.job, self.job.config.epochs * rounds_per_epoch
         description = (f"sparkdl fit {job.fit_id[:8]}: round {fit.rounds + 1}/{total} "
                        f"(epoch {epoch + 1}/{job.config.epochs}, round {r + 1}/{rounds_per_epoch})")
-        remote = self.transport.applies_policy  # the slice owners apply the policy where the state lives
-        return RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, None if remote else self.policy.starts(fit),
+        return RoundOrders(epoch, r, fit.rounds, fit.rounds + 1 == total, self.transport.handle.starts(fit),
                            self.callbacks.learning_rate, self.snapshots.collects(fit.rounds, r, r + 1 == rounds_per_epoch), description,
                            evaluate)
 
@@ -189,7 +186,6 @@ class TrainingLoop:
 
     def _round(self, fit: FitState, epoch: int, r: int, rounds_per_epoch: int) -> RoundReport:
         job, callbacks = self.job, self.callbacks
-        remote = self.transport.applies_policy
         ahead = self._ran_ahead(fit, r)
         if ahead is not None:
             orders, report, seconds = ahead
@@ -204,16 +200,7 @@ class TrainingLoop:
         self.round_seconds.append(seconds)
         if self.first_round_s is None:
             self.first_round_s, self.first_round_end = seconds, ended
-        not_finite = None
-        if remote:  # the owners checked their slices finite (the transport raised otherwise)
-            fit.master = self.transport.master(fit.rounds + 1)
-        else:
-            transition = self.policy.apply(fit, report.updates)
-            try:
-                check_finite(transition.master, job.names, description)
-                fit.master, fit.mode = transition.master, transition.mode
-            except InvariantError as exc:  # the master keeps the last finite state; a callback may stop (TerminateOnNaN)
-                not_finite = exc
+        not_finite = self.transport.handle.advance(fit, report, description)  # None, or the master kept its last finite state
         fit.rounds += 1
         self._count(fit, report)
         if callbacks.wants_rounds:  # the epoch's running metrics, for the callbacks' round hooks
@@ -251,8 +238,7 @@ class TrainingLoop:
         changed = self.callbacks.changed_state()
         if changed is not None:
             check_finite(changed, self.job.names, "a callback set the weights")
-            if self.transport.applies_policy:
-                self.transport.adopt(changed)
+            self.transport.handle.adopt(fit, changed)
             fit.master = ModelState(changed.weights, changed.optimizer if changed.optimizer is not None else fit.master.optimizer)
             fit.info["weights_from_callbacks"] = True
             self.callbacks.set_master(fit.master)

@@ -68,7 +68,7 @@ from sparkdl.errors import ConfigError, InvariantError, NodeLostError, ServerErr
 from sparkdl.server.tls import tls_identity
 from sparkdl.spark.backends.ps.task import RESULT_SPARK_SCHEMA, PSTaskSpec, ps_partition
 from sparkdl.spark.partitions import spill_dir
-from sparkdl.spark.training.contract import RoundOrders, RoundReport, TransportOptions
+from sparkdl.spark.training.contract import LocalMaster, RoundOrders, RoundReport, TransportOptions
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.nodes import SlotWatch, tell
 from sparkdl.spark.training.stage import StageWatch
@@ -93,12 +93,12 @@ class PSTransport:
     (:meth:`_rule`) and runs the rounds (:meth:`run_round`)."""
 
     name = "ps"
-    applies_policy = False
     rides_validation = False  # the workers validate in their tasks, or a job does
     rounds_mode = True  # whether the workers run round slots (a round mode) or push as they go
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
         self.job, self.policy, self.options = job, policy, options
+        self.handle = LocalMaster(policy, job.names)  # the driver loop applies the mode's policy
         config = job.config
         self.plan_rounds = job.plan.rounds_per_epoch
         self.rounds_per_epoch = self.plan_rounds if self.rounds_mode else 1

@@ -56,7 +56,7 @@ from sparkdl.spark.session import cancel_tag, check_inline, is_connect, share
 from sparkdl.spark.backends.rounds.reduce import check_separate, plan_reduction, reduce_pieces, result_limit_bytes
 from sparkdl.spark.backends.rounds.results import RESULT_SCHEMA, RESULT_SPARK_SCHEMA, RoundOutcome, read_round
 from sparkdl.spark.backends.rounds.task import RoundTask, train_partition
-from sparkdl.spark.training.contract import RoundOrders, RoundReport, TransportOptions
+from sparkdl.spark.training.contract import LocalMaster, RoundOrders, RoundReport, TransportOptions
 from sparkdl.spark.training.job import TrainJob
 
 log = logging.getLogger("sparkdl")
@@ -143,10 +143,10 @@ class RoundsTransport:
     """
 
     name = "rounds"
-    applies_policy = False
 
     def __init__(self, job: TrainJob, policy) -> None:
         self.job, self.policy = job, policy
+        self.handle = LocalMaster(policy, job.names)  # the driver loop applies the mode's policy
         config = job.config
         self.per_worker = bool(policy.per_worker)
         self.rounds_per_epoch = job.plan.rounds_per_epoch

@@ -53,7 +53,7 @@ from sparkdl.server.tls import TLSPin, tls_identity
 from sparkdl.spark.backends import backend, running
 from sparkdl.spark.backends.sharded.task import RESULT_SPARK_SCHEMA, ShardedTaskSpec, sharded_partition
 from sparkdl.spark.partitions import spill_dir
-from sparkdl.spark.training.contract import RoundOrders, RoundReport, TransportOptions
+from sparkdl.spark.training.contract import RoundOrders, RoundReport, SlicedMaster, TransportOptions
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.nodes import SlotWatch
 from sparkdl.spark.training.stage import StageWatch, stage_attempt
@@ -61,7 +61,7 @@ from sparkdl.spark.training.stage import StageWatch, stage_attempt
 log = logging.getLogger("sparkdl")
 
 
-class RemoteState:
+class RemoteState(SlicedMaster):
     """The master as the slices hold it at ``version``: its arrays are fetched from the owners when
     read (:attr:`weights`, :attr:`optimizer`), once, and never while nobody reads them."""
 
@@ -88,16 +88,38 @@ class RemoteState:
         return self._transport.write_slices(self.version, folder, name)
 
 
+class OwnersMaster:
+    """The master in the slice owners' hands (:class:`~sparkdl.spark.training.contract.MasterHandle`):
+    they apply the mode's policy where the state lives and check it finite; the loop holds a
+    :class:`RemoteState` of each version, read from the slices only when used."""
+
+    def __init__(self, transport: ShardedTransport) -> None:
+        self.transport = transport
+
+    def starts(self, fit: FitState) -> None:
+        return None  # each owner serves its slice's start
+
+    def advance(self, fit: FitState, report: RoundReport, description: str) -> None:
+        fit.master = self.transport.master(fit.rounds + 1)  # the owners checked their slices finite (the round raised otherwise)
+        return None
+
+    def adopt(self, fit: FitState, state: ModelState) -> None:
+        self.transport.adopt(state)
+
+    def final(self, fit: FitState) -> None:
+        fit.master = self.transport.final  # read from the slices once, at the end
+
+
 class ShardedTransport:
     """The workers own the state's slices; the driver coordinates (see the module docstring)."""
 
     name = "sharded"
-    applies_policy = True  # the slice owners apply the mode's policy; the driver loop does not
     rides_validation = False  # no validation data on sharded
 
     def __init__(self, job: TrainJob, policy, options: TransportOptions) -> None:
 
         self.job, self.policy, self.options = job, policy, options
+        self.handle = OwnersMaster(self)  # the slice owners apply the mode's policy; the driver loop does not
         config = job.config
         self.rounds_per_epoch = job.plan.rounds_per_epoch
         self.total_slots = config.epochs * self.rounds_per_epoch
