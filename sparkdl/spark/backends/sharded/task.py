@@ -471,7 +471,10 @@ class ShardedWorker:
             raise self.server.failure
 
     def wait_open(self, g: int) -> dict:
-        """Wait until the driver opened round ``g`` (or stopped), tending to slice map changes meanwhile."""
+        """Wait until the driver opened round ``g`` (or stopped), tending to slice map changes meanwhile.
+        Bounded by the driver (its ``roundTimeout`` cancels the stage); says at INFO what it waits
+        for every :data:`recovery.QUIET_S` seconds."""
+        started = said = time.monotonic()
         while True:
             self._check()
             reply = self.coordinator.wait_round(g, WAIT_CHUNK_S, self.partition, self.map_version)
@@ -479,6 +482,10 @@ class ShardedWorker:
                 self._refresh_map()
             if reply["open"] or reply["late"] or reply["stop"]:
                 return reply
+            if time.monotonic() - said >= recovery.QUIET_S:
+                said = time.monotonic()
+                log.info("sparkdl: worker %d (task attempt %d) waits %.0f s for the driver to open round %d (slice map version %d)",
+                         self.partition, self.attempt, said - started, g, self.map_version)
 
     def run(self, data) -> dict:
         """Run the slots; returns the counts (``rows``, ``steps``, ``pushes``, ``dropped`` (pushes an
