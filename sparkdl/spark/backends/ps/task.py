@@ -39,7 +39,7 @@ from sparkdl.core.compression import QUANTIZED, encode_update, quantize_update
 from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.server.tls import TLSPin
 from sparkdl.spark.partitions import release, split_validation
-from sparkdl.spark.training import worker_state
+from sparkdl.spark.training import recovery, worker_state
 from sparkdl.spark.training.tasks import TaskSpec, evaluate_rows, hook_point, prepare_worker, replica_for
 from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, load_validation, train_slot
 
@@ -229,7 +229,8 @@ class Worker:
         return True
 
     def _check_current(self) -> None:
-        if self.superseded.is_set():
+        # recovery's owner decides (the parameter server holds the state: nothing to hand off, the attempt just ends)
+        if recovery.supersession(later_attempt=self.superseded.is_set(), newer_stage=False) != recovery.GO_ON:
             raise SupersededAttempt(f"task attempt {self.attempt} of worker {self.partition} is superseded by a later attempt "
                                     "(Spark resubmitted the stage while it ran); it ends to free its task slot")
 
