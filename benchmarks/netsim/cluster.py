@@ -298,19 +298,14 @@ class EmulatedCluster:
         """Per host: ``rx``/``tx`` bytes of its link (``eth0`` in its namespace: what the host
         received / sent, every frame's headers included) and ``drops``: packets its two qdiscs
         (upload, download) dropped so far (a full queue: TCP sends those again)."""
-        out = {}
-        for host in self.hosts:
-            stats = json.loads(_run(["ip", "-n", host.ns, "-s", "-j", "link", "show", "dev", DEV]).stdout)[0]["stats64"]
-            out[host.name] = {"rx": int(stats["rx"]["bytes"]), "tx": int(stats["tx"]["bytes"]),
-                              "drops": self._drops(host.ns, DEV) + self._drops(self.bridge_ns, host.port)}
-        return out
+        return read_counters(self.describe())
 
-    @staticmethod
-    def _drops(ns: str, dev: str) -> int:
-        for q in json.loads(_run(["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev]).stdout or "[]"):
-            if q.get("kind") == "tbf":
-                return int(q.get("drops", 0))
-        return 0
+    def describe(self) -> dict:
+        """What a process elsewhere (the driver, in its namespace) needs to read the counters
+        (:func:`read_counters`), as JSON-able values."""
+        return {"bridge_ns": self.bridge_ns, "rate_mbit": self.rate_mbit, "mtu": self.mtu, "master": self.master,
+                "hosts": [{"name": h.name, "ns": h.ns, "ip": h.ip, "port": h.port} for h in self.hosts]}
+
 
     # ---- down --------------------------------------------------------------------------------
 
@@ -341,6 +336,30 @@ class EmulatedCluster:
             atexit.unregister(self.close)
 
 
+def read_counters(description: dict) -> dict[str, dict[str, int]]:
+    """:meth:`EmulatedCluster.counters` from its :meth:`~EmulatedCluster.describe` (``ip -n``
+    reaches a namespace by name from any namespace, as root)."""
+    out = {}
+    for host in description["hosts"]:
+        stats = json.loads(_run(["ip", "-n", host["ns"], "-s", "-j", "link", "show", "dev", DEV]).stdout)[0]["stats64"]
+        out[host["name"]] = {"rx": int(stats["rx"]["bytes"]), "tx": int(stats["tx"]["bytes"]),
+                             "drops": _drops(host["ns"], DEV) + _drops(description["bridge_ns"], host["port"])}
+    return out
+
+
+def _drops(ns: str, dev: str) -> int:
+    for q in json.loads(_run(["tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev]).stdout or "[]"):
+        if q.get("kind") == "tbf":
+            return int(q.get("drops", 0))
+    return 0
+
+
+def wire_factor(mtu: int) -> float:
+    """Counted bytes per TCP payload byte of a bulk transfer: a frame of ``mtu + 14`` bytes
+    (Ethernet header) carries ``mtu - 52`` (IPv4 20, TCP 20 with its 12 bytes of timestamps)."""
+    return (mtu + 14) / (mtu - 52)
+
+
 # ---- a check of the links alone -----------------------------------------------------------------
 
 _SINK = "import socket,sys;s=socket.socket();s.bind((sys.argv[1],5001));s.listen();c,_=s.accept()\nwhile c.recv(1<<20):pass"
@@ -365,6 +384,7 @@ def selftest(rate_mbit: float = 200, megabytes: int = 40) -> dict:
                 "achieved_mbit": round(payload * 8 / seconds / 1e6, 1),
                 "sender_tx_per_payload": round((after["worker0"]["tx"] - before["worker0"]["tx"]) / payload, 4),
                 "receiver_rx_per_payload": round((after["driver"]["rx"] - before["driver"]["rx"]) / payload, 4),
+                "receiver_acks_per_payload": round((after["driver"]["tx"] - before["driver"]["tx"]) / payload, 4),
                 "drops": after["worker0"]["drops"] + after["driver"]["drops"]}
 
 
