@@ -165,7 +165,7 @@ class Keyword:
 TASKS = ("auto", "classification", "regression")
 SCORE_COLUMN_TYPES = ("vector", "array")
 HANDLE_INVALID = ("error", "skip", "keep")
-COMPRESSIONS = ("fp16", "1bit", "threshold")  # sparkdl.core.compression.COMPRESSIONS, checked equal by a test
+COMPRESSIONS = ("fp16", "1bit", "threshold", "int8", "int4")  # sparkdl.core.compression.COMPRESSIONS, checked equal by a test
 
 #: the estimator's keywords that are not Params, in the order its docstring lists them
 KEYWORDS: tuple[Keyword, ...] = (
@@ -387,11 +387,14 @@ PARAMS: tuple[ParamSpec, ...] = (
     _P("elasticForce", "float?", None, rule="None or a number > 0", config="fit", example=0.3, doc=(
         "`easgd`: the elastic force α (> 0, numWorkers·α < 1); None: 0.9/numWorkers")),
     _P("compression", "str?", None, choices=(None, *COMPRESSIONS), config="fit", example="fp16", doc=(
-        "how workers send their updates, in any mode on either backend: None (their full state), `fp16` (the update "
+        "how workers send their updates: None (their full state), `fp16` (the update "
         "relative to the round's start as float16, half the bytes, summed in float64 and averaged in float32), `1bit` "
         "(one bit per value plus two float32 values per column, the quantization error kept by the worker and added "
         "to its next update; Seide et al. 2014) or `threshold` (±`compressionThreshold` at sparse uint32 indices, "
-        "error feedback; Strom 2015); the asynchronous modes compress every push but each worker's last. With "
+        "error feedback; Strom 2015), on backends `rounds` and `ps`; or, on backend `sharded`, `int8` / `int4` (the "
+        "update relative to the round's start in blocks of 256 values, one float32 scale a block and a byte or half a "
+        "byte a value, the rounding error kept by the worker and added to its next update; 1.02 and 0.52 bytes a "
+        "value). The asynchronous modes compress every push but each worker's last. With "
         "`1bit`/`threshold` the optimizer state stays on each worker (the fitted "
         "model keeps the initial one); `fitInfo[\"update_bytes\"]` counts the bytes the driver received")),
     _P("compressionThreshold", "float", 0.01, rule="a number > 0", config="fit", example=0.001, doc=(

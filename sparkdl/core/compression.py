@@ -53,12 +53,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sparkdl.core.blockwise import BLOCKWISE
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 
 QUANTIZED = ("1bit", "threshold")
-COMPRESSIONS = ("fp16", *QUANTIZED)
+COMPRESSIONS = ("fp16", *QUANTIZED, *BLOCKWISE)  # int8, int4: backend sharded's blockwise differences (sparkdl.core.blockwise)
 _FP16_MAX = float(np.finfo(np.float16).max)
 
 
@@ -71,8 +72,8 @@ def check_compression(value) -> str | None:
     if value is None or value in COMPRESSIONS:
         return value
     raise ConfigError(
-        f"compression must be None or one of ['fp16'] (float16 updates) or {list(QUANTIZED)} (quantized with "
-        f"error feedback). Received: {value!r}"
+        f"compression must be None or one of ['fp16'] (float16 updates), {list(QUANTIZED)} (quantized with "
+        f"error feedback) or {list(BLOCKWISE)} (blockwise integers with error feedback, backend sharded). Received: {value!r}"
     )
 
 

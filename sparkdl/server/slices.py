@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparkdl.core.aggregation import WeightedMean
+from sparkdl.core.blockwise import BLOCKWISE, decode_piece
 from sparkdl.core.compression import decode_mean
 from sparkdl.core.ledger import ApplyLedger
 from sparkdl.core.slices import SliceLayout
@@ -146,8 +147,8 @@ def _parse_command(descriptor: flight.FlightDescriptor) -> dict:
     out = {"kind": meta["kind"], **{k: int_field(meta, k) for k in keys}}
     if meta["kind"] == "contrib":
         encoding = meta.get("encoding")
-        if encoding not in (None, "fp16"):
-            raise CodecError(f"a contribution's encoding must be null or fp16. Received: {encoding!r:.40}")
+        if encoding not in (None, "fp16", *BLOCKWISE):
+            raise CodecError(f"a contribution's encoding must be null, fp16, int8 or int4. Received: {encoding!r:.40}")
         out["encoding"] = encoding
     return out
 
@@ -307,7 +308,11 @@ class SliceServer(FlightEndpoint):
             if worker not in self.expected(g):
                 self._counts["late_dropped"] += 1
                 return {"applied": False, "dropped": "late"}
-            state = arrays if meta.get("encoding") is None else decode_mean(arrays, self.committed.start)
+            encoding = meta.get("encoding")
+            if encoding in BLOCKWISE:  # dequantized against the round's start, in float32; summed in float64 below
+                state = decode_piece(arrays, self.committed.start, encoding)
+            else:
+                state = arrays if encoding is None else decode_mean(arrays, self.committed.start)
             self.layout.check_slice(state, self.owner)
             if rows > 0:
                 self._weights.add(state.weights, rows)

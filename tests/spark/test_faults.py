@@ -50,6 +50,12 @@ for backend in ("ps", "rounds", "sharded") if full else ("ps", "sharded"):
         out[f"{backend}-{fault}"] = {"difference": difference(got, base), "rounds": got.fitInfo["rounds"],
                                      "attempts": got.fitInfo.get("task_attempts"), "loss": got.history["loss"],
                                      "retrained": got.fitInfo.get("worker_retrained")}
+# int8 on sharded: the error-feedback residual the killed worker kept is found on its executor's disk
+base = fit("sharded", compression="int8")
+got = fit("sharded", fault="kill", compression="int8")
+out["sharded-int8-kill"] = {"difference": difference(got, base), "rounds": got.fitInfo["rounds"], "attempts": got.fitInfo.get("task_attempts"),
+                            "loss": got.history["loss"], "retrained": got.fitInfo.get("worker_retrained"),
+                            "resets": got.fitInfo.get("local_state_resets", 0)}
 for mode in ("async", "ssp") if full else ("ssp",):
     got = fit("ps", mode=mode, fault="raise" if mode == "ssp" and not full else "exit", staleness=1)
     info = got.fitInfo
@@ -99,7 +105,9 @@ def test_a_python_worker_that_dies_and_an_ssp_task_that_raises_are_retried_with_
     """The default run's share: sync on ps with a Python worker that dies, sync on sharded with the
     Python worker that serves slice 1 SIGKILLed (both equal to undisturbed), ssp with a task that
     raises (each slot once, the bound kept)."""
-    _check(_run(tmp_path, "short"), ["ps-exit", "sharded-kill"], ["ssp"])
+    out = _run(tmp_path, "short")
+    _check(out, ["ps-exit", "sharded-kill", "sharded-int8-kill"], ["ssp"])
+    assert out["sharded-int8-kill"]["resets"] == 0  # the killed worker's int8 residual came back from its executor's disk
 
 
 @pytest.mark.slow

@@ -151,7 +151,7 @@ def test_quantized_payloads_are_much_smaller_than_float32():
 
 
 def test_check_compression_and_check_threshold():
-    assert COMPRESSIONS == ("fp16", "1bit", "threshold") and QUANTIZED == ("1bit", "threshold")
+    assert COMPRESSIONS == ("fp16", "1bit", "threshold", "int8", "int4") and QUANTIZED == ("1bit", "threshold")
     for name in (None, *COMPRESSIONS):
         assert check_compression(name) == name
     for bad in ("2bit", "topk", "FP16", 1):

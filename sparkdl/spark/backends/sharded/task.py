@@ -36,6 +36,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from sparkdl.core.blockwise import BLOCKWISE, encode_piece
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import encode_update
 from sparkdl.core.modes import get_policy, policy_class
@@ -79,7 +80,8 @@ class ShardedTaskSpec:
     hold the replicas' fresh optimizer state, whose arrays each task reads from its own replica
     (the driver never builds it);
     ``keep_local_optimizer``: workers keep their optimizer state and put their weights alone;
-    ``encoding``: None or ``"fp16"`` (contributions as float16 differences from the round's start);
+    ``encoding``: None, ``"fp16"`` (contributions as float16 differences from the round's start), or
+    ``"int8"`` / ``"int4"`` (blockwise integer differences with error feedback: :mod:`sparkdl.core.blockwise`);
     ``checkpoint``: a sharded checkpoint's slices to start from (``{"uris": [...], "sha256": [...],
     "version": int}``), or None.
     """
@@ -161,6 +163,22 @@ def sharded_partition(spec: ShardedTaskSpec, batches: Iterator[pa.RecordBatch]) 
     yield pa.RecordBatch.from_pylist([{"partition": partition, "attempt": attempt, **counts}], schema=RESULT_SCHEMA)
 
 
+def _flatten(residual: dict[int, ModelState]) -> list[np.ndarray]:
+    """The residual of every piece as one list of arrays (a header array of each piece's counts first)."""
+    counts = [(len(residual[j].weights), len(residual[j].optimizer or [])) for j in sorted(residual)]
+    arrays = [a for j in sorted(residual) for a in [*residual[j].weights, *(residual[j].optimizer or [])]]
+    return [np.asarray([c for pair in counts for c in pair], np.int64), *arrays]
+
+
+def _unflatten(flat: list[np.ndarray]) -> dict[int, ModelState]:
+    """The inverse of :func:`_flatten`."""
+    counts, arrays, out, at = np.asarray(flat[0]).reshape(-1, 2), flat[1:], {}, 0
+    for j, (weights, optimizer) in enumerate(counts.tolist()):
+        out[j] = ModelState(list(arrays[at:at + weights]), list(arrays[at + weights:at + weights + optimizer]) or None)
+        at += weights + optimizer
+    return out
+
+
 class ShardedWorker:
     """One worker and slice owner of a sharded stage (see the module docstring).
 
@@ -206,6 +224,7 @@ class ShardedWorker:
         self.stopped = False
         self.final = False
         self.own_optimizer: list[np.ndarray] | None = None
+        self.residual: dict[int, ModelState] = {}  # int8/int4: what quantization left of this worker's piece j (error feedback)
         self.disk = DiskCopies(spill_dir(task.fit_id), self.layout.has_optimizer)
 
     # ---- the slice server and the slice map ----------------------------------------------------
@@ -501,8 +520,8 @@ class ShardedWorker:
         reply = self.start_server()
         first = max(spec.first, reply["version"])
         retried = reply["registrations"] > 1
-        if spec.keep_local_optimizer:
-            self._own_optimizer_state(first)
+        if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:
+            self._own_state(first)
         for g in range(first, spec.last):
             answer = self.wait_open(g)
             if answer["stop"]:
@@ -525,17 +544,25 @@ class ShardedWorker:
         return {g for g in range(self.spec.first, self.spec.last)
                 if self.plan.row_range(self.partition, g % rounds)[1] > self.plan.row_range(self.partition, g % rounds)[0]}
 
-    def _own_optimizer_state(self, first: int) -> None:
-        """``keepLocalOptimizer``: this worker's optimizer state as of its last round before ``first``
-        (this Python worker or this executor's disk); fresh (counted) when it trained before and it is lost."""
+    def _own_state(self, first: int) -> None:
+        """What this worker keeps of its own as of its last round before ``first`` (this Python
+        worker or this executor's disk): its optimizer state (``keepLocalOptimizer``) and its
+        quantization residual (``int8``/``int4``); fresh (counted) when it trained before and it is lost."""
         before = [g for g in range(first) if self.plan.row_range(self.partition, g % self.plan.rounds_per_epoch)[1]
                   > self.plan.row_range(self.partition, g % self.plan.rounds_per_epoch)[0]]
         if not before:
             return
         local = worker_state.load(self.spec.task.fit_id, self.partition, before[-1])
-        if local is not None and local.optimizer is not None:
-            self.own_optimizer = local.optimizer
-        else:
+        lost = local is None
+        if self.spec.keep_local_optimizer:
+            lost = lost or local.optimizer is None
+            if not lost:
+                self.own_optimizer = local.optimizer
+        if self.spec.encoding in BLOCKWISE:
+            lost = lost or local.residual is None
+            if not lost:
+                self.residual = _unflatten(local.residual)
+        if lost:
             self.counts["local_resets"] = 1
 
     def _pull_start(self, g: int) -> ModelState:
@@ -618,17 +645,27 @@ class ShardedWorker:
             self.replica.set_state(start)
         if answer.get("learning_rate") is not None:
             self.replica.set_learning_rate(answer["learning_rate"])
-        base = start if spec.encoding == "fp16" else None  # what fp16 differences are taken from
+        base = start if spec.encoding is not None else None  # what fp16, int8 and int4 differences are taken from
         del start  # the replica holds its copy: the pulled arrays are not kept through training and the puts
         metrics, rows, steps = train_slot(task, self.replica, self.data, self.partition, g, self.attempt_number)
         state = self.replica.get_state()
         if spec.keep_local_optimizer:
             self.own_optimizer = list(state.optimizer)
-            worker_state.save(task.fit_id, self.partition, WorkerLocal(g, None, self.own_optimizer))
             state = ModelState(state.weights, None)
-        update = encode_update(state, base, "fp16") if base is not None else state
         meta = {"round": g, "worker": self.partition, "attempt": self.attempt, "rows": rows, "encoding": spec.encoding}
-        pieces = self.layout.split(update)
+        if spec.encoding in BLOCKWISE:  # each piece quantized against its own start, with its own residual
+            starts = self.layout.split(base if state.optimizer is not None else ModelState(base.weights, None))
+            pieces = []
+            for j, (piece, piece_start) in enumerate(zip(self.layout.split(state), starts, strict=True)):
+                wire, self.residual[j] = encode_piece(piece, piece_start, self.residual.get(j), spec.encoding)
+                pieces.append(wire)
+            del starts
+        else:
+            pieces = self.layout.split(encode_update(state, base, "fp16") if spec.encoding == "fp16" else state)
+        del base
+        if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:  # kept for a retried task on this executor
+            residual = _flatten(self.residual) if spec.encoding in BLOCKWISE else None
+            worker_state.save(task.fit_id, self.partition, WorkerLocal(g, residual, self.own_optimizer))
         self.pending = {j: (pieces[j], meta) for j in range(self.owners)}
         list(self.pool.map(lambda j: self._put(j, pieces[j], meta), range(self.owners)))
         nbytes = sum(a.nbytes for p in pieces for a in [*p.weights, *(p.optimizer or [])])
