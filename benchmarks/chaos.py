@@ -66,7 +66,10 @@ from setup_env import ROOT  # noqa: E402  (sys.path and the environment, before 
 MODES = {"rounds": ("sync", "bmuf", "easgd"), "ps": ("sync", "bmuf", "easgd"), "sharded": ("sync", "bmuf", "diloco")}
 CLASSES = ("kill_worker", "kill_executor", "stop_worker")
 MASTER = "local-cluster[3,1,1024]"
-WORKERS, ROWS, FEATURES, EPOCHS, BATCH, LOCAL_STEPS = 3, 360, 8, 8, 10, 2
+WORKERS, ROWS, FEATURES, BATCH, LOCAL_STEPS = 3, 360, 8, 10, 2  # 6 rounds an epoch
+# epochs: an undisturbed fit of about 20-40 s on 2 shared cores (a round of `rounds` is a Spark job; ps and sharded
+# run a round in a fraction of a second)
+EPOCHS = {"rounds": 8, "ps": 64, "sharded": 40}
 MAX_FAILURES = 8
 STOP_S = (30.0, 60.0)
 SPAN = (0.1, 0.9)  # the faults fall within these fractions of the undisturbed fit's training time
@@ -190,6 +193,9 @@ class Chaos(threading.Thread):
         try:
             while self.started_at is None and not self.stop.wait(0.25):
                 self.started_at = self.rest.training_started(self.after_job)
+            if self.started_at is None:
+                self.errors.append("the fit ended before its first training task was seen")
+                return
             for fault in self.plan:
                 at = self.started_at + fault["fraction"] * self.train_s
                 if self.stop.wait(max(0.0, at - time.time())):
@@ -285,6 +291,8 @@ class Rest:
             for attempt in self.get(f"/stages/{stage}"):
                 if attempt.get("firstTaskLaunchedTime"):
                     times.append(_wall(attempt["firstTaskLaunchedTime"]))
+        if not times and jobs[0].get("submissionTime"):  # its stage not listed yet: the job's submission
+            times.append(_wall(jobs[0]["submissionTime"]))
         return min(times) if times else None
 
     def executors(self) -> list[dict]:
@@ -370,7 +378,7 @@ def _child_fits(spark, spec: dict, record: dict, seen: dict, out_path: str) -> N
     df = spark.createDataFrame([(x[i].tolist(), float(y[i])) for i in range(ROWS)], "x array<float>, y double")
     backend, mode = spec["backend"], spec["mode"]
 
-    def fit(epochs=EPOCHS, plan=None, train_s=None):
+    def fit(epochs=EPOCHS[backend], plan=None, train_s=None):
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(16, activation="tanh"),
                                   keras.layers.Dense(2, activation="softmax")])
