@@ -43,6 +43,19 @@ def test_supersession_over_every_case(later_attempt, newer_stage, decision):
     assert supersession(later_attempt=later_attempt, newer_stage=newer_stage) == decision
 
 
+@pytest.mark.parametrize(("facts", "verdict"), [
+    (dict(kills=0, max_kills=2, killed=True, kill_refused_by_spark=True, seen_gone=False), recovery.KILLED),
+    (dict(kills=2, max_kills=2, killed=False, kill_refused_by_spark=True, seen_gone=False), recovery.FAIL),  # killed twice
+    # a SIGKILLed Python worker or a lost executor: Spark runs no such attempt; its retry (after a resubmitted stage,
+    # perhaps) is given the start's grace once (the chaos soak failed the fit here before)
+    (dict(kills=0, max_kills=2, killed=False, kill_refused_by_spark=True, seen_gone=False), recovery.RETRYING),
+    (dict(kills=0, max_kills=2, killed=False, kill_refused_by_spark=True, seen_gone=True), recovery.FAIL),  # no retry came
+    (dict(kills=0, max_kills=2, killed=False, kill_refused_by_spark=False, seen_gone=False), recovery.FAIL),  # Spark Connect
+])
+def test_the_drivers_verdict_on_a_silent_worker_over_every_case(facts, verdict):
+    assert recovery.silence_verdict(**facts) == verdict
+
+
 @pytest.mark.parametrize(("facts", "order"), [
     (dict(first_registration=True, at_fit_start=True, checkpoint=False, on_disk=False, previous_answers=False), (FIT_START,)),
     (dict(first_registration=True, at_fit_start=False, checkpoint=True, on_disk=False, previous_answers=False), (CHECKPOINT,)),

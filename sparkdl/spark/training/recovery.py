@@ -70,6 +70,36 @@ def supersession(*, later_attempt: bool, newer_stage: bool) -> str:
     return GO_ON
 
 
+KILLED, RETRYING, FAIL = "killed", "retrying", "fail"
+
+
+def silence_verdict(*, kills: int, max_kills: int, killed: bool, kill_refused_by_spark: bool, seen_gone: bool) -> str:
+    """What the driver makes of a worker silent past ``workerTimeout`` (the driver-side decision).
+
+    Args:
+        kills: how many of this partition's silent attempts were killed already.
+        max_kills: the most the fit allows before it fails.
+        killed: Spark killed the attempt now (``killTaskAttempt`` answered True): it runs the task again.
+        kill_refused_by_spark: Spark answered that it runs no such attempt (on a classic session:
+            the attempt is gone already, e.g. its Python worker or its executor was SIGKILLed, and
+            Spark retries the task, maybe after resubmitting the whole stage); False where killing
+            cannot work at all (Spark Connect).
+        seen_gone: this very attempt was found gone before and its retry given the start's grace.
+
+    Returns:
+        :data:`KILLED` (counted; the next attempt gets the start's grace), :data:`RETRYING` (not
+        counted: the retry of an attempt already gone gets the start's grace, once per attempt), or
+        :data:`FAIL` (the fit fails naming the partition).
+    """
+    if kills >= max_kills:
+        return FAIL
+    if killed:
+        return KILLED
+    if kill_refused_by_spark and not seen_gone:
+        return RETRYING
+    return FAIL
+
+
 FIT_START, CHECKPOINT, PREVIOUS, DISK, HOLDER, PEERS = "start", "checkpoint", "previous", "disk", "holder", "peers"
 
 

@@ -17,6 +17,7 @@ while the other workers wait at the round.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +27,10 @@ import pyarrow as pa
 from sparkdl.core.liveness import STARTUP_GRACE_S, silent_worker
 from sparkdl.errors import FitCancelledError, InvariantError, NodeLostError, RoundTimeoutError, WorkerError
 from sparkdl.spark.jobs import run_job
-from sparkdl.spark.session import cancel_tag
+from sparkdl.spark.session import cancel_tag, is_connect
+from sparkdl.spark.training import recovery
 
+log = logging.getLogger("sparkdl")
 POLL_S = 0.1  # how often the driver's waits look at the stage and the workers' liveness
 MONITOR_TICK_S = 0.25  # how often the monitor looks at the heartbeats
 
@@ -64,9 +67,11 @@ class Monitor(threading.Thread):
     STARTUP_GRACE_S)`` of the stage's start (never started), has its task attempt killed
     (``SparkContext.killTaskAttempt``): Spark runs the task again, and the transport's retry path
     (each slot applied once, a slice served again) gives the same model; the new attempt gets the
-    start's grace. A partition silent again after ``max_kills`` kills, or whose attempt cannot be
-    killed (Spark Connect, an attempt never heard from), is recorded in :attr:`silent` and the
-    stage cancelled. Before silence it looks at the task slots (``nodes``): while the cluster has
+    start's grace. An attempt Spark no longer runs (its Python worker or its executor was killed:
+    Spark retries the task, maybe after resubmitting the stage) is not killed but its retry gets
+    the start's grace too, once per attempt (:func:`~sparkdl.spark.training.recovery.silence_verdict`).
+    A partition silent again after ``max_kills`` kills, or whose attempt cannot be killed (Spark
+    Connect, an attempt never heard from), is recorded in :attr:`silent` and the stage cancelled. Before silence it looks at the task slots (``nodes``): while the cluster has
     fewer than the stage's running workers, no worker is judged by its silence, and when they stay
     short the node counts as lost (:attr:`lost`) and the stage is cancelled. It never ends on an
     error of its own: a failed look is retried at the next tick.
@@ -88,6 +93,7 @@ class Monitor(threading.Thread):
         self.watch: tuple[str, list[int], float] | None = None  # (tag, partitions, since)
         self.since: dict[int, float] = {}  # partition -> when it was last watched from (a kill restarts its grace)
         self.killed: list[dict] = []  # the silent attempts killed: partition, attempt, seconds silent
+        self.gone: set[tuple[int, int]] = set()  # (partition, attempt) found gone already, their retry given the start's grace
         self.errors = 0
 
     def watch_stage(self, tag: str, partitions: list[int]) -> None:
@@ -127,10 +133,20 @@ class Monitor(threading.Thread):
         partition, silent = found
         attempt = (contacts.get(str(partition)) or {}).get("attempt")
         kills = sum(1 for k in self.killed if k["partition"] == partition)
-        if attempt is not None and kills < self.max_kills and kill_task_attempt(
-                self.spark, attempt, f"sparkdl: worker {partition} silent for {silent:.1f} s (workerTimeout={self.timeout_s:g})"):
+        killed = attempt is not None and kills < self.max_kills and kill_task_attempt(
+            self.spark, attempt, f"sparkdl: worker {partition} silent for {silent:.1f} s (workerTimeout={self.timeout_s:g})")
+        verdict = recovery.silence_verdict(kills=kills, max_kills=self.max_kills, killed=killed,
+                                           kill_refused_by_spark=attempt is not None and not is_connect(self.spark),
+                                           seen_gone=(partition, attempt) in self.gone)
+        if verdict == recovery.KILLED:
             self.killed.append({"partition": partition, "attempt": attempt, "silent_s": round(silent, 1)})
             self.since[partition] = now  # its next attempt: judged from now, with the start's grace
+            return
+        if verdict == recovery.RETRYING:  # the attempt is gone already (killed Python worker, lost executor): Spark retries it
+            self.gone.add((partition, attempt))
+            self.since[partition] = now
+            log.info("sparkdl: worker %d's task attempt %s is gone (Spark runs no such task); its retry gets %g s to be heard from",
+                     partition, attempt, max(self.timeout_s, STARTUP_GRACE_S))
             return
         self.silent = found
         cancel_tag(self.spark, tag)
