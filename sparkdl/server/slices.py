@@ -207,6 +207,7 @@ class SliceServer(FlightEndpoint):
                         "bytes_out": 0, "backups_in": 0, "applied": 0, "apply_s": 0.0}
         self._due = threading.Event()
         self.released = threading.Event()  # a new owner took the slice (``release``)
+        self.backup_taken = threading.Event()  # a version of a slice this server backs up was served
         self._to_disk: dict[int, SliceVersion] = {}  # slice -> the newest version the disk writer has not written yet
         self._writing = False
         self._written = threading.Event()
@@ -454,7 +455,10 @@ class SliceServer(FlightEndpoint):
             found = self.held(v) if k == self.owner else self.backups.get(k, {}).get(v)
             if found is None:
                 raise flight.FlightServerError(f"slice server {self.owner} holds no version {v} of slice {k}")
-            return self._serve(found)
+            stream = self._serve(found)
+            if k != self.owner:  # a backup served: the slice's new owner (or this one's replacement) has it
+                self.backup_taken.set()
+            return stream
         raise flight.FlightServerError(f"ticket must be start:<g>, master:<v>, weights:<v>, optimizer:<v> or held:<k>:<v>. "
                                        f"Received: {raw[:40]!r}")
 

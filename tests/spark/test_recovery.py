@@ -33,14 +33,18 @@ from sparkdl.spark.training.recovery import (
 )
 
 
-@pytest.mark.parametrize(("later_attempt", "newer_stage", "decision"), [
-    (False, False, GO_ON),
-    (True, False, HAND_OFF),  # its own replacement registered: serve it the slice, then end
-    (True, True, HAND_OFF),  # both: the replacement still takes the slice from this server first
-    (False, True, END_NOW),  # a resubmitted stage, no replacement of its own yet: free the slot now
+@pytest.mark.parametrize(("later_attempt", "newer_stage", "only_copy", "decision"), [
+    (False, False, False, GO_ON),
+    (False, False, True, GO_ON),
+    (True, False, False, HAND_OFF),  # its own replacement registered: serve it the slice (and the backups), then end
+    (True, True, True, HAND_OFF),  # both: the replacement takes the slice and the neighbour's copy from this server first
+    (False, True, False, END_NOW),  # a resubmitted stage, no replacement of its own yet: free the slot now
+    # ... unless this server holds the only live copy of its neighbour's slice (the neighbour's executor was lost): the
+    # spare-executor run that lost slice 1 when its holder ended at once and no new task ran on the holder's executor
+    (False, True, True, recovery.SERVE_BACKUP),
 ])
-def test_supersession_over_every_case(later_attempt, newer_stage, decision):
-    assert supersession(later_attempt=later_attempt, newer_stage=newer_stage) == decision
+def test_supersession_over_every_case(later_attempt, newer_stage, only_copy, decision):
+    assert supersession(later_attempt=later_attempt, newer_stage=newer_stage, only_copy=only_copy) == decision
 
 
 @pytest.mark.parametrize(("facts", "verdict"), [

@@ -45,10 +45,10 @@ QUIET_S = 5.0  # a wait says at INFO what it waits for after this many seconds, 
 
 # ---- decisions (pure) ---------------------------------------------------------------------------
 
-GO_ON, HAND_OFF, END_NOW = "go_on", "hand_off", "end_now"
+GO_ON, HAND_OFF, SERVE_BACKUP, END_NOW = "go_on", "hand_off", "serve_backup", "end_now"
 
 
-def supersession(*, later_attempt: bool, newer_stage: bool) -> str:
+def supersession(*, later_attempt: bool, newer_stage: bool, only_copy: bool = False) -> str:
     """What a running worker attempt does about attempts that replace it.
 
     Args:
@@ -56,17 +56,23 @@ def supersession(*, later_attempt: bool, newer_stage: bool) -> str:
             reply said so, or the slice map shows it serving this worker's slice).
         newer_stage: a task of a newer attempt of this task's Spark stage registered (Spark
             resubmitted the stage after a lost executor's shuffle output).
+        only_copy: this attempt's server may hold the only live copy of its neighbour's slice (it
+            backs that slice up, and the slice's owner of this stage attempt does not answer).
 
     Returns:
-        :data:`HAND_OFF` when a later attempt of this worker registered: serve it the slice until it
-        took it (bounded), then end; :data:`END_NOW` when only a newer stage attempt registered: end
-        at once, freeing this task's slot for the resubmitted tasks (its copies are on this
-        executor's disk for whichever new owner starts here); :data:`GO_ON` otherwise.
+        :data:`HAND_OFF` when a later attempt of this worker registered: serve it the slice (and the
+        neighbour's backups) until it took them, bounded, then end; :data:`SERVE_BACKUP` when only a
+        newer stage attempt registered and this server holds the only copy of its neighbour's
+        slice: stop training, serve that copy until the neighbour's new owner took it (or this
+        worker's own replacement did), bounded, then end; :data:`END_NOW` when only a newer stage
+        attempt registered: end at once, freeing this task's slot for the resubmitted tasks (its
+        copies are on this executor's disk for whichever new owner starts here); :data:`GO_ON`
+        otherwise.
     """
     if later_attempt:
         return HAND_OFF
     if newer_stage:
-        return END_NOW
+        return SERVE_BACKUP if only_copy else END_NOW
     return GO_ON
 
 

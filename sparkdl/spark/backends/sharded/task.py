@@ -435,10 +435,13 @@ class ShardedWorker:
 
     def _answers(self, registration: dict) -> bool:
         """Whether the slice server of ``registration`` answers now (within a few seconds)."""
+        return self._answers_for(registration, self.partition)
+
+    def _answers_for(self, registration: dict, slice_index: int) -> bool:
         try:
             pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
             with SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=3.0, retries=0) as probe:
-                probe.held(self.partition)
+                probe.held(slice_index)
             return True
         except Exception:  # noqa: BLE001 - gone, cut off, or not a server any more
             return False
@@ -680,18 +683,44 @@ class ShardedWorker:
         return own is not None and own["attempt"] > self.attempt
 
     def end_superseded(self) -> None:
-        """This attempt was superseded (:func:`recovery.supersession`): hand the slice to the later
-        attempt of this worker when one registered (serving it until it took it, at most
-        :data:`HANDOFF_S`); in any case first make sure its copies (its slice and the backups it
-        keeps) are on this executor's disk, where the next owner started here finds them."""
+        """This attempt was superseded (:func:`recovery.supersession`). First its copies (its slice
+        and the backups it keeps) reach this executor's disk, where the next owner started here
+        finds them. Then: a later attempt of this worker registered: serve it the slice and the
+        backups until it took them (at most :data:`HANDOFF_S`); only a newer stage attempt, with
+        this server holding the only live copy of its neighbour's slice: serve that copy until the
+        neighbour's new owner (or this worker's replacement) took it, at most :data:`HANDOFF_S`
+        (a single lost executor leaves at most one such holder, so the wait never holds the slot
+        every other new owner needs); else end at once."""
         if self.server is None:
             return
         if not self.server.flush_disk(FLUSH_S):
             log.warning("sparkdl: slice %d: its copies did not reach this executor's disk within %g s", self.partition, FLUSH_S)
-        decision = recovery.supersession(later_attempt=self.heartbeat.superseded.is_set() or self.replaced(),
-                                         newer_stage=self.newer_stage is not None)
+        later = self.heartbeat.superseded.is_set() or self.replaced()
+        decision = recovery.supersession(later_attempt=later, newer_stage=self.newer_stage is not None,
+                                         only_copy=not later and self._only_copy())
         if decision == recovery.HAND_OFF and self.server.committed is not None:
             self.server.released.wait(HANDOFF_S)
+        elif decision == recovery.SERVE_BACKUP:
+            taken = recovery.wait_bounded(
+                lambda: True if self.server.backup_taken.is_set() or self.server.released.is_set() else None,
+                f"superseded slice server {self.partition} (task attempt {self.attempt}) serves the only copy of slice "
+                f"{self._backed()} until its new owner takes it", HANDOFF_S, 0.5, lambda: f"backups held {sorted(self.server.backups)}")
+            log.info("sparkdl: slice server %d (task attempt %d) ends: slice %s's copy %s", self.partition, self.attempt,
+                     self._backed(), "taken" if taken else f"not taken within {HANDOFF_S:g} s")
+
+    def _backed(self) -> int | None:
+        """The slice whose backup this worker keeps (None with a single owner)."""
+        return next((k for k in range(self.owners) if k != self.partition and holder_of(k, self.owners) == self.partition), None)
+
+    def _only_copy(self) -> bool:
+        """Whether this server may hold the only live copy of the slice it backs up: it holds its
+        versions, and that slice's owner as this attempt last knew it does not answer."""
+        k = self._backed()
+        if k is None or not self.server.backups.get(k):
+            return False
+        with self._clients_lock:
+            registration = self.registrations[k]
+        return registration is None or not self._answers_for(registration, k)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
