@@ -111,6 +111,39 @@ def test_a_column_typo_in_transform_gets_a_did_you_mean(spark):
         model.transform(df)
 
 
+# --- optimizer, loss and metric names ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("param, value, received, closest, kind, listed", [
+    ("optimizer", "adm", "'adm'", "adam", "optimizer", "rmsprop, schedulefreeadamw, sgd."),
+    ("loss", "mean_squared_eror", "'mean_squared_eror'", "mean_squared_error", "loss", "mae, mape,"),
+    ("loss", "MeanSquareError", "'MeanSquareError'", "MeanSquaredError", "loss", " mse, msle,"),  # a class name: its own
+    ("loss", {"out": "hnge"}, "'hnge'", "hinge", "loss", "squared_hinge, tversky."),  # per output
+    ("metrics", ["accuracy", "acuracy"], "'acuracy'", "accuracy", "metric", "acc, accuracy, auc,"),
+    ("weightedMetrics", ["aucc"], "'aucc'", "auc", "metric", "precision, r2_score, recall,"),
+])
+def test_a_misspelled_optimizer_loss_or_metric_names_the_param_the_closest_and_the_names_before_any_job(
+        spark, param, value, received, closest, kind, listed):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "pixels array<double>, label double")
+    raised = []
+
+    def fit():
+        with pytest.raises(ConfigError) as info:
+            _estimator(**{param: value}).fit(df)
+        raised.append(str(info.value))
+        with pytest.raises(ConfigError) as info:
+            _estimator().setParams(**{param: value})
+        raised.append(str(info.value))
+
+    assert jobs_started(spark, fit) == 0
+    assert raised[0] == raised[1]
+    message = raised[0]
+    assert message.startswith(f"{param} must be ")
+    assert f". Did you mean {closest!r}? The {kind} names: " in message
+    assert listed in message and "metric," not in message and "'" not in message.split("names: ")[1].split(". Received")[0]
+    assert message.endswith(f". Received: {param}={received}")
+
+
 # --- the executors' Python, before any job ----------------------------------------------------------
 
 
