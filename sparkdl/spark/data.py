@@ -31,7 +31,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError, did_you_mean
 from sparkdl.keras.losses import losses_for_outputs
-from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder
+from sparkdl.serialization.columns import (ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder,
+                                           wrong_width_rows)
 from sparkdl.spark.partitions import VALIDATION_FLAG
 
 SPARK_TYPES = {
@@ -524,6 +525,7 @@ class _ColumnStats:
     def __init__(self, exclude: float | None = None) -> None:
         self.exclude = exclude  # a value left out of min, max and fractional (a loss's ignore_class)
         self.nulls = self.element_nulls = self.nans = self.fractional = self.invalid = 0
+        self.wrong_width = 0  # rows of another number of values than the model input's (a plain list column)
         self.min_len = self.max_len = self.inner_min = self.inner_max = None
         self.min = self.max = None
         self.decode_error = None
@@ -594,10 +596,12 @@ WARM_UP_WAIT_S = 300.0
 
 
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
-                     backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1) -> Iterator[pa.RecordBatch]:
+                     backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1,
+                     widths: dict | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition per role (one row even when it is empty): rows
-    kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are
-    counted per column and left out of the rest. ``roles``: 1, or 2 when the rows are a fit's
+    kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows (and rows
+    of another width than ``widths`` gives their column: column name -> values per row) are
+    counted per column and left out of the rest; without, the rows of another width are counted. ``roles``: 1, or 2 when the rows are a fit's
     training (role 0) and validation rows (role 1) told apart by :data:`VALIDATION_FLAG`.
     ``backend``: the driver's Keras backend, selected (``KERAS_BACKEND``) before a decoder may import
     Keras. Without decoders, Keras is imported (and ``warm`` run) on a thread beside the check, so
@@ -619,10 +623,15 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
     for whole in batches:
         parts = [whole] if roles == 1 else [whole.filter(pc.invert(whole.column(VALIDATION_FLAG))), whole.filter(whole.column(VALIDATION_FLAG))]
         for role, batch in enumerate(parts):
+            wrong = {s.name: wrong_width_rows(batch.column(s.name), widths[s.name]) for s in specs if s.name in (widths or {})}
+            for name, rows in wrong.items():
+                stats[role][name].wrong_width += int(rows.sum())
             if skip and batch.num_rows:
                 bad = np.zeros(batch.num_rows, bool)
                 for s in specs:
                     column_bad = invalid_rows(batch.column(s.name))
+                    if s.name in wrong:
+                        column_bad |= wrong[s.name]
                     stats[role][s.name].invalid += int(column_bad.sum())
                     bad |= column_bad
                 if bad.any():
@@ -777,10 +786,11 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
         ignore = {y.name: info.ignore_class for y, info in zip(ys, request.output_losses(loss), strict=True)}
         specs = xs + ys + ([weight] if weight else [])
         skip, count = request.skip_invalid, len(roles)
+        widths = _fixed_widths(request, xs)
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count),
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count, widths),
                                        STATS_SPARK_SCHEMA)
         description = f"sparkdl: check and count {' and '.join(roles)} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
@@ -806,6 +816,18 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
         selected.unpersist()
         raise
     return tuple(out)
+
+
+def _fixed_widths(request: ColumnRequest, xs: list[ColumnSpec]) -> dict[str, int]:
+    """Column name -> values per row, for each model input fed by one plain column (as
+    :func:`~sparkdl.serialization.columns.fixed_width_columns` finds them for the training tasks)."""
+    out, position = {}, 0
+    for _, shape, _, cols in request.inputs:
+        parts = xs[position : position + len(cols)]
+        position += len(cols)
+        if len(parts) == 1 and not parts[0].ragged and not parts[0].decoder:
+            out[parts[0].name] = int(np.prod(tuple(shape), dtype=np.int64))
+    return out
 
 
 def _label_range(stats, name: str) -> tuple | None:
@@ -906,11 +928,8 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
     for c in parts:
         lengths = _values(stats, c.name, "min_len") | _values(stats, c.name, "max_len")
         if len(parts) == 1 and total and lengths != {size}:
-            bad = sorted(lengths - {size})
-            raise SchemaError(
-                f"features column {c.source!r} must hold {size} values per row (the model input shape "
-                f"{shape} has {size}). Received rows of {bad[0] if bad else sorted(lengths)} values"
-            )
+            raise SchemaError(_width_message(c.source, shape, size, sorted(lengths - {size}) or sorted(lengths),
+                                             _total(stats, c.name, "wrong_width") or total, total))
         if len(lengths) > 1:
             raise SchemaError(f"features column {c.source!r} must hold the same number of values in every row. Received lengths {sorted(lengths)}")
         widths.append(lengths.pop() if lengths else 0)
@@ -922,6 +941,18 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
         )
     specs = tuple(dataclasses.replace(c, shape=(w,)) for c, w in zip(parts, widths, strict=True)) if len(parts) > 1 else (dataclasses.replace(parts[0], shape=shape),)
     return TensorSpec(name, shape, dtype, specs)
+
+
+def _width_message(source: str, shape: tuple, size: int, bad: list[int], wrong: int, total: int) -> str:
+    """The error of a features column whose ``wrong`` rows of ``total`` hold other than ``size``
+    values (``bad``: their lengths, sorted): when some rows do, ``handleInvalid="skip"`` drops them;
+    when every row does, the column or the model input is the one to change."""
+    held = f"{bad[0]}" if bad[0] == bad[-1] else f"{bad[0]} to {bad[-1]}"
+    rule = f"features column {source!r} must hold {size} values per row (the model input shape {shape} has {size})"
+    if wrong < total:
+        return f"{rule}; handleInvalid='skip' drops the rows that do not. Received: {wrong} of {total} rows hold {held} values"
+    return (f"{rule}: when no row does, the column or the model input is not the one meant. "
+            f"Received: all {total} rows hold {held} values")
 
 
 def _output_tensor(stats, name: str, output_shape: tuple, y: ColumnSpec, loss) -> TensorSpec:

@@ -619,7 +619,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             validation = None
         try:
             if data.skipped:
-                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value were dropped, "
+                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value or a wrong number of values were dropped, "
                               f"{data.total_rows} rows are trained on", stacklevel=4)
             if request.validation_df is not None:
                 if validation is None:
@@ -627,7 +627,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                                                        run_job=check_job, role="validation")
                 if validation.skipped:
                     warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
-                                  "were dropped", stacklevel=4)
+                                  "or a wrong number of values were dropped", stacklevel=4)
                 if validation.total_rows == 0:
                     warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=4)
         except BaseException:
