@@ -20,13 +20,13 @@ from sparkdl.core.modes import build_policy, policy_class
 from sparkdl.spark.backends import check as check_backend
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import FitState, ModelState
-from sparkdl.errors import ConfigError, KeywordArgumentsError
+from sparkdl.errors import ConfigError, FitCancelledError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.data import (check_dataframe, col, prepare_together, prepare_training_data, prepare_with_validation, request_columns,
                                 validation_split)
-from sparkdl.spark.jobs import check_executors_python, run_job
+from sparkdl.spark.jobs import check_executors_python, interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
@@ -481,19 +481,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
         observers: list = []  # this fit's progress display and trackers: stopped, closed, ended as failed if it fails
         # a callback object serves one fit at a time; Spark's stage bars stay off the fit's own progress lines
+        fit_ids: list[str] = []  # the fit's id once its checks made one: an interrupt cancels its jobs by tag
         with exclusive(self._callbacks), progress_bar_hidden(dataset.sparkSession, hide=self.getVerbose() > 0):
             try:
-                return self._fit_exclusive(dataset, observers)
+                return self._fit_exclusive(dataset, observers, fit_ids)
+            except KeyboardInterrupt as exc:  # Ctrl-C, a notebook's stop: no job left running, said in words
+                error = exc if isinstance(exc, FitCancelledError) else interrupted_fit(dataset.sparkSession, fit_ids[0] if fit_ids else None)
+                abort_all(observers)
+                if error is exc:
+                    raise
+                raise error from exc
             except BaseException:
                 abort_all(observers)
                 raise
 
-    def _fit_exclusive(self, dataset: DataFrame, observers: list) -> KerasModel:
+    def _fit_exclusive(self, dataset: DataFrame, observers: list, fit_ids: list | None = None) -> KerasModel:
         """The fit as named steps: check everything that can be checked without a job, prepare the
         data (the check and caching jobs), train (the driver loop over a transport), and make the
-        fitted model."""
+        fitted model. The fit's id is appended to ``fit_ids`` once made."""
         seconds = {"started": time.perf_counter()}
         request = self._check(dataset, observers)
+        if fit_ids is not None:
+            fit_ids.append(request.fit_id)
         seconds["checked"] = time.perf_counter()
         data, validation = self._prepare(request)
         try:
