@@ -222,6 +222,8 @@ class ColumnRequest:
             importable module, or the function itself (:func:`~sparkdl.serialization.columns.shipped_decoder`).
         skip_invalid: ``handleInvalid="skip"``.
         pad_value: the value that pads sequence inputs' rows (``padValue``).
+        custom_objects: the fit's registered custom objects, pickled (None: none): each check task
+            unpickles them, as the training tasks will, and reports a module it cannot import.
     """
 
     inputs: tuple
@@ -231,6 +233,7 @@ class ColumnRequest:
     decoders: tuple = ()
     skip_invalid: bool = False
     pad_value: float = 0.0
+    custom_objects: bytes | None = None
 
     @property
     def source_columns(self) -> list[str]:
@@ -514,7 +517,7 @@ def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[C
 # One row per check task; the Spark schema is derived from the Arrow one (no DDL string: parsing one costs a fresh
 # session 0.4 s of the JVM parser's start, on the way to the first step).
 STATS_SCHEMA = pa.schema([("partition", pa.int32()), ("role", pa.int8()), ("rows", pa.int64()), ("skipped", pa.int64()),
-                          ("stats", pa.string())])
+                          ("stats", pa.string()), ("import_error", pa.string())])
 STATS_SPARK_SCHEMA = from_arrow_schema(STATS_SCHEMA)
 
 
@@ -597,7 +600,7 @@ WARM_UP_WAIT_S = 300.0
 
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
                      backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1,
-                     widths: dict | None = None) -> Iterator[pa.RecordBatch]:
+                     widths: dict | None = None, custom_objects: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition per role (one row even when it is empty): rows
     kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows (and rows
     of another width than ``widths`` gives their column: column name -> values per row) are
@@ -605,7 +608,10 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
     training (role 0) and validation rows (role 1) told apart by :data:`VALIDATION_FLAG`.
     ``backend``: the driver's Keras backend, selected (``KERAS_BACKEND``) before a decoder may import
     Keras. Without decoders, Keras is imported (and ``warm`` run) on a thread beside the check, so
-    that the training task this reused Python worker runs next starts warm."""
+    that the training task this reused Python worker runs next starts warm. ``custom_objects`` (the
+    fit's registered custom objects, pickled) are unpickled after the rows, as a training task
+    would: a module this Python cannot import is reported (``import_error``: the exception's last
+    line), not raised, so the driver fails the fit at once instead of after Spark's task retries."""
     import json
 
     from pyspark import TaskContext
@@ -645,9 +651,18 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
                     stats[role][s.name].add(batch.column(s.name))
     if importing is not None:
         importing.join(WARM_UP_WAIT_S)
+    failed = None
+    if custom_objects is not None:  # after the warm-up: a custom object's module may import Keras
+        from pyspark import cloudpickle
+
+        try:
+            cloudpickle.loads(custom_objects)
+        except ImportError as exc:  # a module shipped to the driver only: no retry can import it
+            failed = f"{type(exc).__name__}: {exc}"
     partition = TaskContext.get().partitionId()
     out = [{"partition": partition, "role": role, "rows": counts[role][0], "skipped": counts[role][1],
-            "stats": json.dumps({name: st.as_dict() for name, st in stats[role].items()})} for role in range(roles)]
+            "stats": json.dumps({name: st.as_dict() for name, st in stats[role].items()}), "import_error": failed}
+           for role in range(roles)]
     yield pa.RecordBatch.from_pylist(out, schema=STATS_SCHEMA)
 
 
@@ -790,10 +805,17 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count, widths),
+        custom = request.custom_objects
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count, widths, custom),
                                        STATS_SPARK_SCHEMA)
         description = f"sparkdl: check and count {' and '.join(roles)} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
+        failed = sorted({(s["partition"], s["import_error"]) for s in rows if s["import_error"]})
+        if failed:
+            from sparkdl.spark.jobs import failed_import_error
+
+            partition, text = failed[0]
+            raise failed_import_error(text, f"{description}, partition {partition},")
         out = []
         for index, role in enumerate(roles):
             found = sorted((s for s in rows if s["role"] == index), key=lambda s: s["partition"])

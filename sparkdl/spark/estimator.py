@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -617,13 +618,18 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
                                      config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
+        columns = request.request
+        if registered():  # the check tasks unpickle them: a module the executors lack fails the fit at once, not after retries
+            from pyspark import cloudpickle
+
+            columns = dataclasses.replace(columns, custom_objects=cloudpickle.dumps(registered()))
         together = (request.validation_df is not None and not config.keep_partitioning
-                    and prepare_together(request.train_df, request.validation_df, request.request))
+                    and prepare_together(request.train_df, request.validation_df, columns))
         if together:  # one cache, one check job; partition p holds worker p's validation rows too
-            data, validation = prepare_with_validation(request.train_df, request.validation_df, request.request, request.loss,
+            data, validation = prepare_with_validation(request.train_df, request.validation_df, columns, request.loss,
                                                        config.num_workers, run_job=check_job, warm=warm)
         else:
-            data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
+            data = prepare_training_data(request.train_df, columns, request.loss, config.num_workers,
                                          keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
             validation = None
         try:

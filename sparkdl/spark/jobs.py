@@ -224,6 +224,17 @@ def import_error(module: str | None, text: str, description: str, executors: str
     )
 
 
+def failed_import_error(text: str, description: str) -> WorkerError:
+    """The error of a check task that could not import a module (``text``: ``"ModuleNotFoundError:
+    No module named 'x'"``, which the task reported instead of raising: no attempt of Spark's
+    ``spark.task.maxFailures`` could import it): :func:`import_error`, naming the module and how
+    to ship it (``--py-files``, ``spark.submit.pyFiles``, ``addPyFile``), and that no task was retried."""
+    module = _failed_import(text)[1]
+    error = import_error(module, text, description)
+    return WorkerError(f"{error} (the fit failed at the first attempt: the check job's tasks unpickle the custom objects "
+                       "as the training tasks would; spark.submit.pyFiles ships modules as --py-files does)")
+
+
 # Run by the executors' Python: its version, and which of the modules named after it are missing
 # (found without importing them).
 _PROBE = ("import sys, json, importlib.util as u; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
