@@ -50,8 +50,11 @@ class RoundTimeoutError(SparkDLError, TimeoutError):
     """A round did not finish within its time limit (seconds); its Spark jobs were cancelled."""
 
 
-class FitCancelledError(WorkerError):
-    """The fit's Spark jobs were cancelled (job group, job tag or the Spark UI); the master weights are untouched."""
+class FitCancelledError(WorkerError, KeyboardInterrupt):
+    """The fit's Spark jobs were cancelled (job group, job tag or the Spark UI), or the fit was
+    interrupted on the driver (Ctrl-C, a notebook's stop), which cancels its jobs; the master
+    weights are untouched. A ``KeyboardInterrupt`` too, so that a notebook or a script treats it as
+    an interrupt (``except KeyboardInterrupt`` catches it; uncaught, Python ends by SIGINT)."""
 
 
 class NodeLostError(WorkerError):

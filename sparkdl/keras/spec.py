@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 from sparkdl.keras.losses import LossInfo, describe_loss
 from sparkdl.keras.runtime import keras_module
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
@@ -123,11 +123,50 @@ def _module(kind: str):
     return {"optimizer": keras.optimizers, "loss": keras.losses, "metric": keras.metrics}[kind]
 
 
-def _normalize(value, kind: str):
+@functools.cache
+def known_names(kind: str) -> tuple[str, ...]:
+    """Every name ``keras.<kind>s.get`` resolves for ``kind`` ``"optimizer"``, ``"loss"`` or
+    ``"metric"`` (``'adam'``, ``'mse'``, ``'MeanSquaredError'``, ...; ``'accuracy'`` and ``'acc'``
+    for metrics, as ``keras.Model.compile`` special-cases them), sorted: the candidates of an
+    unknown name's "did you mean". Keras' registry of names where this Keras has one, else the
+    module's public names; either way only those ``get`` resolves without arguments."""
+    module = _module(kind)
+    try:
+        from keras.src import losses, metrics, optimizers
+
+        candidates = list({"optimizer": optimizers, "loss": losses, "metric": metrics}[kind].ALL_OBJECTS_DICT)
+    except (ImportError, AttributeError):
+        candidates = [name for name in vars(module) if not name.startswith("_")]
+    names = {"accuracy", "acc"} if kind == "metric" else set()
+    for name in candidates:
+        if name.lower() in ("optimizer", "loss", "metric"):  # the base classes resolve, but train nothing
+            continue
+        try:
+            if module.get(name) is not None:
+                names.add(name)
+        except Exception:  # noqa: BLE001 - a base class or one that needs arguments: not a name to suggest
+            pass
+    return tuple(sorted(names))
+
+
+def unknown_name_error(kind: str, name: str, param: str, rule: str) -> ConfigError:
+    """The error of a ``kind`` name Keras does not know, given to Param ``param``: ``rule``, the
+    closest known name (:func:`~sparkdl.errors.did_you_mean`), the lower-case names (the string
+    form Keras' examples use; class names such as ``'MeanSquaredError'`` resolve too), then
+    ``Received: param='name'``."""
+    names = known_names(kind)
+    if kind == "optimizer":  # Keras looks optimizer names up in lower case
+        names = tuple(sorted({n.lower() for n in names}))
+    shown = ", ".join(n for n in names if n == n.lower())
+    return ConfigError(f"{param} {rule}.{did_you_mean(name, names)} The {kind} names: {shown}. Received: {param}={name!r}")
+
+
+def _normalize(value, kind: str, param: str | None = None):
     """A compile argument as a JSON-able value: a built-in name, or a Keras serialization config.
 
     Configs are deserialized once here, as the executors will, so an unknown name or an
-    unregistered custom object fails on the driver, before any Spark job.
+    unregistered custom object fails on the driver, before any Spark job; an unknown name's
+    error names ``param`` (the Param, by default ``kind``) and the closest known name.
     """
     keras = keras_module()
     module = _module(kind)
@@ -143,7 +182,9 @@ def _normalize(value, kind: str):
             try:
                 module.get(value)
             except ValueError as exc:
-                raise ConfigError(f"{kind} must be a Keras {kind} name. Received: {value!r}") from exc
+                rule = ("must be a Keras optimizer name, a keras.optimizers.Optimizer or its config" if kind == "optimizer"
+                        else "must be a Keras loss name, a keras.losses.Loss, a function or a config")
+                raise unknown_name_error(kind, value, param or kind, rule) from exc
         return value
     if kind == "optimizer" and not isinstance(value, (dict, keras.optimizers.Optimizer)):
         raise ConfigError(f"optimizer must be a name, a keras.optimizers.Optimizer or its config. Received: {value!r}")
@@ -251,7 +292,7 @@ def normalize_loss(value) -> str | dict | list:
     return losses
 
 
-def _check_metric_name(name: str) -> None:
+def _check_metric_name(name: str, param: str = "metrics") -> None:
     """A metric string must resolve as ``keras.Model.compile`` resolves it: ``"accuracy"`` and
     ``"acc"`` (any case) are special-cased there, every other name goes to ``keras.metrics.get``."""
     if name.lower() in ("accuracy", "acc"):
@@ -259,28 +300,26 @@ def _check_metric_name(name: str) -> None:
     try:
         _module("metric").get(name)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(
-            "metrics must be Keras metric names ('accuracy', 'mae', 'auc', ...), objects or configs. "
-            f"Received: {name!r}"
-        ) from exc
+        raise unknown_name_error("metric", name, param, "must be Keras metric names ('accuracy', 'mae', 'auc', ...), "
+                                                       "objects or configs") from exc
 
 
-def _one_metric(metric, values):
+def _one_metric(metric, values, param: str = "metrics"):
     if metric is None:
         raise ConfigError(f"metrics must be Keras metric names, objects or configs. Received: None in {values!r}")
     if _per_output(metric):
         raise ConfigError(f"metrics must not nest deeper than one list per output: the forms are {METRICS_FORMS}. Received: {values!r}")
     if isinstance(metric, str):
-        _check_metric_name(metric)
+        _check_metric_name(metric, param)
     return _normalize(metric, "metric")
 
 
-def _metric_list(value, values) -> list:
+def _metric_list(value, values, param: str = "metrics") -> list:
     """One output's metrics (a metric or a list of them) as a list of names and configs."""
-    return [_one_metric(m, values) for m in (value if isinstance(value, (list, tuple)) else [value])]
+    return [_one_metric(m, values, param) for m in (value if isinstance(value, (list, tuple)) else [value])]
 
 
-def normalize_metrics(values) -> list | dict:
+def normalize_metrics(values, param: str = "metrics") -> list | dict:
     """Metrics (or weighted metrics) as JSON in any form ``keras.Model.compile`` takes, checked on the driver.
 
     Forms: a metric or a list of metrics (names, objects or configs); a dict output name -> a metric
@@ -289,7 +328,8 @@ def normalize_metrics(values) -> list | dict:
     model with several outputs is Keras' list of one entry per output; its length is checked at
     ``fit`` (:meth:`CompileSpec.check_outputs`). Each name resolves as ``keras.Model.compile`` would
     (``"accuracy"``/``"acc"``, then ``keras.metrics.get``: ``"mae"``, ``"AUC"``, ...), and each object
-    or config is rebuilt from its config, so a misspelled or unregistered metric fails before any job.
+    or config is rebuilt from its config, so a misspelled or unregistered metric fails before any job;
+    an unknown name's error names ``param`` (the Param: ``metrics``, ``weightedMetrics``) and the closest name.
 
     Returns:
         a list of names and config dicts; a list whose entries are such lists or None; or a dict
@@ -301,15 +341,15 @@ def normalize_metrics(values) -> list | dict:
     if values is None:
         return []
     if isinstance(values, dict) and not is_config(values):
-        return {str(name): _metric_list(v, values) for name, v in values.items() if v is not None}
+        return {str(name): _metric_list(v, values, param) for name, v in values.items() if v is not None}
     if not isinstance(values, (list, tuple)):
-        return [_one_metric(values, values)]
+        return [_one_metric(values, values, param)]
     if values and all(m is None for m in values):
         raise ConfigError("metrics must be Keras metric names, objects or configs (None only for an output without metrics, "
                           f"beside others with some). Received: None in {values!r}")
     if any(m is None or isinstance(m, (list, tuple)) for m in values):  # one entry per output
-        return [None if m is None else _metric_list(m, values) for m in values]
-    return [_one_metric(m, values) for m in values]
+        return [None if m is None else _metric_list(m, values, param) for m in values]
+    return [_one_metric(m, values, param) for m in values]
 
 
 def frozen_metrics(metrics):
@@ -440,7 +480,7 @@ class CompileSpec:
         """
         return cls(
             normalize_optimizer(optimizer), normalize_loss(loss), frozen_metrics(normalize_metrics(metrics)),
-            frozen_metrics(normalize_metrics(weighted_metrics)), cls.normalize_loss_weights(loss_weights),
+            frozen_metrics(normalize_metrics(weighted_metrics, "weighted_metrics")), cls.normalize_loss_weights(loss_weights),
             cls.normalize_jit_compile(jit_compile),
         )
 

@@ -83,8 +83,9 @@ class ModelColumns:
         outputs: one :class:`TensorSpec` per model output (the labels), in output order.
         weight: the sample-weight column (float32, shape ``()``), or None.
         class_weight: Keras ``class_weight`` ({class index: weight}) as ``((index, weight), ...)``, or None.
-        skip_invalid: drop rows with a null, NaN or ±inf value in any model column
-            (``handleInvalid="skip"``); else such rows are an error found by the check job.
+        skip_invalid: drop rows with a null, NaN or ±inf value in any model column, or another
+            number of values than the model input's (``handleInvalid="skip"``); else such rows are
+            an error found by the check job.
     """
 
     inputs: tuple[TensorSpec, ...]
@@ -504,15 +505,47 @@ def tensor_to_numpy(table: pa.Table | pa.RecordBatch, tensor: TensorSpec) -> np.
 
 
 def valid_mask(table: pa.Table | pa.RecordBatch, columns: ModelColumns) -> np.ndarray | None:
-    """Rows with no null, NaN or ±inf in any model column, or None when ``columns.skip_invalid`` is off."""
+    """Rows with no null, NaN or ±inf in any model column and the model input's number of values in
+    each (:func:`fixed_width_columns`), or None when ``columns.skip_invalid`` is off."""
     if not columns.skip_invalid:
         return None
     bad = np.zeros(table.num_rows, bool)
+    widths = fixed_width_columns(columns)
     for c in columns.all_columns:
         column = table.column(c.name)
         for offset, chunk in _chunks_with_offsets(column):
             bad[offset : offset + len(chunk)] |= invalid_rows(chunk)
+            if c.name in widths:
+                bad[offset : offset + len(chunk)] |= wrong_width_rows(chunk, widths[c.name])
     return ~bad
+
+
+def wrong_width_rows(column: pa.Array, width: int) -> np.ndarray:
+    """Per row: True where a list row holds other than ``width`` values (a null row is not counted
+    here: :func:`invalid_rows` counts it); all False for a column that is not a list.
+
+    Args:
+        column: one column of a batch.
+        width: the values each row must hold (the model input's size).
+
+    Returns:
+        bool array of shape ``(rows,)``.
+    """
+    if not _list_like(column.type):
+        return np.zeros(len(column), bool)
+    lengths = pc.fill_null(pc.list_value_length(column), width).to_numpy(zero_copy_only=False)
+    return np.asarray(lengths != width, dtype=bool)
+
+
+def fixed_width_columns(columns: ModelColumns) -> dict[str, int]:
+    """Column name -> the values each of its rows must hold, for every model input fed by one plain
+    column (not a sequence, decoded or assembled one): the rows of another width that
+    ``handleInvalid="skip"`` drops (the check job counts them with the same rule)."""
+    out = {}
+    for tensor in columns.inputs:
+        if len(tensor.columns) == 1 and not tensor.columns[0].ragged and not tensor.columns[0].decoder:
+            out[tensor.columns[0].name] = int(np.prod(tensor.shape, dtype=np.int64))
+    return out
 
 
 def _chunks_with_offsets(column):

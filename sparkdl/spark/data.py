@@ -31,7 +31,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError, did_you_mean
 from sparkdl.keras.losses import losses_for_outputs
-from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder
+from sparkdl.serialization.columns import (ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder,
+                                           wrong_width_rows)
 from sparkdl.spark.partitions import VALIDATION_FLAG
 
 SPARK_TYPES = {
@@ -221,6 +222,8 @@ class ColumnRequest:
             importable module, or the function itself (:func:`~sparkdl.serialization.columns.shipped_decoder`).
         skip_invalid: ``handleInvalid="skip"``.
         pad_value: the value that pads sequence inputs' rows (``padValue``).
+        custom_objects: the fit's registered custom objects, pickled (None: none): each check task
+            unpickles them, as the training tasks will, and reports a module it cannot import.
     """
 
     inputs: tuple
@@ -230,6 +233,7 @@ class ColumnRequest:
     decoders: tuple = ()
     skip_invalid: bool = False
     pad_value: float = 0.0
+    custom_objects: bytes | None = None
 
     @property
     def source_columns(self) -> list[str]:
@@ -513,7 +517,7 @@ def _select(df: DataFrame, request: ColumnRequest) -> tuple[list[Column], list[C
 # One row per check task; the Spark schema is derived from the Arrow one (no DDL string: parsing one costs a fresh
 # session 0.4 s of the JVM parser's start, on the way to the first step).
 STATS_SCHEMA = pa.schema([("partition", pa.int32()), ("role", pa.int8()), ("rows", pa.int64()), ("skipped", pa.int64()),
-                          ("stats", pa.string())])
+                          ("stats", pa.string()), ("import_error", pa.string())])
 STATS_SPARK_SCHEMA = from_arrow_schema(STATS_SCHEMA)
 
 
@@ -524,6 +528,7 @@ class _ColumnStats:
     def __init__(self, exclude: float | None = None) -> None:
         self.exclude = exclude  # a value left out of min, max and fractional (a loss's ignore_class)
         self.nulls = self.element_nulls = self.nans = self.fractional = self.invalid = 0
+        self.wrong_width = 0  # rows of another number of values than the model input's (a plain list column)
         self.min_len = self.max_len = self.inner_min = self.inner_max = None
         self.min = self.max = None
         self.decode_error = None
@@ -594,14 +599,19 @@ WARM_UP_WAIT_S = 300.0
 
 
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
-                     backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1) -> Iterator[pa.RecordBatch]:
+                     backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1,
+                     widths: dict | None = None, custom_objects: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition per role (one row even when it is empty): rows
-    kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows are
-    counted per column and left out of the rest. ``roles``: 1, or 2 when the rows are a fit's
+    kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows (and rows
+    of another width than ``widths`` gives their column: column name -> values per row) are
+    counted per column and left out of the rest; without, the rows of another width are counted. ``roles``: 1, or 2 when the rows are a fit's
     training (role 0) and validation rows (role 1) told apart by :data:`VALIDATION_FLAG`.
     ``backend``: the driver's Keras backend, selected (``KERAS_BACKEND``) before a decoder may import
     Keras. Without decoders, Keras is imported (and ``warm`` run) on a thread beside the check, so
-    that the training task this reused Python worker runs next starts warm."""
+    that the training task this reused Python worker runs next starts warm. ``custom_objects`` (the
+    fit's registered custom objects, pickled) are unpickled after the rows, as a training task
+    would: a module this Python cannot import is reported (``import_error``: the exception's last
+    line), not raised, so the driver fails the fit at once instead of after Spark's task retries."""
     import json
 
     from pyspark import TaskContext
@@ -619,10 +629,15 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
     for whole in batches:
         parts = [whole] if roles == 1 else [whole.filter(pc.invert(whole.column(VALIDATION_FLAG))), whole.filter(whole.column(VALIDATION_FLAG))]
         for role, batch in enumerate(parts):
+            wrong = {s.name: wrong_width_rows(batch.column(s.name), widths[s.name]) for s in specs if s.name in (widths or {})}
+            for name, rows in wrong.items():
+                stats[role][name].wrong_width += int(rows.sum())
             if skip and batch.num_rows:
                 bad = np.zeros(batch.num_rows, bool)
                 for s in specs:
                     column_bad = invalid_rows(batch.column(s.name))
+                    if s.name in wrong:
+                        column_bad |= wrong[s.name]
                     stats[role][s.name].invalid += int(column_bad.sum())
                     bad |= column_bad
                 if bad.any():
@@ -636,9 +651,18 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
                     stats[role][s.name].add(batch.column(s.name))
     if importing is not None:
         importing.join(WARM_UP_WAIT_S)
+    failed = None
+    if custom_objects is not None:  # after the warm-up: a custom object's module may import Keras
+        from pyspark import cloudpickle
+
+        try:
+            cloudpickle.loads(custom_objects)
+        except ImportError as exc:  # a module shipped to the driver only: no retry can import it
+            failed = f"{type(exc).__name__}: {exc}"
     partition = TaskContext.get().partitionId()
     out = [{"partition": partition, "role": role, "rows": counts[role][0], "skipped": counts[role][1],
-            "stats": json.dumps({name: st.as_dict() for name, st in stats[role].items()})} for role in range(roles)]
+            "stats": json.dumps({name: st.as_dict() for name, st in stats[role].items()}), "import_error": failed}
+           for role in range(roles)]
     yield pa.RecordBatch.from_pylist(out, schema=STATS_SCHEMA)
 
 
@@ -777,13 +801,21 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
         ignore = {y.name: info.ignore_class for y, info in zip(ys, request.output_losses(loss), strict=True)}
         specs = xs + ys + ([weight] if weight else [])
         skip, count = request.skip_invalid, len(roles)
+        widths = _fixed_widths(request, xs)
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count),
+        custom = request.custom_objects
+        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count, widths, custom),
                                        STATS_SPARK_SCHEMA)
         description = f"sparkdl: check and count {' and '.join(roles)} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
+        failed = sorted({(s["partition"], s["import_error"]) for s in rows if s["import_error"]})
+        if failed:
+            from sparkdl.spark.jobs import failed_import_error
+
+            partition, text = failed[0]
+            raise failed_import_error(text, f"{description}, partition {partition},")
         out = []
         for index, role in enumerate(roles):
             found = sorted((s for s in rows if s["role"] == index), key=lambda s: s["partition"])
@@ -806,6 +838,18 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
         selected.unpersist()
         raise
     return tuple(out)
+
+
+def _fixed_widths(request: ColumnRequest, xs: list[ColumnSpec]) -> dict[str, int]:
+    """Column name -> values per row, for each model input fed by one plain column (as
+    :func:`~sparkdl.serialization.columns.fixed_width_columns` finds them for the training tasks)."""
+    out, position = {}, 0
+    for _, shape, _, cols in request.inputs:
+        parts = xs[position : position + len(cols)]
+        position += len(cols)
+        if len(parts) == 1 and not parts[0].ragged and not parts[0].decoder:
+            out[parts[0].name] = int(np.prod(tuple(shape), dtype=np.int64))
+    return out
 
 
 def _label_range(stats, name: str) -> tuple | None:
@@ -906,11 +950,8 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
     for c in parts:
         lengths = _values(stats, c.name, "min_len") | _values(stats, c.name, "max_len")
         if len(parts) == 1 and total and lengths != {size}:
-            bad = sorted(lengths - {size})
-            raise SchemaError(
-                f"features column {c.source!r} must hold {size} values per row (the model input shape "
-                f"{shape} has {size}). Received rows of {bad[0] if bad else sorted(lengths)} values"
-            )
+            raise SchemaError(_width_message(c.source, shape, size, sorted(lengths - {size}) or sorted(lengths),
+                                             _total(stats, c.name, "wrong_width") or total, total))
         if len(lengths) > 1:
             raise SchemaError(f"features column {c.source!r} must hold the same number of values in every row. Received lengths {sorted(lengths)}")
         widths.append(lengths.pop() if lengths else 0)
@@ -922,6 +963,18 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
         )
     specs = tuple(dataclasses.replace(c, shape=(w,)) for c, w in zip(parts, widths, strict=True)) if len(parts) > 1 else (dataclasses.replace(parts[0], shape=shape),)
     return TensorSpec(name, shape, dtype, specs)
+
+
+def _width_message(source: str, shape: tuple, size: int, bad: list[int], wrong: int, total: int) -> str:
+    """The error of a features column whose ``wrong`` rows of ``total`` hold other than ``size``
+    values (``bad``: their lengths, sorted): when some rows do, ``handleInvalid="skip"`` drops them;
+    when every row does, the column or the model input is the one to change."""
+    held = f"{bad[0]}" if bad[0] == bad[-1] else f"{bad[0]} to {bad[-1]}"
+    rule = f"features column {source!r} must hold {size} values per row (the model input shape {shape} has {size})"
+    if wrong < total:
+        return f"{rule}; handleInvalid='skip' drops the rows that do not. Received: {wrong} of {total} rows hold {held} values"
+    return (f"{rule}: when no row does, the column or the model input is not the one meant. "
+            f"Received: all {total} rows hold {held} values")
 
 
 def _output_tensor(stats, name: str, output_shape: tuple, y: ColumnSpec, loss) -> TensorSpec:

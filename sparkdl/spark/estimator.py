@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -20,13 +21,13 @@ from sparkdl.core.modes import build_policy, policy_class
 from sparkdl.spark.backends import check as check_backend
 from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import FitState, ModelState
-from sparkdl.errors import ConfigError, KeywordArgumentsError
+from sparkdl.errors import ConfigError, FitCancelledError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.data import (check_dataframe, col, prepare_together, prepare_training_data, prepare_with_validation, request_columns,
                                 validation_split)
-from sparkdl.spark.jobs import check_executors_python, run_job
+from sparkdl.spark.jobs import check_executors_python, interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
@@ -481,19 +482,28 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
 
         observers: list = []  # this fit's progress display and trackers: stopped, closed, ended as failed if it fails
         # a callback object serves one fit at a time; Spark's stage bars stay off the fit's own progress lines
+        fit_ids: list[str] = []  # the fit's id once its checks made one: an interrupt cancels its jobs by tag
         with exclusive(self._callbacks), progress_bar_hidden(dataset.sparkSession, hide=self.getVerbose() > 0):
             try:
-                return self._fit_exclusive(dataset, observers)
+                return self._fit_exclusive(dataset, observers, fit_ids)
+            except KeyboardInterrupt as exc:  # Ctrl-C, a notebook's stop: no job left running, said in words
+                error = exc if isinstance(exc, FitCancelledError) else interrupted_fit(dataset.sparkSession, fit_ids[0] if fit_ids else None)
+                abort_all(observers)
+                if error is exc:
+                    raise
+                raise error from exc
             except BaseException:
                 abort_all(observers)
                 raise
 
-    def _fit_exclusive(self, dataset: DataFrame, observers: list) -> KerasModel:
+    def _fit_exclusive(self, dataset: DataFrame, observers: list, fit_ids: list | None = None) -> KerasModel:
         """The fit as named steps: check everything that can be checked without a job, prepare the
         data (the check and caching jobs), train (the driver loop over a transport), and make the
-        fitted model."""
+        fitted model. The fit's id is appended to ``fit_ids`` once made."""
         seconds = {"started": time.perf_counter()}
         request = self._check(dataset, observers)
+        if fit_ids is not None:
+            fit_ids.append(request.fit_id)
         seconds["checked"] = time.perf_counter()
         data, validation = self._prepare(request)
         try:
@@ -608,18 +618,23 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
                                      config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
+        columns = request.request
+        if registered():  # the check tasks unpickle them: a module the executors lack fails the fit at once, not after retries
+            from pyspark import cloudpickle
+
+            columns = dataclasses.replace(columns, custom_objects=cloudpickle.dumps(registered()))
         together = (request.validation_df is not None and not config.keep_partitioning
-                    and prepare_together(request.train_df, request.validation_df, request.request))
+                    and prepare_together(request.train_df, request.validation_df, columns))
         if together:  # one cache, one check job; partition p holds worker p's validation rows too
-            data, validation = prepare_with_validation(request.train_df, request.validation_df, request.request, request.loss,
+            data, validation = prepare_with_validation(request.train_df, request.validation_df, columns, request.loss,
                                                        config.num_workers, run_job=check_job, warm=warm)
         else:
-            data = prepare_training_data(request.train_df, request.request, request.loss, config.num_workers,
+            data = prepare_training_data(request.train_df, columns, request.loss, config.num_workers,
                                          keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
             validation = None
         try:
             if data.skipped:
-                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value were dropped, "
+                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value or a wrong number of values were dropped, "
                               f"{data.total_rows} rows are trained on", stacklevel=4)
             if request.validation_df is not None:
                 if validation is None:
@@ -627,7 +642,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                                                        run_job=check_job, role="validation")
                 if validation.skipped:
                     warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
-                                  "were dropped", stacklevel=4)
+                                  "or a wrong number of values were dropped", stacklevel=4)
                 if validation.total_rows == 0:
                     warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=4)
         except BaseException:

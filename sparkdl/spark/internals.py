@@ -73,6 +73,23 @@ def jvm_context(sc) -> Any:
     return sc._jsc.sc()
 
 
+def running_job_tags(sc, prefix: str) -> set[str]:
+    """The job tags starting with ``prefix`` of the jobs running now, as the status store (the Spark
+    UI's) records them: ``statusStore().jobsList([RUNNING])``, each job's ``jobTags``. The store
+    is fed by the listener bus: a job that just started or ended may show a moment later.
+
+    Checked on Spark 4.3.0. No public API: PySpark's status tracker has no job tags.
+    """
+    jvm = sc._jvm
+    statuses = jvm.java.util.ArrayList()
+    statuses.add(jvm.org.apache.spark.JobExecutionStatus.RUNNING)
+    jobs = jvm_context(sc).statusStore().jobsList(statuses)
+    found = set()
+    for i in range(jobs.size()):
+        found.update(t for t in str(jobs.apply(i).jobTags().mkString("\n")).split("\n") if t.startswith(prefix))
+    return found
+
+
 def context_stopped(sc) -> bool:
     """Whether ``sc`` (a Python SparkContext) was stopped: ``SparkContext.stop`` drops its Java
     context (``sc._jsc`` becomes None).

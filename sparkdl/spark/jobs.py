@@ -224,6 +224,17 @@ def import_error(module: str | None, text: str, description: str, executors: str
     )
 
 
+def failed_import_error(text: str, description: str) -> WorkerError:
+    """The error of a check task that could not import a module (``text``: ``"ModuleNotFoundError:
+    No module named 'x'"``, which the task reported instead of raising: no attempt of Spark's
+    ``spark.task.maxFailures`` could import it): :func:`import_error`, naming the module and how
+    to ship it (``--py-files``, ``spark.submit.pyFiles``, ``addPyFile``), and that no task was retried."""
+    module = _failed_import(text)[1]
+    error = import_error(module, text, description)
+    return WorkerError(f"{error} (the fit failed at the first attempt: the check job's tasks unpickle the custom objects "
+                       "as the training tasks would; spark.submit.pyFiles ships modules as --py-files does)")
+
+
 # Run by the executors' Python: its version, and which of the modules named after it are missing
 # (found without importing them).
 _PROBE = ("import sys, json, importlib.util as u; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
@@ -432,6 +443,49 @@ def run_job(spark: SparkSession, action: Callable[[], T], description: str, tag:
             raise error
         raise mapped from error
     return outcome["value"]
+
+
+# How long an interrupted fit waits for its cancelled jobs to end (seconds), and how often it looks.
+CANCEL_WAIT_S, CANCEL_POLL_S = 30.0, 0.25
+
+
+def cancel_jobs_tagged(spark: SparkSession, prefix: str, wait_s: float = CANCEL_WAIT_S) -> set[str]:
+    """Cancel every running job whose job tag starts with ``prefix`` (a fit's jobs are all tagged
+    ``sparkdl-<fit id>-...``: :func:`run_job`'s tags) and wait until none runs, cancelling any that
+    starts meanwhile (an action's thread that had not yet seen the interrupt); two empty looks in a
+    row end the wait. Returns the tags of jobs still running after ``wait_s`` seconds (empty when
+    none is left). On Spark Connect the running jobs cannot be listed: nothing is done, and an
+    empty set returned (each action's own tag was interrupted by :func:`run_job`)."""
+    import time
+
+    from sparkdl.spark.internals import context_stopped, running_job_tags
+    from sparkdl.spark.session import is_connect
+
+    if is_connect(spark) or context_stopped(spark.sparkContext):
+        return set()
+    deadline, empty, running = time.monotonic() + wait_s, 0, set()
+    while time.monotonic() < deadline:
+        running = running_job_tags(spark.sparkContext, prefix)
+        for tag in running:
+            cancel_tag(spark, tag)
+        empty = 0 if running else empty + 1
+        if empty >= 2:
+            return set()
+        time.sleep(CANCEL_POLL_S)
+    return running
+
+
+def interrupted_fit(spark: SparkSession, fit_id: str | None, who: str = "KerasEstimator.fit") -> FitCancelledError:
+    """The error of a fit interrupted on the driver (Ctrl-C, a notebook's stop: a ``KeyboardInterrupt``):
+    the fit's jobs (tags ``sparkdl-<fit_id>-``) cancelled and waited for (:func:`cancel_jobs_tagged`),
+    its message saying so and that the session is usable. ``fit_id`` None: interrupted before its
+    first job."""
+    left = cancel_jobs_tagged(spark, f"sparkdl-{fit_id}-") if fit_id else set()
+    jobs = ("its Spark jobs were cancelled and none is left running" if not left
+            else f"its Spark jobs were cancelled; {len(left)} still stopping after {CANCEL_WAIT_S:g} s (tags {sorted(left)})")
+    where = f"fit {fit_id[:8]}" if fit_id else "the fit's checks, before any job"
+    return FitCancelledError(f"{who} was cancelled by an interrupt (Ctrl-C or a notebook's stop): {jobs}; the SparkSession "
+                             f"is usable and the estimator unchanged. Received: KeyboardInterrupt during {where}")
 
 
 def run_on_partitions(df, produce: Callable[[Iterator], Iterator[pa.RecordBatch]], partitions: list[int], schema: pa.Schema) -> pa.Table:

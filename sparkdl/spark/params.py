@@ -178,7 +178,8 @@ def _compile(kind: str) -> Callable:
     def convert(spec: ParamSpec, value):
         from sparkdl.keras import spec as keras_spec
 
-        return getattr(keras_spec, f"normalize_{kind}")(value)
+        normalize = getattr(keras_spec, f"normalize_{kind}")
+        return normalize(value, spec.name) if kind == "metrics" else normalize(value)  # weightedMetrics names itself
 
     return convert
 

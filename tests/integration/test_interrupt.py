@@ -1,6 +1,7 @@
 """Ctrl-C of the driver alone (SIGINT to the driver's Python process, as an IDE's stop button sends
-it) ends a fit cleanly: exit status 130 as a shell reports it (the process ends by SIGINT), a KeyboardInterrupt, no fatal error of the interpreter
-(a thread still inside py4j while Python finalized aborted it, exit 134), on each backend."""
+it) ends a fit cleanly: a FitCancelledError (a KeyboardInterrupt; uncaught, exit status 1), no fatal error of the interpreter
+(a thread still inside py4j while Python finalized aborted it, exit 134), on each backend; caught, it is a
+FitCancelledError saying so, no job of the fit is left running and the session runs the next job."""
 
 import os
 import signal
@@ -56,6 +57,45 @@ def test_sigint_to_the_driver_alone_ends_the_fit_with_status_130(backend):
     finally:
         if proc.poll() is None:
             proc.kill()
-    # Python ends an unhandled KeyboardInterrupt by SIGINT itself: a shell reports 130 (128 + 2), Popen -2
-    assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err[-3000:])
+    # The fit raises FitCancelledError, a KeyboardInterrupt subclass: Python ends by SIGINT (status 130) for
+    # KeyboardInterrupt itself only, so an uncaught one ends with status 1, after the interrupt's traceback.
+    assert proc.returncode == 1, (proc.returncode, err[-3000:])
     assert "KeyboardInterrupt" in err and "Fatal Python error" not in err
+    assert "sparkdl.errors.FitCancelledError: KerasEstimator.fit was cancelled by an interrupt" in err, err[-3000:]
+
+
+CAUGHT = SCRIPT.replace("\nest.fit(df)\n", textwrap.dedent("""
+    from sparkdl.errors import FitCancelledError
+    try:
+        est.fit(df)
+    except KeyboardInterrupt as exc:
+        print("caught", type(exc).__name__, isinstance(exc, FitCancelledError), flush=True)
+        print("message", str(exc), flush=True)
+        print("active", spark.sparkContext.statusTracker().getActiveJobsIds(), flush=True)
+        print("count", spark.range(3).count(), flush=True)
+    """))
+
+
+def test_sigint_caught_is_a_fit_cancelled_error_and_the_session_runs_the_next_job():
+    assert CAUGHT != SCRIPT
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.Popen([sys.executable, "-c", CAUGHT, "rounds"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        rounds = 0
+        while rounds < 3 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()[-3000:]
+            rounds += line.strip() == "round"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (proc.returncode, err[-3000:])
+    said = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.splitlines() if " " in line and line.split(" ", 1)[0] != "round"}
+    assert said["caught"] == "FitCancelledError True"
+    assert said["message"].startswith("KerasEstimator.fit was cancelled by an interrupt (Ctrl-C or a notebook's stop): its Spark "
+                                      "jobs were cancelled and none is left running; the SparkSession is usable and the estimator "
+                                      "unchanged. Received: KeyboardInterrupt during fit "), said["message"]
+    assert said["active"] == "[]" and said["count"] == "3"

@@ -135,7 +135,7 @@ def test_metric_names_compile_accepts_are_accepted(name):
 
 
 def test_misspelled_metric_is_a_config_error_naming_it():
-    with pytest.raises(ConfigError, match=r"metrics must be Keras metric names.*Received: 'acuracy'"):
+    with pytest.raises(ConfigError, match=r"metrics must be Keras metric names.*Did you mean 'accuracy'\?.*Received: metrics='acuracy'$"):
         normalize_metrics(["accuracy", "acuracy"])
     with pytest.raises(ConfigError, match="Received: None"):
         normalize_metrics([None])

@@ -32,7 +32,7 @@ def test_compile_spec_accepts_name_object_and_config_alike():
 
 
 def test_compile_spec_errors_name_what_was_received():
-    with pytest.raises(ConfigError, match="Received: 'not-an-optimizer'"):
+    with pytest.raises(ConfigError, match="Received: optimizer='not-an-optimizer'$"):
         CompileSpec.create("not-an-optimizer", "mse", None)
     with pytest.raises(ConfigError, match="loss must be given"):
         CompileSpec.create("adam", None, None)

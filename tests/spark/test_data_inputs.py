@@ -222,7 +222,7 @@ def test_c04_nulls_fail_before_training_naming_the_column_and_count(spark):
 
 
 def test_c04_skip_trains_on_the_valid_rows_only(spark):
-    with pytest.warns(UserWarning, match="5 rows with a null, NaN or infinite value were dropped"):
+    with pytest.warns(UserWarning, match="5 rows with a null, NaN or infinite value or a wrong number of values were dropped"):
         fitted = _c04_estimator(handleInvalid="skip").fit(_c04_df(spark))
     assert fitted.fitInfo["rows_skipped"] == 5 and fitted.fitInfo["rows"] == 3
     x = np.array([[a, b] for a, b, _ in C04_VALID], np.float32)

@@ -258,7 +258,7 @@ def test_transform_is_lazy_by_default_and_the_scoring_task_names_the_bad_batch_a
 def test_c11_misspelled_metric_fails_before_any_job(spark):
     tracker = spark.sparkContext.statusTracker()
     before = tracker.getJobIdsForGroup()
-    with pytest.raises(ConfigError, match="Received: 'acuracy'"):
+    with pytest.raises(ConfigError, match="Received: metrics='acuracy'$"):
         KerasEstimator(model=_linear(1, 1, [[1.0]], [0.0]), loss="mse", metrics=["acuracy"])
     assert tracker.getJobIdsForGroup() == before
 

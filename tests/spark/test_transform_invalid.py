@@ -138,7 +138,7 @@ def test_assembled_columns_and_a_fitted_models_value(spark):
     df = spark.createDataFrame(rows, "id int, a double, b array<double>").coalesce(1)  # one batch: every fault in one message
     est = KerasEstimator(model=model, optimizer=keras.optimizers.SGD(0.0), loss="mse", featuresCols=["a", "b"], labelCol="id",
                          handleInvalid="skip", numWorkers=1, verbose=0)
-    with pytest.warns(UserWarning, match="handleInvalid='skip': 3 rows with a null, NaN or infinite value were dropped"):
+    with pytest.warns(UserWarning, match="handleInvalid='skip': 3 rows with a null, NaN or infinite value or a wrong number of values were dropped"):
         fitted = est.fit(df.where("id != 3"))  # a wrongly sized row is refused by fit's own check: left out here
     assert fitted.fitInfo["rows_skipped"] == 3 and fitted.getHandleInvalid() == "skip"
     want = model.predict(np.array([[1.0, 0.5, 0.25], [0.5, 1.0, -1.0]], np.float32), verbose=0)[:, 0]

@@ -111,6 +111,73 @@ def test_a_column_typo_in_transform_gets_a_did_you_mean(spark):
         model.transform(df)
 
 
+# --- optimizer, loss and metric names ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("param, value, received, closest, kind, listed", [
+    ("optimizer", "adm", "'adm'", "adam", "optimizer", "rmsprop, schedulefreeadamw, sgd."),
+    ("loss", "mean_squared_eror", "'mean_squared_eror'", "mean_squared_error", "loss", "mae, mape,"),
+    ("loss", "MeanSquareError", "'MeanSquareError'", "MeanSquaredError", "loss", " mse, msle,"),  # a class name: its own
+    ("loss", {"out": "hnge"}, "'hnge'", "hinge", "loss", "squared_hinge, tversky."),  # per output
+    ("metrics", ["accuracy", "acuracy"], "'acuracy'", "accuracy", "metric", "acc, accuracy, auc,"),
+    ("weightedMetrics", ["aucc"], "'aucc'", "auc", "metric", "precision, r2_score, recall,"),
+])
+def test_a_misspelled_optimizer_loss_or_metric_names_the_param_the_closest_and_the_names_before_any_job(
+        spark, param, value, received, closest, kind, listed):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "pixels array<double>, label double")
+    raised = []
+
+    def fit():
+        with pytest.raises(ConfigError) as info:
+            _estimator(**{param: value}).fit(df)
+        raised.append(str(info.value))
+        with pytest.raises(ConfigError) as info:
+            _estimator().setParams(**{param: value})
+        raised.append(str(info.value))
+
+    assert jobs_started(spark, fit) == 0
+    assert raised[0] == raised[1]
+    message = raised[0]
+    assert message.startswith(f"{param} must be ")
+    assert f". Did you mean {closest!r}? The {kind} names: " in message
+    assert listed in message and "metric," not in message and "'" not in message.split("names: ")[1].split(". Received")[0]
+    assert message.endswith(f". Received: {param}={received}")
+
+
+# --- rows of the wrong width ------------------------------------------------------------------------
+
+
+def test_rows_of_the_wrong_width_are_counted_and_handle_invalid_skip_drops_them(spark):
+    """3 of 10 rows of another length than the model input's 2 values (1 and 3 values, in two
+    partitions): the check job's error counts them and names handleInvalid='skip', which then trains
+    on the other 7 (the training tasks drop the same rows: the rows they read match the count)."""
+    rows = [([float(i), 1.0], float(i)) for i in range(7)] + [([1.0], 7.0), ([1.0, 2.0, 3.0], 8.0), ([], 9.0)]
+    df = spark.createDataFrame(rows, "pixels array<double>, label double").repartition(2)
+    with pytest.raises(SchemaError) as info:
+        _estimator(numWorkers=2).fit(df)
+    assert str(info.value) == ("features column 'pixels' must hold 2 values per row (the model input shape (2,) has 2); "
+                               "handleInvalid='skip' drops the rows that do not. Received: 3 of 10 rows hold 0 to 3 values")
+    with pytest.warns(UserWarning, match=r"^handleInvalid='skip': 3 rows with a null, NaN or infinite value or a wrong number "
+                                         r"of values were dropped, 7 rows are trained on"):
+        fitted = _estimator(numWorkers=2, handleInvalid="skip", epochs=1).fit(df)
+    assert fitted.fitInfo["rows_skipped"] == 3 and fitted.fitInfo["rows"] == 7
+
+
+def test_wrong_width_rows_are_found_by_the_rule_the_training_tasks_drop_them_by():
+    import pyarrow as pa
+
+    from sparkdl.serialization.columns import ColumnSpec, ModelColumns, TensorSpec, valid_mask, wrong_width_rows
+
+    column = pa.array([[1.0, 2.0], [1.0], None, [], [1.0, 2.0, 3.0], [float("nan"), 1.0]])
+    assert wrong_width_rows(column, 2).tolist() == [False, True, False, True, True, False]  # a null row: invalid_rows' own
+    assert wrong_width_rows(pa.array([1.0, 2.0]), 2).tolist() == [False, False]  # not a list: no width to count
+    x = ColumnSpec("x0_0", (2,), "float32", "pixels")
+    columns = ModelColumns((TensorSpec("in", (2,), "float32", (x,)),), (), skip_invalid=True)
+    table = pa.table({"x0_0": column})
+    assert valid_mask(table, columns).tolist() == [True, False, False, False, False, False]
+    assert valid_mask(table, ModelColumns(columns.inputs, ())) is None  # handleInvalid='error': the check job refused them
+
+
 # --- the executors' Python, before any job ----------------------------------------------------------
 
 

@@ -130,3 +130,56 @@ def test_a_session_whose_executors_run_a_python_without_sparkdl_says_to_set_pysp
     assert (f"master local[1] runs its Python workers with {bare!r}, which cannot import sparkdl, numpy, pyarrow, keras, "
             f"tensorflow ({bare}, Python {minor}); the driver runs {sys.executable}") in message
     assert message.endswith(f"Received: PYSPARK_PYTHON={bare!r} now, {bare!r} when the SparkContext started")
+
+
+DRIVER_ONLY_LOSS = """
+import keras
+
+@keras.saving.register_keras_serializable(package="driver_only")
+def doubled_mse(y_true, y_pred):
+    return 2.0 * keras.ops.mean(keras.ops.square(y_true - y_pred), axis=-1)
+"""
+
+RETRIED = """
+import json, sys
+sys.path.insert(0, sys.argv[1])  # the driver's sys.path only: the executors' Python workers never see it
+import numpy as np
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false").getOrCreate()  # 4 attempts per task
+spark.sparkContext.setLogLevel("OFF")
+import keras
+from sparkdl import KerasEstimator
+import {module}
+df = spark.createDataFrame([([float(i), 1.0], float(i)) for i in range(8)], "x array<double>, y double")
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+est = KerasEstimator(model=model, loss={module}.doubled_mse, featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
+try:
+    est.fit(df)
+    message = None
+except Exception as exc:
+    message = f"{{type(exc).__name__}}: {{exc}}"
+tracker = spark.sparkContext.statusTracker()
+stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup() for s in tracker.getJobInfo(j).stageIds]
+print(json.dumps({{"message": message, "failed_tasks": sum(s.numFailedTasks for s in stages if s)}}))
+"""
+
+
+def test_a_custom_objects_module_on_the_drivers_path_only_fails_the_fit_at_the_first_attempt(tmp_path):
+    """A custom loss in a module the executors cannot import, on local[2,4] (4 attempts per task): the
+    check job's tasks unpickle the custom objects as the training tasks would and report the import
+    instead of failing, so no task attempt fails and no training job starts; the error names the
+    module and how to ship it."""
+    module = f"driver_only_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(DRIVER_ONLY_LOSS)
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, "-c", RETRIED.format(module=module), str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    message = report["message"]
+    assert message.startswith(f"WorkerError: module '{module}' must be importable on the executors: ship your own code with "
+                              "spark-submit --py-files, SparkContext.addPyFile(path)"), message
+    assert f"sparkdl: check and count training rows, partition 0, failed: an executor cannot import '{module}'" in message
+    assert f"Received: ModuleNotFoundError: No module named '{module}'" in message
+    assert "spark.submit.pyFiles" in message and "failed at the first attempt" in message
+    assert report["failed_tasks"] == 0  # not one task attempt failed: nothing left for spark.task.maxFailures to retry
