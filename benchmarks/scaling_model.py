@@ -127,8 +127,9 @@ The fitted model is checked against the measured points it was fitted to
 ``benchmarks/netsim/run.py``: a host per namespace, every link shaped to 100 or 200 Mbit/s each way,
 ``sync``, τ = 1, Adam): each row's round is predicted as compute (its measured t_step) plus the wire
 terms above at B = the link rate (every latency 0, every CPU rate infinite: :func:`wire_costs`),
-plus a residual a0 + a1·x per backend for what the machine's 2 shared cores add (x: the bytes
-the hosts' CPUs handle per round, :func:`_cpu_bytes`), a0, a1 fitted by non-negative least squares
+plus a residual a0 + a1·x·load/2 per backend for what the machine's 2 shared cores add (x: the
+bytes the hosts' CPUs handle per round, :func:`_cpu_bytes`; load/2: the row's load average over
+the cores, a process getting about 2/load of a core), a0, a1 fitted by non-negative least squares
 at 200 Mbit/s (``--netsim-fit-rate``) and checked at 100, where the wire terms double and the
 residual does not move; c of u likewise.
 
@@ -528,6 +529,12 @@ def load_netsim(path: str) -> list[dict]:
 # share the machine's 2 cores): the results the driver decodes and the broadcast the executors
 # unpickle (rounds, N·S), the server's pulls and pushes (ps, 2·N·S), every worker's bytes each way
 # on the data plane (sharded, N·(2N − 1)/N·S: Flight and TLS, packing, the owners' sums and rule)
+# on the machine's cores with everything else it runs: a process gets about cores / load of a core,
+# so the seconds are x · load / cores (the row's 1-minute load average at its fit's end) times a
+# rate's inverse: the residual's regressor
+MACHINE_CORES = 2
+
+
 def _cpu_bytes(r: dict) -> float:
     n, state = r["workers"], r["state_mb"] * MB
     if r["backend"] == "rounds":
@@ -535,6 +542,11 @@ def _cpu_bytes(r: dict) -> float:
     if r["backend"] == "ps":
         return 2 * n * state
     return n * sharded_worker_bytes(n, state, state)
+
+
+def _cpu_load(r: dict) -> float:
+    """x · load / cores: the residual's per-byte regressor of an emulated-cluster row."""
+    return _cpu_bytes(r) * max(1.0, (r.get("load_average") or MACHINE_CORES) / MACHINE_CORES)
 
 
 def fit_torrent_scale(lines: list[dict]) -> float:
@@ -560,8 +572,8 @@ def wire_costs(torrent_scale: float) -> Costs:
 
 def fit_emulated(lines: list[dict], rate_mbit: float | None = 200.0) -> dict:
     """The emulated cluster's constants, from its rows at ``rate_mbit`` (None: all): torrent_scale
-    and, per backend, the residual ``a0 + a1·x`` (seconds) of measured round over compute plus
-    wire (x: :func:`_cpu_bytes`), by non-negative least squares: what the 2 shared cores add (Spark's
+    and, per backend, the residual ``a0 + a1·x·load/2`` (seconds) of measured round over compute
+    plus wire (:func:`_cpu_load`), by non-negative least squares: what the 2 shared cores add (Spark's
     job and the driver's decoding on rounds, the server's on ps, Flight/TLS, packing, the sum and
     the rule on sharded). Fitted at one rate and checked at the other, the wire terms are what is
     tested: they double from 200 to 100 Mbit/s, the residual does not move."""
@@ -575,8 +587,8 @@ def fit_emulated(lines: list[dict], rate_mbit: float | None = 200.0) -> dict:
             residual[backend] = (0.0, 0.0)
             continue
         y = np.array([r["round_s"] - wire_round(r, costs) for r in rows])
-        a = np.array([[1.0, _cpu_bytes(r)] for r in rows])
-        a0, a1 = _nnls(a, y) if len({_cpu_bytes(r) for r in rows}) > 1 else (max(0.0, float(y.mean())), 0.0)
+        a = np.array([[1.0, _cpu_load(r)] for r in rows])
+        a0, a1 = _nnls(a, y) if len({_cpu_load(r) for r in rows}) > 1 else (max(0.0, float(y.mean())), 0.0)
         residual[backend] = (float(a0), float(a1))
     return {"torrent_scale": scale, "residual": residual, "fit_rate_mbit": rate_mbit, "fit_rows": len(used)}
 
@@ -595,7 +607,7 @@ def check_netsim(lines: list[dict], emulated: dict) -> list[dict]:
     for r in lines:
         wire = wire_round(r, costs)
         a0, a1 = emulated["residual"][r["backend"]]
-        predicted = wire + a0 + a1 * _cpu_bytes(r)
+        predicted = wire + a0 + a1 * _cpu_load(r)
         out.append({"backend": r["backend"], "workers": r["workers"], "rate_mbit": r["rate_mbit"], "params": r["params"],
                     "state_mb": r["state_mb"], "measured_s": r["round_s"], "wire_s": round(wire, 3), "predicted_s": round(predicted, 3),
                     "ratio": round(predicted / r["round_s"], 3), "wire_ratio": round(wire / r["round_s"], 3),
@@ -610,12 +622,13 @@ def print_netsim(path: str, fit_rate: float | None) -> list[dict]:
     emulated = fit_emulated(lines, fit_rate)
     checked = check_netsim(lines, emulated)
     print(f"emulated cluster ({os.path.relpath(path)}, {len(lines)} rows): torrent_scale {emulated['torrent_scale']:.3f}; residual "
-          f"a0 s + a1 s/MB, fitted at {fit_rate or 'every'} Mbit/s: " + json.dumps(
+          f"a0 s + a1 s/MB · x · load/{MACHINE_CORES}, fitted at {fit_rate or 'every'} Mbit/s: " + json.dumps(
               {b: [round(a0, 3), round(a1 * MB, 4)] for b, (a0, a1) in emulated["residual"].items()}))
-    print("\n| backend | N | Mbit/s | params | measured round s | wire + compute s | model s | model / measured | in the fit |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| backend | N | Mbit/s | params | load | measured round s | wire + compute s | model s | model / measured | in the fit |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c in sorted(checked, key=lambda c: (c["params"], c["backend"], c["workers"], c["rate_mbit"])):
-        print(f"| `{c['backend']}` | {c['workers']} | {c['rate_mbit']:g} | {c['params'] / 1e6:g}M | {c['measured_s']:.3f} | {c['wire_s']:.3f} "
+        print(f"| `{c['backend']}` | {c['workers']} | {c['rate_mbit']:g} | {c['params'] / 1e6:g}M | {c['load_average']} | {c['measured_s']:.3f} "
+              f"| {c['wire_s']:.3f} "
               f"| {c['predicted_s']:.3f} | {c['ratio']:.3f} | {'yes' if c['fitted'] else 'no'} |")
     worst = max(checked, key=lambda c: abs(c["ratio"] - 1))
     print(f"largest |model / measured − 1|: {100 * abs(worst['ratio'] - 1):.1f} % ({worst['backend']}, N = {worst['workers']}, "
