@@ -127,11 +127,12 @@ The fitted model is checked against the measured points it was fitted to
 ``benchmarks/netsim/run.py``: a host per namespace, every link shaped to 100 or 200 Mbit/s each way,
 ``sync``, τ = 1, Adam): each row's round is predicted as compute (its measured t_step) plus the wire
 terms above at B = the link rate (every latency 0, every CPU rate infinite: :func:`wire_costs`),
-plus a residual a0 + a1·x·load/2 per backend for what the machine's 2 shared cores add (x: the
-bytes the hosts' CPUs handle per round, :func:`_cpu_bytes`; load/2: the row's load average over
-the cores, a process getting about 2/load of a core), a0, a1 fitted by non-negative least squares
-at 200 Mbit/s (``--netsim-fit-rate``) and checked at 100, where the wire terms double and the
-residual does not move; c of u likewise.
+plus a residual per backend for what the machine's 2 shared cores add, made of the backend's own
+latency and CPU terms (:data:`RESIDUAL_TERMS`: rounds N·L_task + N·S/R; ps L_ps + 2·N·S/R_server;
+sharded L + every host's data-plane bytes at a CPU rate stretched by the load, the hosts sharing
+the cores), their constants fitted by non-negative least squares at 200 Mbit/s
+(``--netsim-fit-rate``) and checked at 100, where the wire terms double and the residual does not
+move; c of u likewise.
 
 Usage::
 
@@ -525,28 +526,27 @@ def load_netsim(path: str) -> list[dict]:
         return [r for r in map(json.loads, filter(str.strip, f)) if r.get("benchmark") == "netsim"]
 
 
-# what the residual's per-byte term counts (bytes per round, all hosts together: the emulated hosts
-# share the machine's 2 cores): the results the driver decodes and the broadcast the executors
-# unpickle (rounds, N·S), the server's pulls and pushes (ps, 2·N·S), every worker's bytes each way
-# on the data plane (sharded, N·(2N − 1)/N·S: Flight and TLS, packing, the owners' sums and rule)
-# on the machine's cores with everything else it runs: a process gets about cores / load of a core,
-# so the seconds are x · load / cores (the row's 1-minute load average at its fit's end) times a
-# rate's inverse: the residual's regressor
+# The emulated cluster's CPU and latency terms (the machine's 2 cores, shared by every host and by
+# other work): per backend, the residual of a round over compute + wire is c0·r0 + c1·r1, with the
+# regressors (r0, r1) the backend's own terms of the module docstring: rounds, the tasks and the
+# results the driver decodes (N: n_tasks·L_task, N·S: N·S/R); ps, the round and the server's bytes
+# (1: L_ps, 2·N·S: N·(S + S_up)/R_server); sharded, the round and every host's data-plane bytes
+# (Flight and TLS, packing, the owners' sums and rule: N·(2N − 1)/N·S) on cores that each host
+# shares with the others, a process getting about cores/load of a core (1, N·(2N − 1)/N·S·load/2,
+# the row's 1-minute load average at its fit's end).
 MACHINE_CORES = 2
+RESIDUAL_TERMS = {"rounds": ("N·L_task", "N·S/R"), "ps": ("L_ps", "2·N·S/R_server"), "sharded": ("L", "N·(2N−1)/N·S·load/2 / R_cpu")}
 
 
-def _cpu_bytes(r: dict) -> float:
+def _residual_regressors(r: dict) -> tuple[float, float]:
+    """(r0, r1) of an emulated-cluster row (bytes in r1): see :data:`RESIDUAL_TERMS`."""
     n, state = r["workers"], r["state_mb"] * MB
     if r["backend"] == "rounds":
-        return n * state
+        return float(n), n * state
     if r["backend"] == "ps":
-        return 2 * n * state
-    return n * sharded_worker_bytes(n, state, state)
-
-
-def _cpu_load(r: dict) -> float:
-    """x · load / cores: the residual's per-byte regressor of an emulated-cluster row."""
-    return _cpu_bytes(r) * max(1.0, (r.get("load_average") or MACHINE_CORES) / MACHINE_CORES)
+        return 1.0, 2 * n * state
+    load = max(1.0, (r.get("load_average") or MACHINE_CORES) / MACHINE_CORES)
+    return 1.0, n * sharded_worker_bytes(n, state, state) * load
 
 
 def fit_torrent_scale(lines: list[dict]) -> float:
@@ -572,11 +572,11 @@ def wire_costs(torrent_scale: float) -> Costs:
 
 def fit_emulated(lines: list[dict], rate_mbit: float | None = 200.0) -> dict:
     """The emulated cluster's constants, from its rows at ``rate_mbit`` (None: all): torrent_scale
-    and, per backend, the residual ``a0 + a1·x·load/2`` (seconds) of measured round over compute
-    plus wire (:func:`_cpu_load`), by non-negative least squares: what the 2 shared cores add (Spark's
-    job and the driver's decoding on rounds, the server's on ps, Flight/TLS, packing, the sum and
-    the rule on sharded). Fitted at one rate and checked at the other, the wire terms are what is
-    tested: they double from 200 to 100 Mbit/s, the residual does not move."""
+    and, per backend, the residual ``c0·r0 + c1·r1`` (seconds) of measured round over compute plus
+    wire (:func:`_residual_regressors`), by non-negative least squares: what the 2 shared cores add
+    (Spark's tasks and the driver's decoding on rounds, the server on ps, Flight/TLS, packing, the
+    sum and the rule on sharded). Fitted at one rate and checked at the other, the wire terms are
+    what is tested: they double from 200 to 100 Mbit/s, the residual does not move."""
     used = [r for r in lines if rate_mbit is None or r["rate_mbit"] == rate_mbit]
     scale = fit_torrent_scale(used)
     costs = wire_costs(scale)
@@ -587,8 +587,8 @@ def fit_emulated(lines: list[dict], rate_mbit: float | None = 200.0) -> dict:
             residual[backend] = (0.0, 0.0)
             continue
         y = np.array([r["round_s"] - wire_round(r, costs) for r in rows])
-        a = np.array([[1.0, _cpu_load(r)] for r in rows])
-        a0, a1 = _nnls(a, y) if len({_cpu_load(r) for r in rows}) > 1 else (max(0.0, float(y.mean())), 0.0)
+        a = np.array([_residual_regressors(r) for r in rows])
+        a0, a1 = _nnls(a, y) if len(rows) > 1 else (max(0.0, float(y[0] / a[0, 0])), 0.0)
         residual[backend] = (float(a0), float(a1))
     return {"torrent_scale": scale, "residual": residual, "fit_rate_mbit": rate_mbit, "fit_rows": len(used)}
 
@@ -606,8 +606,9 @@ def check_netsim(lines: list[dict], emulated: dict) -> list[dict]:
     out = []
     for r in lines:
         wire = wire_round(r, costs)
-        a0, a1 = emulated["residual"][r["backend"]]
-        predicted = wire + a0 + a1 * _cpu_load(r)
+        c0, c1 = emulated["residual"][r["backend"]]
+        r0, r1 = _residual_regressors(r)
+        predicted = wire + c0 * r0 + c1 * r1
         out.append({"backend": r["backend"], "workers": r["workers"], "rate_mbit": r["rate_mbit"], "params": r["params"],
                     "state_mb": r["state_mb"], "measured_s": r["round_s"], "wire_s": round(wire, 3), "predicted_s": round(predicted, 3),
                     "ratio": round(predicted / r["round_s"], 3), "wire_ratio": round(wire / r["round_s"], 3),
@@ -621,9 +622,10 @@ def print_netsim(path: str, fit_rate: float | None) -> list[dict]:
     lines = load_netsim(path)
     emulated = fit_emulated(lines, fit_rate)
     checked = check_netsim(lines, emulated)
-    print(f"emulated cluster ({os.path.relpath(path)}, {len(lines)} rows): torrent_scale {emulated['torrent_scale']:.3f}; residual "
-          f"a0 s + a1 s/MB · x · load/{MACHINE_CORES}, fitted at {fit_rate or 'every'} Mbit/s: " + json.dumps(
-              {b: [round(a0, 3), round(a1 * MB, 4)] for b, (a0, a1) in emulated["residual"].items()}))
+    print(f"emulated cluster ({os.path.relpath(path)}, {len(lines)} rows): torrent_scale c = {emulated['torrent_scale']:.3f}; "
+          f"residual fitted at {fit_rate or 'every'} Mbit/s (s; s per MB): " + json.dumps(
+              {b: {RESIDUAL_TERMS[b][0]: round(c0, 3), RESIDUAL_TERMS[b][1]: round(c1 * MB, 4)}
+               for b, (c0, c1) in emulated["residual"].items()}, ensure_ascii=False))
     print("\n| backend | N | Mbit/s | params | load | measured round s | wire + compute s | model s | model / measured | in the fit |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c in sorted(checked, key=lambda c: (c["params"], c["backend"], c["workers"], c["rate_mbit"])):
@@ -775,7 +777,8 @@ def main() -> None:
     tau_cols = [(n, gbps) for gbps in (10, 100) for n in (64, 256)]
     print(f"\nτ for 90 % efficiency, 1e+08 parameters, gpu {gpu_flops / 1e12:.3g} TFLOP/s workers (t_step "
           f"{6 * 1e8 * args.batch * args.reuse / gpu_flops * 1e3:.1f} ms; '-': none up to 2^24)")
-    before = args.gpu_tflops == 100 and args.batch == 64 and args.reuse == 160 and args.profile == "dedicated"
+    before = (args.gpu_tflops, args.batch, args.reuse, args.profile, args.flight_gb_s, args.sharded_sum, args.server_mb_s) == (
+        100, 64, 160, "dedicated", None, "float32", 400)  # the defaults TAU_BEFORE was printed with
     print("| design | " + " | ".join(f"N={n} @{g} Gb/s" for n, g in tau_cols) + (" | before (issue 43) |" if before else " |"))
     print("|---|" + "---|" * (len(tau_cols) + before))
     for label, backend, compression in designs:
