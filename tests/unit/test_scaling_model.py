@@ -3,6 +3,7 @@
 reproduces them, and its projection behaves as its equations say. No Spark, no Keras."""
 
 import importlib.util
+import math
 import sys
 
 import pytest
@@ -84,3 +85,55 @@ def test_the_measured_run_counts_each_workers_state_through_the_driver(tmp_path)
     assert got["ps"]["driver_out_mb"] == pytest.approx(2 * got["ps"]["state_mb"], rel=0.1)
     assert got["rounds"]["state_mb"] * 0.9 <= got["rounds"]["driver_out_mb"] <= 2.2 * got["rounds"]["state_mb"]
     assert got["rounds"]["jobs"] == 1 and got["rounds"]["tasks"] == 2 and got["ps"]["jobs"] == 0
+
+
+# ---- issue 43 item 2: the model corrected against the emulated cluster (benchmarks/netsim.jsonl) ----
+
+NETSIM = f"{ROOT}/benchmarks/netsim.jsonl"
+NETSIM_ERROR_PCT = 15.0  # the issue's goal: each predicted round within 15 % of the measured one
+
+
+def test_the_wire_terms_are_the_links_measured_bytes():
+    idle = model.wire_costs(torrent_scale=1.0)
+    state, n, line = 60e6, 2, 200e6 / 8
+    assert model.HEADER_FACTOR == pytest.approx(1.04558, abs=1e-5)  # benchmarks/netsim/cluster.py's wire_factor(1500)
+    # ps in sync: every pull, then every push, on the driver's link: 2·N·S/B plus compute, not the larger direction
+    assert model.round_seconds("ps", n, state, None, 1, 0.5, line, idle) == pytest.approx(0.5 + 2 * n * state * model.HEADER_FACTOR / line)
+    # sharded: (2N − 1)/N·S each way per worker (the backup copy on the critical path)
+    for n in (2, 3, 4, 64):
+        assert model.sharded_worker_bytes(n, state, state) == pytest.approx((2 * n - 1) / n * state)
+    costs = replace_costs(idle, flight_rate=math.inf)
+    terms = model.sharded_terms("sharded", 4, state, None, line, costs)
+    assert terms["network"] == pytest.approx(1.75 * state * model.HEADER_FACTOR / line)
+    # fp16 halves the pieces put, not the float32 start pulled nor the backup
+    assert model.sharded_worker_bytes(4, state, state / 2) == pytest.approx(0.75 * state / 2 + state / 4 + 0.75 * state)
+
+
+def test_the_torrent_broadcast_uploads_harmonic_states_for_a_large_state_and_more_for_few_blocks():
+    assert model.torrent_sync(5, 1) == pytest.approx(5)  # one block: every executor takes it from the driver
+    for n in (2, 4, 64, 256):
+        harmonic = sum(1 / k for k in range(1, n + 1))
+        assert model.torrent_sync(n, 100_000) == pytest.approx(harmonic, rel=1e-3)
+    assert model.torrent_sync(2, 3) / 2 == pytest.approx(0.833, abs=0.001)  # 1M with Adam: 3 blocks of 4 MiB
+    assert model.torrent_sync(4, 3) / 4 == pytest.approx(0.657, abs=0.001)
+    fitted = model.fit(model.load(MEASURED))
+    assert model.broadcast_factor(4, 12e6, fitted) == model.torrent(4, fitted)  # loopback: the fitted u(N)
+    assert model.broadcast_factor(64, 1.2e9, replace_costs(fitted, torrent_scale=1.0)) == pytest.approx(4.86, abs=0.01)  # H_64 = 4.74 and K = 287 blocks
+
+
+def test_the_model_predicts_each_emulated_round_within_15_percent():
+    lines = model.load_netsim(NETSIM)
+    assert {r["backend"] for r in lines} == {"rounds", "ps", "sharded"}
+    emulated = model.fit_emulated(lines, 200.0)  # fitted at 200 Mbit/s, checked at 100 too
+    assert 0.9 <= emulated["torrent_scale"] <= 1.3  # the measured broadcast: about u_sync, a little more
+    checked = model.check_netsim(lines, emulated)
+    worst = max(checked, key=lambda c: abs(c["ratio"] - 1))
+    assert abs(worst["ratio"] - 1) * 100 <= NETSIM_ERROR_PCT, worst
+    # the wire alone (compute + link bytes at the link rate) explains most of every round
+    assert min(c["wire_ratio"] for c in checked) >= 0.5
+
+
+def replace_costs(costs, **changes):
+    import dataclasses
+
+    return dataclasses.replace(costs, **changes)
