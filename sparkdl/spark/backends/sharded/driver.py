@@ -12,9 +12,11 @@ and puts slice j of its state to owner j (a reduce-scatter), reporting its rows 
 to the driver; each owner applies the mode's policy to its slice (``sync``, ``bmuf``, ``diloco``:
 elementwise, pure numpy) and reports the new version ready; once every slice is ready and every
 worker reported, the driver closes the round, runs the callbacks and opens the next, whose pulls
-are the all-gather. Per round a worker sends and receives about 2·S·(N−1)/N bytes (S: what it
-puts: 12 bytes a parameter with Adam's state, 4 with ``keepLocalOptimizer``, 2 with ``fp16``
-too); the driver moves a few hundred bytes per worker.
+are the all-gather. Per round a worker sends and receives (N−1)/N·S of its pieces, S_f/N (its
+slice's new version to its backup holder) and (N−1)/N·S_f of the start it pulls: (2N−1)/N·S_f each
+way in full precision, as the emulated cluster's links measure (S_f: the float32 state, 12 bytes a
+parameter with Adam's, 4 with ``keepLocalOptimizer``; S: what it puts, S_f or, per value, 2 bytes
+with ``fp16``, 1.02 with ``int8``, 0.52 with ``int4``); the driver moves a few hundred bytes per worker.
 
 The driver never holds the whole state while the fit trains: it serves each slice's start once,
 fetches the weights at an epoch's end only when a callback needs the model, and assembles the
@@ -28,10 +30,10 @@ counted once per round: duplicates are dropped), and the round completes with th
 undisturbed fit makes. A slice found nowhere (its owner and its holder lost together) fails the
 fit naming it; a worker silent for ``workerTimeout`` fails the fit naming its partition.
 
-**Not sliced**: the asynchronous modes (their rule runs push by push on one server: backend
-``ps``), ``easgd`` and ``gossip`` (a model per worker), 1bit/threshold compression (quantized
-updates with a residual), straggler-tolerant rounds and validation data are refused before any
-job, naming what to use instead.
+**Not sliced**: what the registry (:mod:`sparkdl.spark.backends`) does not declare for this
+backend is refused before any job, naming what to use instead: the asynchronous modes (their rule
+runs push by push on one server: backend ``ps``), ``easgd`` and ``gossip`` (a model per worker),
+1bit/threshold compression, straggler-tolerant rounds and validation data.
 """
 
 from __future__ import annotations
