@@ -222,8 +222,9 @@ class ColumnRequest:
             importable module, or the function itself (:func:`~sparkdl.serialization.columns.shipped_decoder`).
         skip_invalid: ``handleInvalid="skip"``.
         pad_value: the value that pads sequence inputs' rows (``padValue``).
-        custom_objects: the fit's registered custom objects, pickled (None: none): each check task
-            unpickles them, as the training tasks will, and reports a module it cannot import.
+        custom_modules: the modules of the fit's registered custom objects (those defined in
+            ``__main__`` travel by value): each check task imports them, as the training tasks will
+            when they unpickle the objects, and reports a module it cannot import.
     """
 
     inputs: tuple
@@ -233,7 +234,7 @@ class ColumnRequest:
     decoders: tuple = ()
     skip_invalid: bool = False
     pad_value: float = 0.0
-    custom_objects: bytes | None = None
+    custom_modules: tuple = ()
 
     @property
     def source_columns(self) -> list[str]:
@@ -600,7 +601,7 @@ WARM_UP_WAIT_S = 300.0
 
 def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip: bool,
                      backend: str | None = None, warm: Callable[[], None] | None = None, roles: int = 1,
-                     widths: dict | None = None, custom_objects: bytes | None = None) -> Iterator[pa.RecordBatch]:
+                     widths: dict | None = None, custom_modules: tuple = ()) -> Iterator[pa.RecordBatch]:
     """One row of statistics of the task's partition per role (one row even when it is empty): rows
     kept, rows skipped, and per column a JSON dict of counts; with ``skip``, invalid rows (and rows
     of another width than ``widths`` gives their column: column name -> values per row) are
@@ -608,10 +609,11 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
     training (role 0) and validation rows (role 1) told apart by :data:`VALIDATION_FLAG`.
     ``backend``: the driver's Keras backend, selected (``KERAS_BACKEND``) before a decoder may import
     Keras. Without decoders, Keras is imported (and ``warm`` run) on a thread beside the check, so
-    that the training task this reused Python worker runs next starts warm. ``custom_objects`` (the
-    fit's registered custom objects, pickled) are unpickled after the rows, as a training task
-    would: a module this Python cannot import is reported (``import_error``: the exception's last
-    line), not raised, so the driver fails the fit at once instead of after Spark's task retries."""
+    that the training task this reused Python worker runs next starts warm. ``custom_modules`` (the
+    modules of the fit's registered custom objects) are imported after the rows, as a training
+    task's unpickling of the objects would: a module this Python cannot import is reported
+    (``import_error``: the exception's last line), not raised, so the driver fails the fit at once
+    instead of after Spark's task retries."""
     import json
 
     from pyspark import TaskContext
@@ -652,13 +654,14 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
     if importing is not None:
         importing.join(WARM_UP_WAIT_S)
     failed = None
-    if custom_objects is not None:  # after the warm-up: a custom object's module may import Keras
-        from pyspark import cloudpickle
+    for module in custom_modules:  # after the warm-up: a custom object's module may import Keras
+        import importlib
 
         try:
-            cloudpickle.loads(custom_objects)
+            importlib.import_module(module)
         except ImportError as exc:  # a module shipped to the driver only: no retry can import it
             failed = f"{type(exc).__name__}: {exc}"
+            break
     partition = TaskContext.get().partitionId()
     out = [{"partition": partition, "role": role, "rows": counts[role][0], "skipped": counts[role][1],
             "stats": json.dumps({name: st.as_dict() for name, st in stats[role].items()}), "import_error": failed}
@@ -805,7 +808,7 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
         from sparkdl.keras.runtime import keras_backend
 
         backend = keras_backend()
-        custom = request.custom_objects
+        custom = request.custom_modules
         counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count, widths, custom),
                                        STATS_SPARK_SCHEMA)
         description = f"sparkdl: check and count {' and '.join(roles)} rows"

@@ -619,10 +619,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
                                      config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
         columns = request.request
-        if registered():  # the check tasks unpickle them: a module the executors lack fails the fit at once, not after retries
-            from pyspark import cloudpickle
-
-            columns = dataclasses.replace(columns, custom_objects=cloudpickle.dumps(registered()))
+        modules = tuple(sorted({getattr(obj, "__module__", None) or "__main__" for obj in registered().values()} - {"__main__"}))
+        if modules:  # the check tasks import them: a module the executors lack fails the fit at once, not after retries
+            columns = dataclasses.replace(columns, custom_modules=modules)
         together = (request.validation_df is not None and not config.keep_partitioning
                     and prepare_together(request.train_df, request.validation_df, columns))
         if together:  # one cache, one check job; partition p holds worker p's validation rows too

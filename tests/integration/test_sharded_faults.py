@@ -212,7 +212,8 @@ def netns_cluster(tmp_path):
         pytest.skip("needs root and iproute2's ip netns")
     tag = f"sd{os.getpid() % 100000}"
     ns, host_link, ns_link = f"{tag}ns", f"{tag}h", f"{tag}n"
-    host_ip, ns_ip = "10.203.0.1", "10.203.0.2"
+    subnet = f"10.203.{os.getpid() % 250}"  # per run: two runs at once (a loaded machine's check beside CI) never share a route
+    host_ip, ns_ip = f"{subnet}.1", f"{subnet}.2"
     spark_class = os.path.join(os.path.dirname(sys.executable), "spark-class")
     procs = []
     try:
