@@ -195,7 +195,7 @@ def test_a_killed_driver_run_again_with_its_checkpoint_dir_ends_as_an_uninterrup
     folder = tmp_path / "checkpoints"
     killed = _train_job(tmp_path, "killed", backend, str(folder))
     deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and not any(folder.glob("snapshot-*-000002.done")):  # after epoch 2's snapshot
+    while time.monotonic() < deadline and not any(p.stat().st_size == 64 for p in folder.glob("snapshot-*-000002.done")):  # after epoch 2's snapshot, its marker whole
         assert killed.poll() is None, killed.stdout.read()[-3000:]
         time.sleep(0.2)
     os.killpg(killed.pid, signal.SIGKILL)  # the driver (and its executors' Python workers) die mid-fit
