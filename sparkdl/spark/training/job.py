@@ -36,7 +36,7 @@ class TrainJob:
         validation: the prepared, cached validation data, or None.
         budget_bytes: a task's memory budget for its partition (bytes); larger ones stay on disk.
         custom_objects: the driver's registered Keras objects, shipped to every task.
-        hooks: fault-injection hooks (tests, ``benchmarks/chaos.py``), None in a production fit.
+        hooks: fault-injection hooks (tests), None in a production fit.
         cluster: the cluster's facts, read once before any job (:class:`~sparkdl.spark.cluster.ClusterFacts`).
         state_bytes: the model's state in bytes (weights and optimizer state: one worker's update).
     """
