@@ -1,4 +1,5 @@
-"""Fault injection: hooks a fit's tasks call at fixed points, for tests (``benchmarks/chaos.py`` fires its faults from outside the library).
+"""Fault injection: hooks a fit's tasks call at fixed points, for tests (``benchmarks/chaos.py``
+fires its faults from outside the library).
 
 A production fit carries no hooks. Inside ``with inject(hooks):`` on the driver, the fits started
 by this thread carry ``hooks`` in their tasks' plain-value settings; each training task calls
