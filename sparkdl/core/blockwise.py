@@ -32,8 +32,6 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from sparkdl.core.state import ModelState
@@ -188,8 +186,3 @@ def decode_piece(wire: ModelState, start: ModelState, method: str) -> ModelState
             out.append((old.astype(np.float32) + delta).astype(old.dtype))
         groups.append(out)
     return ModelState(groups[0], groups[1])
-
-
-def wire_bytes(wire: Sequence[np.ndarray]) -> int:
-    """Bytes of a piece's arrays on the wire (values only)."""
-    return sum(np.asarray(a).nbytes for a in wire)
