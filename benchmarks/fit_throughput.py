@@ -22,8 +22,21 @@ step, first round, other rounds, train, total).
 
 The main job's settings (conf/mnist_cnn.yaml): ``--epochs 8 --local-steps 16`` (batch 64, 2 workers).
 
+``--sessions``: a session's first and second fit instead, per kind of session, each in a fresh
+process that fits twice (``--backends``' first, default ``auto``), ``--pause`` seconds apart (default
+70: Spark ends a Python worker idle for 60 s, as a notebook's pause between two fits would):
+
+- ``plain``: ``SparkSession.builder.master("local[W]").getOrCreate()`` and nothing else, as in a
+  notebook (the fit switches a local master's later workers to sparkdl's daemon);
+- ``pyspark-daemon``: the same with ``spark.python.daemon.module=pyspark.daemon`` set by hand, which
+  keeps pyspark's daemon (every plain session before the switch: each worker imports TensorFlow);
+- ``session_conf``: started with ``session_conf()`` and ``start_workers`` (docs/user-guide/deployment.md).
+
+Each fit's seconds in all and to its first step (``fitInfo["seconds"]["first_step"]``), and its
+ratio to the median of ``--repeats`` plain Keras fits run in this process before them.
+
 Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N] [--repeats 3] [--model cnn|mlp]
-       [--backends rounds,ps] [--no-daemon]
+       [--backends rounds,ps] [--no-daemon] [--sessions [--pause 70]]
 """
 
 from __future__ import annotations
@@ -71,14 +84,17 @@ def run_keras(epochs, batch_size, model_name="cnn"):
             "samples_per_s": round(epochs * len(x) / seconds, 1), "test_accuracy": accuracy}
 
 
-def start_spark(workers, daemon=True):
+SESSIONS = ("plain", "pyspark-daemon", "session_conf")
+
+
+def start_spark(workers, daemon=True, conf=None):
     from pyspark.sql import SparkSession
 
     from sparkdl.spark.daemon import session_conf, start_workers
 
     builder = (SparkSession.builder.master(f"local[{workers}]").config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false"))
-    for key, value in (session_conf() if daemon else {}).items():
+    for key, value in dict(session_conf() if daemon else {}, **(conf or {})).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -103,6 +119,11 @@ def run_sparkdl(spark, epochs, batch_size, workers, local_steps, warm_up, model_
                               epochs=n_epochs, batchSize=batch_size, localSteps=local_steps, verbose=0, backend=backend)
 
     cold_s = None
+    if warm_up is None:  # one fit, as it comes: what it cost and where the time went
+        started = time.perf_counter()
+        fitted = estimator(epochs).fit(train)
+        return {"backend": fitted.fitInfo["backend"], "fit_s": round(time.perf_counter() - started, 2),
+                "seconds": fitted.fitInfo["seconds"]}
     if warm_up:
         started = time.perf_counter()
         estimator(1).fit(train)
@@ -129,9 +150,18 @@ def main():
     parser.add_argument("--backends", default="rounds,ps", help="comma-separated: rounds, ps, auto")
     parser.add_argument("--no-daemon", action="store_true",
                         help="sessions without sparkdl's worker daemon (spark.python.daemon.module): each Python worker imports TensorFlow")
+    parser.add_argument("--sessions", action="store_true", help="a session's first and second fit, per kind of session")
+    parser.add_argument("--pause", type=float, default=70.0, help="--sessions: seconds between the two fits")
     parser.add_argument("--cold-run", default=None, help=argparse.SUPPRESS)  # one cold fit in this fresh process
+    parser.add_argument("--session-run", default=None, help=argparse.SUPPRESS)  # two fits in this fresh process
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.session_run:
+        session_fits(args, args.session_run, backends[0])
+        return
+    if args.sessions:
+        compare_sessions(args, backends[0] if "--backends" in sys.argv else "auto")
+        return
     if args.cold_run:
         started = time.perf_counter()
         spark = start_spark(args.workers, daemon=not args.no_daemon)
@@ -197,6 +227,57 @@ def cold_fit(args, backend):
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+def session_fits(args, kind, backend):
+    """Two fits ``args.pause`` seconds apart in this fresh process' session of ``kind``: one JSON line each."""
+    started = time.perf_counter()
+    if kind == "plain":  # a notebook's session: nothing of sparkdl's before the first fit
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.master(f"local[{args.workers}]").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+    else:
+        conf = {"spark.python.daemon.module": "pyspark.daemon"} if kind == "pyspark-daemon" else None
+        spark = start_spark(args.workers, daemon=kind == "session_conf", conf=conf)
+    session_s = round(time.perf_counter() - started, 2)
+    for fit in (1, 2):
+        if fit == 2:
+            time.sleep(args.pause)
+        run = run_sparkdl(spark, args.epochs, args.batch_size, args.workers, args.local_steps, warm_up=None,
+                          model_name=args.model, backend=backend)
+        print(json.dumps(dict(run, run="session", session=kind, fit=fit, session_s=session_s, pause_s=args.pause)), flush=True)
+    spark.stop()
+
+
+def compare_sessions(args, backend):
+    """``--sessions``: plain Keras' median fit, then each kind of session's first and second fit."""
+    keras_runs = [run_keras(args.epochs, args.batch_size, args.model) for _ in range(args.repeats)]
+    for run in keras_runs:
+        print(json.dumps(run), flush=True)
+    keras_s = statistics.median(r["fit_s"] for r in keras_runs)
+    fits = []
+    for kind in SESSIONS:
+        command = [sys.executable, os.path.abspath(__file__), "--session-run", kind, "--backends", backend,
+                   "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--workers", str(args.workers),
+                   "--model", args.model, "--pause", str(args.pause)]
+        if args.local_steps:
+            command += ["--local-steps", str(args.local_steps)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr[-3000:])
+        for line in result.stdout.strip().splitlines():
+            if line.startswith("{"):
+                fits.append(dict(json.loads(line), ratio=round(json.loads(line)["fit_s"] / keras_s, 3)))
+                print(json.dumps(fits[-1]), flush=True)
+    print(json.dumps({"summary": "sessions", "keras_fit_s": round(keras_s, 2), "cpus": os.cpu_count(),
+                      "load_1min": round(os.getloadavg()[0], 2), "epochs": args.epochs, "local_steps": args.local_steps,
+                      "pause_s": args.pause, "fits": [{k: f[k] for k in ("session", "fit", "fit_s", "ratio", "backend")}
+                                                      | {"first_step_s": f["seconds"]["first_step"]} for f in fits]}), flush=True)
+    print(f"\n| session | fit | backend | seconds to the first step | fit s | fit / plain Keras ({keras_s:.1f} s) |")
+    print("|---|---|---|---|---|---|")
+    for f in fits:
+        print(f"| {f['session']} | {f['fit']} | {f['backend']} | {f['seconds']['first_step']} | {f['fit_s']} | {f['ratio']} |")
+
 
 if __name__ == "__main__":
     main()

@@ -44,6 +44,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import sys
@@ -77,6 +78,10 @@ _started: set[str] = set()  # applications whose workers start_workers has start
 _started_lock = threading.Lock()
 START_TIMEOUT_S = 300.0  # a worker's start (TensorFlow's import) takes seconds, more on a loaded machine
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0")
+#: sparkdl's task modules, imported by :func:`preload` after Keras (their own imports, pandas, Arrow
+#: Flight, pyspark's SQL types: about a second a worker): nothing in them starts a thread or a runtime
+WORKER_MODULES = ("sparkdl.spark.backends.rounds.task", "sparkdl.spark.backends.ps.task",
+                  "sparkdl.spark.backends.sharded.task", "sparkdl.spark.inference")
 
 
 def _warm_task(backend: str):
@@ -131,11 +136,100 @@ class DaemonStart:
         return not self._thread.is_alive()
 
 
+def use_preloading_daemon(spark) -> str | None:
+    """Have ``spark``'s Python workers started from now on fork from sparkdl's daemon (TensorFlow
+    and Keras imported once per executor), where Spark allows it in a running session; returns None
+    when there is nothing to tell the user (they do: the session started with :func:`session_conf`'s
+    settings, or was switched now; or the session chose a daemon of its own; or nothing would be
+    preloaded), else the reason they cannot, as a sentence.
+
+    A session started the ordinary way (``SparkSession.builder...getOrCreate()``, a notebook's)
+    runs pyspark's daemon: each Python worker imports TensorFlow itself (4–6 s a worker), and Spark
+    ends a worker idle for 60 s, so a fit a minute after the last pays the imports again. On a
+    ``local`` master the executor is the driver's JVM, which reads ``spark.python.daemon.module``
+    each time a task starts a Python runner: setting it in the running context's conf
+    (:func:`sparkdl.spark.internals.set_running_conf`) and ``SPARKDL_DAEMON_PRELOAD`` in the
+    context's worker environment (``sc.environment``) makes every later task's workers fork from
+    sparkdl's daemon, which Spark starts beside pyspark's (whose workers end as Spark retires them).
+    This is done only where nothing was chosen: ``spark.python.daemon.module`` unset, the driver's
+    Keras backend ``tensorflow`` (the only one preloaded), no NVIDIA GPU on the machine
+    (:func:`gpu_machine`) and no GPU resource in the session's conf (a GPU task pins its devices
+    before TensorFlow loads). The daemon and its workers then hold about 0.9 GB more, shared.
+
+    Not possible, with the reason returned: the executors' Python without sparkdl installed (the
+    daemon starts before a session's shipped files reach it), Spark Connect (the server's workers),
+    executors in JVMs of their own (``local-cluster``, standalone, YARN, Kubernetes, Databricks:
+    they keep the conf they started with; set the two settings in the cluster's Spark config), and
+    ``spark.python.use.daemon=false`` (no daemon to fork from).
+    """
+    from sparkdl.keras.runtime import keras_backend
+    from sparkdl.spark import internals
+    from sparkdl.spark.jobs import python_problem
+    from sparkdl.spark.session import is_connect, python_exec
+
+    settings = f"{DAEMON_CONF}={MODULE} and spark.executorEnv.{PRELOAD_ENV}=tensorflow"
+    if is_connect(spark):
+        return f"a Spark Connect session's Python workers are the server's: set {settings} in the server's Spark config"
+    sc = spark.sparkContext
+    conf = sc.getConf()
+    if conf.get("spark.python.use.daemon", "true").lower() == "false":
+        return "spark.python.use.daemon is false: every Python worker starts on its own and imports TensorFlow itself"
+    module = conf.get(DAEMON_CONF, None)
+    if module == MODULE:
+        return None
+    if module is not None:
+        return None  # the session's own choice (pyspark.daemon to turn sparkdl's off), kept
+    gpus = any(".resource.gpu." in key for key, _ in conf.getAll())  # tasks pin GPUs before TensorFlow loads
+    if keras_backend() != "tensorflow" or gpu_machine() or gpus:
+        return None  # nothing would be preloaded: pyspark's daemon serves as well
+    url = sc.master
+    if not (url == "local" or url.startswith("local[")):
+        return (f"the executors ({url}) started with pyspark's daemon and keep it: set {settings} in the cluster's "
+                "Spark config (docs/user-guide/deployment.md#a-session-that-exists-already)")
+    program = python_exec(spark) or sys.executable
+    with _started_lock:
+        if program not in _installed:  # asked once per program: found without importing it
+            _installed[program] = python_problem(shutil.which(program) or program, ["sparkdl"]) is None
+    if not _installed[program]:
+        return (f"the executors' Python ({program}) does not have sparkdl installed (shipped with the session's files, "
+                "which reach a worker only after its daemon started): install it there")
+    sc.environment[PRELOAD_ENV] = "tensorflow"  # before the conf: a task that sees the module finds the marker
+    internals.set_running_conf(sc, DAEMON_CONF, MODULE)
+    return None
+
+
+_installed: dict[str, bool] = {}  # executors' Python program -> whether it has sparkdl installed
+_told: set[str] = set()  # applications told why their workers cannot fork from sparkdl's daemon
+
+
+def prepare_workers(spark) -> None:
+    """Before a fit's first job: :func:`use_preloading_daemon`, and its reason (if any) logged at
+    INFO on the ``sparkdl`` logger once per application (a fit on a cluster whose Spark config lacks
+    the settings runs as before, each Python worker importing TensorFlow)."""
+    from sparkdl.spark.session import is_connect
+
+    reason = use_preloading_daemon(spark)
+    if reason is None:
+        return
+    key = "connect" if is_connect(spark) else spark.sparkContext.applicationId
+    with _started_lock:
+        if key in _told:
+            return
+        _told.add(key)
+    logging.getLogger("sparkdl").info("each Python worker imports TensorFlow itself: %s", reason)
+
+
 def start_workers(spark) -> DaemonStart | None:
     """Start the Python workers of ``spark``'s executors now, in the background, so that the first
-    fit's tasks find them started with TensorFlow and Keras imported: call it right after a session
-    started with :func:`session_conf`'s settings, before the driver imports Keras and builds the
-    model (seconds in which the executors would otherwise wait).
+    fit's tasks find them started with TensorFlow and Keras imported: call it right after the
+    session starts, before the driver imports Keras and builds the model (seconds in which the
+    executors would otherwise wait).
+
+    A session started without :func:`session_conf`'s settings is first switched to sparkdl's daemon
+    where Spark allows it (:func:`use_preloading_daemon`: a ``local`` master); where it does not
+    (a cluster's executors started with pyspark's daemon), a ``UserWarning`` says why and which
+    settings the cluster's Spark config needs, and the workers are still started now: each imports
+    TensorFlow itself, and Spark ends a worker idle for 60 s.
 
     One job of one ``mapInArrow`` task per live executor (one on a ``local`` master; executors
     that register later start their daemons with their first task), on a thread of its own: the
@@ -144,25 +238,28 @@ def start_workers(spark) -> DaemonStart | None:
     fit's own tasks start the daemon then.
 
     Args:
-        spark: a classic SparkSession.
+        spark: a SparkSession.
 
     Returns:
-        The :class:`DaemonStart` (``join()``), or None when nothing was
-        started: Spark Connect (the server's workers are not this client's to start), a session
-        without sparkdl's daemon (``spark.python.daemon.module``) or with
-        ``spark.python.use.daemon=false``, or this application's daemons already started by an
-        earlier call.
+        The :class:`DaemonStart` (``join()``), or None when nothing was started: Spark Connect (the
+        server's workers are not this client's to start) and ``spark.python.use.daemon=false``
+        (both with a ``UserWarning`` saying so), or this application's workers already started by
+        an earlier call.
     """
+    import warnings
+
     from sparkdl.keras.runtime import keras_backend
     from sparkdl.spark import internals
     from sparkdl.spark.session import is_connect
 
-    if is_connect(spark):
-        return None
+    reason = use_preloading_daemon(spark)
+    if reason is not None:
+        nothing = is_connect(spark) or spark.sparkContext.getConf().get("spark.python.use.daemon", "true").lower() == "false"
+        warnings.warn(f"start_workers: the Python workers cannot fork from sparkdl's daemon: {reason}"
+                      + ("; nothing started" if nothing else "; they are started now and import TensorFlow each"), stacklevel=2)
+        if nothing:
+            return None
     sc = spark.sparkContext
-    conf = sc.getConf()
-    if conf.get(DAEMON_CONF, "") != MODULE or conf.get("spark.python.use.daemon", "true").lower() == "false":
-        return None
     with _started_lock:
         if sc.applicationId in _started:
             return None
@@ -204,10 +301,11 @@ def _reseed_numpy() -> None:
 def preload() -> bool:
     """Import TensorFlow and Keras into this process when ``SPARKDL_DAEMON_PRELOAD`` is
     ``tensorflow``, TensorFlow is installed and :func:`gpu_machine` is False, with file descriptor 1
-    sent to stderr meanwhile; then have each process forked from this one reseed numpy's global
-    random state, and move the imported objects out of the garbage collector's sight
-    (``gc.freeze``: the forked workers do not copy their pages by collecting them). Returns whether
-    they were imported; any failure is written to stderr and returns False (never raises)."""
+    sent to stderr meanwhile, then sparkdl's task modules (:data:`WORKER_MODULES`); then have each
+    process forked from this one reseed numpy's global random state, and move the imported objects
+    out of the garbage collector's sight (``gc.freeze``: the forked workers do not copy their pages
+    by collecting them). Returns whether they were imported; any failure is written to stderr and
+    returns False (never raises)."""
     try:
         if (os.environ.get(PRELOAD_ENV) != "tensorflow" or gpu_machine()
                 or importlib.util.find_spec("tensorflow") is None):
@@ -222,6 +320,8 @@ def preload() -> bool:
 
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         keras_module()  # TensorFlow first, its start-up lines filtered
+        for name in WORKER_MODULES:  # what every fit's and transform's task imports (seconds on a loaded core)
+            importlib.import_module(name)
         os.register_at_fork(after_in_child=_reseed_numpy)
         gc.freeze()
         return True

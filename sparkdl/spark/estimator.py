@@ -27,6 +27,7 @@ from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainab
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.data import (check_dataframe, col, prepare_together, prepare_training_data, prepare_with_validation, request_columns,
                                 validation_split)
+from sparkdl.spark.daemon import prepare_workers
 from sparkdl.spark.jobs import check_executors_python, interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
@@ -547,6 +548,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             output_columns(spec, self.getOutputCols())
         spark = dataset.sparkSession
         check_executors_python(spark)  # a local master's workers without sparkdl: said now, not after a failed job
+        prepare_workers(spark)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)
         if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
             warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=3)
         for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks

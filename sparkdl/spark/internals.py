@@ -73,6 +73,19 @@ def jvm_context(sc) -> Any:
     return sc._jsc.sc()
 
 
+def set_running_conf(sc, key: str, value: str) -> None:
+    """Set ``key`` to ``value`` in the running context's own ``SparkConf`` (``sc._jsc.sc().conf()``,
+    not the copy ``getConf()`` returns). On a ``local`` master the executor is the driver's JVM and
+    its ``SparkEnv`` reads this conf each time a task starts a Python runner, so a setting a runner
+    reads per task (``spark.python.daemon.module``) holds for every task submitted afterwards.
+    Executors in JVMs of their own (``local-cluster``, a cluster manager) keep the conf they started
+    with.
+
+    Checked on Spark 4.3.0. No public API: ``spark.conf.set`` refuses static settings.
+    """
+    jvm_context(sc).conf().set(key, value)
+
+
 def running_job_tags(sc, prefix: str) -> set[str]:
     """The job tags starting with ``prefix`` of the jobs running now, as the status store (the Spark
     UI's) records them: ``statusStore().jobsList([RUNNING])``, each job's ``jobTags``. The store

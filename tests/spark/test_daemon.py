@@ -73,6 +73,7 @@ for _ in range(2):  # two workers forked from the daemon draw from numpy's globa
     os.wait()
     draws.append(os.read(read, 64).decode())
 print(json.dumps({"loaded": loaded, "tensorflow": "tensorflow" in sys.modules, "keras": "keras" in sys.modules,
+                  "tasks": all(m in sys.modules for m in daemon.WORKER_MODULES),
                   "distinct_draws": len(set(draws)), "backend": daemon.backend_from_environment()}), flush=True)
 """
 
@@ -88,13 +89,13 @@ def _preload(env_update: dict) -> tuple[list[str], dict]:
 
 def test_preload_writes_nothing_to_stdout_which_carries_the_daemons_port_and_reseeds_numpy_per_worker():
     lines, out = _preload({"SPARKDL_DAEMON_PRELOAD": "tensorflow"})
-    assert out == {"loaded": True, "tensorflow": True, "keras": True, "distinct_draws": 2, "backend": "tensorflow"}
+    assert out == {"loaded": True, "tensorflow": True, "keras": True, "tasks": True, "distinct_draws": 2, "backend": "tensorflow"}
     assert lines[:-1] == ["before"]  # whatever TensorFlow printed while loading went to stderr
 
 
 def test_preload_imports_nothing_unless_the_driver_said_tensorflow(tmp_path):
     _, out = _preload({"SPARKDL_DAEMON_PRELOAD": "jax", "KERAS_BACKEND": "tensorflow"})  # the driver's backend decides
-    assert (out["loaded"], out["tensorflow"], out["keras"]) == (False, False, False)
+    assert (out["loaded"], out["tensorflow"], out["keras"], out["tasks"]) == (False, False, False, False)
     _, out = _preload({})  # a daemon module set by hand, without session_conf's marker: pyspark's daemon as it is
     assert (out["loaded"], out["tensorflow"], out["keras"]) == (False, False, False)
     (tmp_path / "keras.json").write_text(json.dumps({"backend": "torch", "floatx": "float32"}))
@@ -103,36 +104,52 @@ def test_preload_imports_nothing_unless_the_driver_said_tensorflow(tmp_path):
 
 
 START = r"""
-import json, sys
+import json, sys, warnings
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from sparkdl.spark.daemon import session_conf, start_workers
 
 def state(batches):
-    import sys
+    import os, sys
     for _ in batches:
         pass
-    yield pa.RecordBatch.from_pylist([{"keras": "keras" in sys.modules}])
+    parent = open(f"/proc/{os.getppid()}/cmdline").read().replace("\0", " ")
+    yield pa.RecordBatch.from_pylist([{"keras": "keras" in sys.modules, "parent": parent}])
 
-daemon = sys.argv[1] == "daemon"
-builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-if daemon:
+def probe():
+    rows = spark.range(2).repartition(2).mapInArrow(state, "keras boolean, parent string").collect()
+    return [r["keras"] for r in rows], sorted({r["parent"].split(" -m ")[-1].split()[0] for r in rows})
+
+mode = sys.argv[1]
+master = "local-cluster[1,1,1024]" if mode == "cluster" else "local[2]"
+builder = SparkSession.builder.master(master).config("spark.ui.enabled", "false")
+if mode == "daemon":
     builder = builder.config(map=session_conf("tensorflow"))
 spark = builder.getOrCreate()
-started = start_workers(spark)
-out = {"started": started is not None}
-if started is not None:
+out = {}
+if mode == "fit":  # a session started the ordinary way, then a fit: no start_workers
+    import keras
+    import numpy as np
+    from sparkdl import KerasEstimator
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    df = spark.createDataFrame([([float(i), 1.0], float(i)) for i in range(16)], "features array<float>, label float")
+    KerasEstimator(model=model, optimizer="sgd", loss="mse", numWorkers=2, epochs=1, batchSize=4, verbose=0).fit(df)
+else:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        started = start_workers(spark)
+    out["warned"] = [str(w.message) for w in caught if "start_workers" in str(w.message)]
+    out["started"] = started is not None
     out["ended"] = started.join(240)
     out["again"] = start_workers(spark) is None
-    rows = spark.range(2).repartition(2).mapInArrow(state, "keras boolean").collect()
-    out["keras"] = [r["keras"] for r in rows]
+out["keras"], out["daemon"] = probe()
 spark.stop()
 print(json.dumps(out))
 """
 
 
 def _start(mode: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable)
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable, KERAS_BACKEND="tensorflow")
     result = subprocess.run([sys.executable, "-c", START, mode], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -140,8 +157,24 @@ def _start(mode: str) -> dict:
 
 def test_start_workers_starts_the_daemon_which_imports_keras_once():
     # one task started the executor's daemon, which imported Keras; the next job's workers fork from it
-    assert _start("daemon") == {"started": True, "ended": True, "again": True, "keras": [True, True]}
-    assert _start("plain") == {"started": False}  # pyspark's own daemon: nothing to start ahead
+    started = {"warned": [], "started": True, "ended": True, "again": True, "keras": [True, True], "daemon": ["sparkdl.spark.daemon"]}
+    assert _start("daemon") == started
+    # a session started the ordinary way on a local master: switched to sparkdl's daemon, the same
+    assert _start("plain") == started
+
+
+def test_a_plain_local_sessions_fit_has_its_later_workers_fork_from_sparkdls_daemon():
+    # the fit switched the session: a job after it (or the next fit, after Spark retired the idle
+    # workers) forks its workers from a daemon that imported TensorFlow, not from pyspark's
+    assert _start("fit") == {"keras": [True, True], "daemon": ["sparkdl.spark.daemon"]}
+
+
+def test_start_workers_on_a_clusters_running_executors_says_what_the_cluster_config_needs():
+    out = _start("cluster")
+    assert (out["started"], out["ended"], out["keras"], out["daemon"]) == (True, True, [True, True], ["pyspark.daemon"])
+    assert len(out["warned"]) == 1, out
+    assert "spark.python.daemon.module=sparkdl.spark.daemon" in out["warned"][0]
+    assert "cluster's Spark config" in out["warned"][0] and "import TensorFlow each" in out["warned"][0]
 
 
 CLI = r"""
