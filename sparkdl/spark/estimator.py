@@ -25,15 +25,15 @@ from sparkdl.errors import ConfigError, FitCancelledError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
-from sparkdl.spark.data import (check_dataframe, col, prepare_together, prepare_training_data, prepare_with_validation, request_columns,
-                                validation_split)
-from sparkdl.spark.jobs import check_executors_python, interrupted_fit, run_job
+from sparkdl.spark.data import check_dataframe, col, prepare, request_columns, validation_split
+from sparkdl.spark.jobs import check_workers_python, interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
-from sparkdl.spark.partitions import row_bytes, task_budget
+from sparkdl.spark.partitions import row_bytes
 from sparkdl.spark.persistence import KerasStageIO
-from sparkdl.spark.session import check_inline, conf_get
+from sparkdl.spark.plan import FitPlan
+from sparkdl.spark.session import check_inline_bytes
 from sparkdl.spark.training.checkpoint import fit_identity
 from sparkdl.spark.training.job import TrainJob
 
@@ -42,7 +42,10 @@ log = logging.getLogger("sparkdl")
 
 @dataclass
 class _FitRequest:
-    """What a fit resolved and checked before any job (driver-side; never travels to a task)."""
+    """What a fit resolved and checked before any job (driver-side; never travels to a task): the
+    settings, the model, the columns and the backend, and the fit's :class:`~sparkdl.spark.plan.FitPlan`
+    (its session's facts, read once); ``cluster`` is the plan's cluster facts as the backend's
+    checks left them (their task slots counted again while executors registered)."""
 
     fit_id: str
     config: FitConfig
@@ -61,7 +64,7 @@ class _FitRequest:
     callbacks: list
     trackers: list
     budget: int
-    spark: object
+    plan: FitPlan
     cluster: object
     state_bytes: int
 
@@ -118,27 +121,6 @@ def keyword_only(func):
         return func(self, **kwargs)
 
     return wrapper
-
-
-def zero_one_warnings(request: _FitRequest, data) -> list[str]:
-    """What to say of outputs trained with a regression loss on labels that are all 0/1 (the check
-    job's counts): a classifier's loss is probably meant, and Spark's BinaryClassificationEvaluator
-    needs the rawPrediction column that a regression's transform does not write."""
-    out = []
-    for i in data.zero_one_labels():
-        (name, shape, label_col), info = request.request.outputs[i], request.loss[i]
-        if info.is_classifier or info.infer_task(request.task) != "regression":
-            continue
-        units = int(np.prod(shape)) if len(shape) else 1
-        meant = ("binary_crossentropy (one sigmoid unit), or sparse_categorical_crossentropy over 2 softmax units"
-                 if units == 1 else "categorical_crossentropy (softmax) or binary_crossentropy (multi-label, sigmoid)")
-        output = f" of output {name!r}" if len(request.request.outputs) > 1 else ""
-        out.append(
-            f"label column {label_col!r}{output} holds only 0 and 1, and loss {info.name!r} is a regression loss: a classifier's "
-            f"loss is probably meant ({meant}). As it is, the model is a regressor: transform writes no rawPrediction "
-            "column, which BinaryClassificationEvaluator needs (it fails with FIELD_NOT_FOUND rawPrediction; "
-            "RegressionEvaluator reads prediction; task='classification' keeps the loss and writes it)")
-    return out
 
 
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
@@ -525,7 +507,6 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         Raises:
             ConfigError, SchemaError: see the class docstring.
         """
-        from sparkdl.core.gpu import gpu_conf_warnings
         from sparkdl.keras.callbacks import check_callbacks
         from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.spec import infer_task
@@ -545,11 +526,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             from sparkdl.spark.inference import output_columns
 
             output_columns(spec, self.getOutputCols())
-        spark = dataset.sparkSession
-        check_executors_python(spark)  # a local master's workers without sparkdl: said now, not after a failed job
-        if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
-            warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=3)
-        for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks
+        plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
+        check_workers_python(plan.python_exec, plan.master, plan.ships_files)  # a local master's workers without sparkdl: said now
+        for problem in plan.warnings:  # Python workers not reused; GPUs shared or switched by tasks
             warnings.warn(problem, stacklevel=3)
         user_callbacks = check_callbacks(self._callbacks)
         trackers = self._trackers(observers)  # TensorBoard and MLflow, checked (and the MLflow run started) before any job
@@ -582,16 +561,16 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        choice, cluster, state_bytes = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
-        if validation_df is not None:
-            check_inline(spark, len(spec.weights), "the master weights to validate")
+        choice, cluster, state_bytes = preflight(plan, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
+        if validation_df is not None and plan.connect:
+            check_inline_bytes(len(spec.weights), plan.inline_limit, "the master weights to validate")
         if start.optimizer is None and choice.backend != "sharded":  # a fresh optimizer's state to begin with
             start = ModelState(start.weights, initial_optimizer(reader.model))  # (on sharded, each owner takes its replica's)
         return _FitRequest(
             fit_id=uuid.uuid4().hex, config=config, backend=choice.backend, backend_reason=choice.reason, spec=spec,
             compile_spec=compile_spec, start=start, task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
             validation_df=validation_df, callbacks=user_callbacks, trackers=trackers,
-            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark, cluster=cluster, state_bytes=state_bytes,
+            budget=plan.budget, plan=plan, cluster=cluster, state_bytes=state_bytes,
         )
 
     # ---- step 2: the data -------------------------------------------------------------------
@@ -604,77 +583,31 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         Raises:
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
-        from sparkdl.core.gpu import TASK_AMOUNT_CONF
         from sparkdl.keras.custom_objects import registered
         from sparkdl.spark.training.tasks import warm_replica
 
-        config, spark = request.config, request.spark
+        config, plan = request.config, request.plan
 
         def check_job(action, description):
-            return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
+            return run_job(plan.spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
 
-        gpus = float(conf_get(spark, TASK_AMOUNT_CONF, "0")) > 0  # no warm-up step on a GPU a worker may never train on
         warm = None
         if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
             warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
-                                     config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
-        columns = request.request
+                                     config.mixed_precision, None if plan.task_gpus else request.reader.row_specs, config.batch_size)
+        columns = request.request  # no warm-up step on a GPU a worker may never train on (above)
         modules = tuple(sorted({getattr(obj, "__module__", None) or "__main__" for obj in registered().values()} - {"__main__"}))
         if modules:  # the check tasks import them: a module the executors lack fails the fit at once, not after retries
             columns = dataclasses.replace(columns, custom_modules=modules)
-        together = (request.validation_df is not None and not config.keep_partitioning
-                    and prepare_together(request.train_df, request.validation_df, columns))
-        if together:  # one cache, one check job; partition p holds worker p's validation rows too
-            data, validation = prepare_with_validation(request.train_df, request.validation_df, columns, request.loss,
-                                                       config.num_workers, run_job=check_job, warm=warm)
-        else:
-            data = prepare_training_data(request.train_df, columns, request.loss, config.num_workers,
-                                         keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
-            validation = None
-        try:
-            if data.skipped:
-                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value or a wrong number of values were dropped, "
-                              f"{data.total_rows} rows are trained on", stacklevel=4)
-            if request.validation_df is not None:
-                if validation is None:
-                    validation = prepare_training_data(request.validation_df, request.request, request.loss, config.num_workers,
-                                                       run_job=check_job, role="validation")
-                if validation.skipped:
-                    warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
-                                  "or a wrong number of values were dropped", stacklevel=4)
-                if validation.total_rows == 0:
-                    warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=4)
-        except BaseException:
-            data.df.unpersist()
-            raise
-        workers = len(data.partition_rows)
-        if config.keep_partitioning and workers != config.num_workers:
-            warnings.warn(
-                f"keepPartitioning=True: training with {workers} workers, one per partition of the cached input, "
-                f"not numWorkers={config.num_workers} (after a shuffle a cached plan keeps spark.sql.shuffle.partitions "
-                "partitions: AQE does not coalesce it)",
-                stacklevel=4,
-            )
-        if data.empty_workers:  # counted on the partitions trained (round-robin may leave more empty than workers - rows)
-            if config.keep_partitioning:
-                warnings.warn(f"keepPartitioning=True: {data.empty_workers} of the input's {workers} partitions are empty, "
-                              "their workers have no rows to train on", stacklevel=4)
-            else:
-                warnings.warn(
-                    f"{data.empty_workers} of numWorkers={workers} workers will have no rows to train on (the input's "
-                    f"{data.total_rows} rows went to {workers - data.empty_workers} partitions): lower numWorkers",
-                    stacklevel=4,
-                )
-        for warning in zero_one_warnings(request, data):
+        prepared = prepare(request.train_df, request.validation_df, columns, request.loss, request.task, config.num_workers,
+                           keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
+        for warning in prepared.warnings:
             warnings.warn(warning, stacklevel=4)
+        workers = len(prepared.data.partition_rows)
         if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
             warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
                           "waits for every worker (no straggler is dropped)", stacklevel=4)
-        if validation is not None and validation.total_rows == 0:
-            if validation.df is not data.df:
-                validation.df.unpersist()
-            validation = None
-        return data, validation
+        return prepared.data, prepared.validation
 
     # ---- step 3: the driver loop -------------------------------------------------------------
 
@@ -700,10 +633,10 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                        validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active(),
                        cluster=request.cluster, state_bytes=request.state_bytes)
         asynchronous = policy.asynchronous
-        snapshots = Snapshots(request.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
+        snapshots = Snapshots(request.plan.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
                               keep_sliced=request.backend == "sharded")
-        validator = Validator(request.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
+        validator = Validator(request.plan.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
         backups = any(type(c).__name__ == "BackupAndRestore" for c in request.callbacks)
         snapshot = config.checkpoint_dir is not None or backups
         pause_at_epochs = validation is not None or (asynchronous and snapshot)
