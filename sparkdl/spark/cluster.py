@@ -4,7 +4,8 @@ task slots, where the executors reach the driver, the result-size limit).
 
 Before this object each module read the Spark conf itself: ``spark.dynamicAllocation.enabled`` in
 two modules and the task slots counted twice per fit, which could disagree while executors
-register. Now :meth:`ClusterFacts.read` reads them once; only :meth:`ClusterFacts.with_slots_for`
+register. Now a fit's :class:`~sparkdl.spark.plan.FitPlan` reads them once and gives them as
+:attr:`~sparkdl.spark.plan.FitPlan.cluster`; only :meth:`~sparkdl.spark.plan.FitPlan.with_slots_for`
 counts the slots again, while it waits for executors still registering.
 """
 
@@ -77,7 +78,7 @@ class ClusterFacts:
         driver_memory_bytes: the physical memory of the machine this process (the driver, or the
             Connect client) runs on, in bytes (0 when it cannot be read).
         removed_executors: the ids of the executors the application had lost or released when the
-            fit started (:func:`removed_executors`): a node lost later is named apart from them.
+            fit started: a node lost later is named apart from them.
     """
 
     master: str

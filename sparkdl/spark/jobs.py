@@ -481,10 +481,11 @@ def cancel_jobs_tagged(spark: SparkSession, prefix: str, wait_s: float = CANCEL_
     if is_connect(spark) or context_stopped(spark.sparkContext):
         return set()
     deadline, empty, running = time.monotonic() + wait_s, 0, set()
+    sc = spark.sparkContext
     while time.monotonic() < deadline:
-        running = running_job_tags(spark.sparkContext, prefix)
+        running = running_job_tags(sc, prefix)
         for tag in running:
-            cancel_tag(spark, tag)
+            sc.cancelJobsWithTag(tag)  # cancel_tag's classic case: a Connect session returned above
         empty = 0 if running else empty + 1
         if empty >= 2:
             return set()
