@@ -4,18 +4,17 @@ task slots, where the executors reach the driver, the result-size limit).
 
 Before this object each module read the Spark conf itself: ``spark.dynamicAllocation.enabled`` in
 two modules and the task slots counted twice per fit, which could disagree while executors
-register. Now :meth:`ClusterFacts.read` reads them once; only :meth:`ClusterFacts.with_slots_for`
+register. Now a fit's :class:`~sparkdl.spark.plan.FitPlan` reads them once and gives them as
+:attr:`~sparkdl.spark.plan.FitPlan.cluster`; only :meth:`~sparkdl.spark.plan.FitPlan.with_slots_for`
 counts the slots again, while it waits for executors still registering.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from dataclasses import dataclass
 
 from sparkdl.errors import ConfigError
-from sparkdl.spark.session import cluster_cores, conf_get, describe, is_connect, is_local_server, local_mode, master
+from sparkdl.spark.session import cluster_cores, conf_get, is_connect
 
 PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the driver's servers bind, when set (needed on a remote Connect server)
 # How long a fit waits for executors still registering (a session's start, a lost executor's
@@ -25,34 +24,32 @@ SLOT_WAIT_S = 60.0
 
 
 def task_slots(spark) -> int | None:
-    """Tasks the cluster can run at once. Classic: Spark's own count with the default resource
-    profile (``defaultParallelism // spark.task.cpus`` when that is unavailable). Spark Connect:
-    the cores its settings tell (:func:`~sparkdl.spark.session.cluster_cores`) divided by
-    ``spark.task.cpus``, or None when they do not tell."""
-    cpus = max(1, int(conf_get(spark, "spark.task.cpus", "1")))
-    if is_connect(spark):
-        cores = cluster_cores(spark)
+    """Tasks the cluster can run at once (:func:`slots_from` over ``spark``'s facts, read now)."""
+    from sparkdl.spark import internals
+
+    connect = is_connect(spark)
+    cores = cluster_cores(spark) if connect else None
+    max_tasks = parallelism = None
+    if not connect:
+        sc = spark.sparkContext
+        parallelism = sc.defaultParallelism
+        try:
+            max_tasks = internals.max_concurrent_tasks(sc)
+        except Exception:  # noqa: BLE001 - older or other schedulers: the settings' count
+            pass
+    return slots_from(connect, cores, conf_get(spark, "spark.task.cpus"), max_tasks, parallelism)
+
+
+def slots_from(connect: bool, cores: int | None, task_cpus: str | None, max_tasks: int | None, parallelism: int | None) -> int | None:
+    """Tasks the cluster can run at once, from the facts read. Classic: Spark's own count with the
+    default resource profile (``max_tasks``; ``parallelism // spark.task.cpus`` when that was
+    unreadable, None). Spark Connect: the ``cores`` its settings tell
+    (:func:`~sparkdl.spark.session.cluster_cores`) divided by ``spark.task.cpus``, or None when they
+    do not tell. ``task_cpus``: ``spark.task.cpus`` as set (None: 1)."""
+    cpus = max(1, int(task_cpus or "1"))
+    if connect:
         return None if cores is None else cores // cpus
-    from sparkdl.spark import internals
-
-    sc = spark.sparkContext
-    try:
-        return internals.max_concurrent_tasks(sc)
-    except Exception:  # noqa: BLE001 - older or other schedulers: the settings' count
-        return max(0, sc.defaultParallelism // cpus)
-
-
-def removed_executors(spark) -> frozenset[str]:
-    """The ids of the executors the application has lost or released so far (empty on a ``local``
-    master, on Spark Connect, or when Spark's list cannot be read)."""
-    from sparkdl.spark import internals
-
-    if is_connect(spark) or local_mode(spark):
-        return frozenset()
-    try:
-        return frozenset(e["id"] for e in internals.executors(spark.sparkContext) if not e["active"])
-    except Exception:  # noqa: BLE001 - Spark's list unreadable: the executors go unnamed
-        return frozenset()
+    return max_tasks if max_tasks is not None else max(0, parallelism // cpus)
 
 
 def physical_memory() -> int:
@@ -81,7 +78,7 @@ class ClusterFacts:
         driver_memory_bytes: the physical memory of the machine this process (the driver, or the
             Connect client) runs on, in bytes (0 when it cannot be read).
         removed_executors: the ids of the executors the application had lost or released when the
-            fit started (:func:`removed_executors`): a node lost later is named apart from them.
+            fit started: a node lost later is named apart from them.
     """
 
     master: str
@@ -96,34 +93,6 @@ class ClusterFacts:
     session: str
     driver_memory_bytes: int = 0
     removed_executors: frozenset[str] = frozenset()
-
-    @classmethod
-    def read(cls, spark) -> ClusterFacts:
-        """Read the facts of ``spark`` (classic or Connect); no job runs."""
-        connect = is_connect(spark)
-        driver_host = driver_bind = None
-        if not connect:
-            conf = spark.sparkContext.getConf()
-            driver_host, driver_bind = conf.get("spark.driver.host", None), conf.get("spark.driver.bindAddress", None)
-        host = conf_get(spark, PS_HOST_CONF)
-        return cls(master=master(spark), connect=connect, local_server=is_local_server(spark), local=local_mode(spark),
-                   dynamic_allocation=conf_get(spark, "spark.dynamicAllocation.enabled", "false").strip().lower() == "true",
-                   slots=task_slots(spark), ps_host=host.strip() if host is not None else None, driver_host=driver_host,
-                   driver_bind=driver_bind, session=describe(spark), driver_memory_bytes=physical_memory(),
-                   removed_executors=removed_executors(spark))
-
-    def with_slots_for(self, spark, workers: int, timeout_s: float = SLOT_WAIT_S) -> ClusterFacts:
-        """These facts with the slots counted again, once per second for up to ``timeout_s``
-        seconds, while the cluster has fewer than ``workers`` and executors may still register
-        (a cluster master with static allocation); itself otherwise."""
-        facts = self
-        if self.connect or self.local or self.dynamic_allocation:
-            return facts
-        deadline = time.monotonic() + timeout_s
-        while facts.slots is not None and facts.slots < workers and time.monotonic() < deadline:
-            time.sleep(1.0)
-            facts = dataclasses.replace(facts, slots=task_slots(spark))
-        return facts
 
     def check_slots(self, workers: int, backend: str) -> None:
         """Refuse a fit whose ``workers`` cannot all run at once on a long-lived-task backend.

@@ -41,13 +41,6 @@ def _hide(spark):
         return None
 
 
-def _restore(sc) -> None:
-    try:
-        internals.give_progress_bar(sc)
-    except Exception as e:  # noqa: BLE001
-        log.debug("Spark's console progress bar could not be restored: %s: %s", type(e).__name__, e)
-
-
 @contextlib.contextmanager
 def progress_bar_hidden(spark, hide: bool = True):
     """A block during which Spark's console progress bar of ``spark`` (a SparkSession) is not drawn.
@@ -74,5 +67,8 @@ def progress_bar_hidden(spark, hide: bool = True):
         with _lock:
             _holders -= 1
             if _holders == 0 and _hidden_on is not None:
-                _restore(_hidden_on)
+                try:
+                    internals.give_progress_bar(_hidden_on)
+                except Exception as e:  # noqa: BLE001 - Spark internals: a fit's result stands without its bar
+                    log.debug("Spark's console progress bar could not be restored: %s: %s", type(e).__name__, e)
                 _hidden_on = None

@@ -677,6 +677,112 @@ def validation_split(df: DataFrame, request: ColumnRequest, fraction: float, see
     return (F.pmod(hashed, F.lit(1_000_000)) / F.lit(1_000_000.0)) < F.lit(float(fraction))
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """What a fit's data preparation (:func:`prepare`) gives the fit.
+
+    Attributes:
+        data: the training data, cached, one partition per worker.
+        validation: the validation data, cached (maybe in ``data``'s DataFrame: ``role``), or None
+            (none given, or none left).
+        warnings: what the check job found that the user should hear of (rows skipped, workers
+            without rows, 0/1 labels under a regression loss), in words, in that order.
+    """
+
+    data: PreparedData
+    validation: PreparedData | None
+    warnings: tuple[str, ...] = ()
+
+
+def prepare(df: DataFrame, validation_df: DataFrame | None, request: ColumnRequest, loss, task: str, num_workers: int,
+            keep_partitioning: bool = False, run_job: Callable | None = None, warm: Callable[[], None] | None = None) -> Preparation:
+    """A fit's data preparation, in one call: the training rows and the validation rows (when
+    given) checked, cast, partitioned and cached, together in one DataFrame and one check job when
+    their columns read alike (:func:`prepare_together`, :func:`prepare_with_validation`; not with
+    ``keep_partitioning``), else each on its own (:func:`prepare_training_data`); an empty
+    validation set is released and given as None.
+
+    Args:
+        df, validation_df: the training rows and the validation rows (None: no validation).
+        request: the model's columns (:func:`request_columns`).
+        loss: one :class:`~sparkdl.keras.losses.LossInfo` per output.
+        task: the ``task`` Param (``"auto"``, ``"classification"``, ``"regression"``), for the 0/1 labels' warning.
+        num_workers, keep_partitioning, run_job, warm: as :func:`prepare_training_data` takes them.
+
+    Returns:
+        :class:`Preparation` (the caller unpersists both DataFrames when the fit ends).
+
+    Raises:
+        SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
+    """
+    together = validation_df is not None and not keep_partitioning and prepare_together(df, validation_df, request)
+    if together:  # one cache, one check job; partition p holds worker p's validation rows too
+        data, validation = prepare_with_validation(df, validation_df, request, loss, num_workers, run_job=run_job, warm=warm)
+    else:
+        data = prepare_training_data(df, request, loss, num_workers, keep_partitioning=keep_partitioning, run_job=run_job, warm=warm)
+        validation = None
+    said = []
+    try:
+        if data.skipped:
+            said.append(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value or a wrong number of values "
+                        f"were dropped, {data.total_rows} rows are trained on")
+        if validation_df is not None:
+            if validation is None:
+                validation = prepare_training_data(validation_df, request, loss, num_workers, run_job=run_job, role="validation")
+            if validation.skipped:
+                said.append(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
+                            "or a wrong number of values were dropped")
+            if validation.total_rows == 0:
+                said.append("the validation set is empty: the history has no val_* values")
+    except BaseException:
+        data.df.unpersist()
+        raise
+    workers = len(data.partition_rows)
+    if keep_partitioning and workers != num_workers:
+        said.append(f"keepPartitioning=True: training with {workers} workers, one per partition of the cached input, "
+                    f"not numWorkers={num_workers} (after a shuffle a cached plan keeps spark.sql.shuffle.partitions "
+                    "partitions: AQE does not coalesce it)")
+    if data.empty_workers:  # counted on the partitions trained (round-robin may leave more empty than workers - rows)
+        if keep_partitioning:
+            said.append(f"keepPartitioning=True: {data.empty_workers} of the input's {workers} partitions are empty, "
+                        "their workers have no rows to train on")
+        else:
+            said.append(f"{data.empty_workers} of numWorkers={workers} workers will have no rows to train on (the input's "
+                        f"{data.total_rows} rows went to {workers - data.empty_workers} partitions): lower numWorkers")
+    said.extend(zero_one_warnings(request, loss, task, data))
+    if validation is not None and validation.total_rows == 0:
+        if validation.df is not data.df:
+            validation.df.unpersist()
+        validation = None
+    return Preparation(data, validation, tuple(said))
+
+
+def zero_one_warnings(request: ColumnRequest, loss, task: str, data: PreparedData) -> list[str]:
+    """What to say of outputs trained with a regression loss on labels that are all 0/1 (the check
+    job's counts): a classifier's loss is probably meant, and Spark's BinaryClassificationEvaluator
+    needs the rawPrediction column that a regression's transform does not write.
+
+    Args:
+        request: the fit's columns; ``loss``: one LossInfo per output; ``task``: the ``task`` Param.
+        data: the prepared training data (its ``label_ranges``).
+    """
+    out = []
+    for i in data.zero_one_labels():
+        (name, shape, label_col), info = request.outputs[i], loss[i]
+        if info.is_classifier or info.infer_task(task) != "regression":
+            continue
+        units = int(np.prod(shape)) if len(shape) else 1
+        meant = ("binary_crossentropy (one sigmoid unit), or sparse_categorical_crossentropy over 2 softmax units"
+                 if units == 1 else "categorical_crossentropy (softmax) or binary_crossentropy (multi-label, sigmoid)")
+        output = f" of output {name!r}" if len(request.outputs) > 1 else ""
+        out.append(
+            f"label column {label_col!r}{output} holds only 0 and 1, and loss {info.name!r} is a regression loss: a classifier's "
+            f"loss is probably meant ({meant}). As it is, the model is a regressor: transform writes no rawPrediction "
+            "column, which BinaryClassificationEvaluator needs (it fails with FIELD_NOT_FOUND rawPrediction; "
+            "RegressionEvaluator reads prediction; task='classification' keeps the loss and writes it)")
+    return out
+
+
 def prepare_training_data(
     df: DataFrame,
     request: ColumnRequest,

@@ -25,44 +25,58 @@ from sparkdl.errors import ConfigError, FitCancelledError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
-from sparkdl.spark.data import (check_dataframe, col, prepare_together, prepare_training_data, prepare_with_validation, request_columns,
-                                validation_split)
 from sparkdl.spark.daemon import prepare_workers
-from sparkdl.spark.jobs import check_executors_python, interrupted_fit, run_job
+from sparkdl.spark.data import check_dataframe, col, prepare, request_columns, validation_split
+from sparkdl.spark.jobs import check_workers_python, interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
-from sparkdl.spark.partitions import row_bytes, task_budget
+from sparkdl.spark.partitions import row_bytes
 from sparkdl.spark.persistence import KerasStageIO
-from sparkdl.spark.session import check_inline, conf_get
+from sparkdl.spark.plan import FitPlan
+from sparkdl.spark.session import check_inline_bytes
 from sparkdl.spark.training.checkpoint import fit_identity
 from sparkdl.spark.training.job import TrainJob
 
 log = logging.getLogger("sparkdl")
 
 
-@dataclass
-class _FitRequest:
-    """What a fit resolved and checked before any job (driver-side; never travels to a task)."""
+@dataclass(frozen=True)
+class _FitSettings:
+    """What a fit resolved from the estimator alone, before any job: its id, settings, model, compile
+    arguments, start state (its optimizer state may be None: :class:`_FitRequest` has the one trained
+    from), task, losses (one :class:`~sparkdl.keras.losses.LossInfo` per output), callbacks and
+    trackers. Neither the DataFrame nor its session: those, and what they decide, are in :class:`_FitRequest`."""
 
     fit_id: str
     config: FitConfig
-    backend: str
-    backend_reason: str
     spec: object
     compile_spec: object
     start: ModelState
     task: str
+    loss: list
+    callbacks: list
+    trackers: list
+
+
+@dataclass
+class _FitRequest:
+    """What the DataFrame and its session added to the settings before any job (driver-side; never
+    travels to a task): the fit's :class:`~sparkdl.spark.plan.FitPlan` (its session's facts, read
+    once), the columns, the metric reader, the backend and the start state; ``cluster`` is the plan's
+    cluster facts as the backend's checks left them (their task slots counted again while executors
+    registered)."""
+
+    backend: str
+    backend_reason: str
+    start: ModelState
     request: object
-    loss: object
     reader: object
     trainable: tuple
     train_df: DataFrame
     validation_df: DataFrame | None
-    callbacks: list
-    trackers: list
     budget: int
-    spark: object
+    plan: FitPlan
     cluster: object
     state_bytes: int
 
@@ -119,27 +133,6 @@ def keyword_only(func):
         return func(self, **kwargs)
 
     return wrapper
-
-
-def zero_one_warnings(request: _FitRequest, data) -> list[str]:
-    """What to say of outputs trained with a regression loss on labels that are all 0/1 (the check
-    job's counts): a classifier's loss is probably meant, and Spark's BinaryClassificationEvaluator
-    needs the rawPrediction column that a regression's transform does not write."""
-    out = []
-    for i in data.zero_one_labels():
-        (name, shape, label_col), info = request.request.outputs[i], request.loss[i]
-        if info.is_classifier or info.infer_task(request.task) != "regression":
-            continue
-        units = int(np.prod(shape)) if len(shape) else 1
-        meant = ("binary_crossentropy (one sigmoid unit), or sparse_categorical_crossentropy over 2 softmax units"
-                 if units == 1 else "categorical_crossentropy (softmax) or binary_crossentropy (multi-label, sigmoid)")
-        output = f" of output {name!r}" if len(request.request.outputs) > 1 else ""
-        out.append(
-            f"label column {label_col!r}{output} holds only 0 and 1, and loss {info.name!r} is a regression loss: a classifier's "
-            f"loss is probably meant ({meant}). As it is, the model is a regressor: transform writes no rawPrediction "
-            "column, which BinaryClassificationEvaluator needs (it fails with FIELD_NOT_FOUND rawPrediction; "
-            "RegressionEvaluator reads prediction; task='classification' keeps the loss and writes it)")
-    return out
 
 
 class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
@@ -502,35 +495,34 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         data (the check and caching jobs), train (the driver loop over a transport), and make the
         fitted model. The fit's id is appended to ``fit_ids`` once made."""
         seconds = {"started": time.perf_counter()}
-        request = self._check(dataset, observers)
+        settings = self._settings(observers)
+        request = self._check(dataset, settings)
         if fit_ids is not None:
-            fit_ids.append(request.fit_id)
+            fit_ids.append(settings.fit_id)
         seconds["checked"] = time.perf_counter()
-        data, validation = self._prepare(request)
+        data, validation = self._prepare(settings, request)
         try:
             seconds["prepared"] = time.perf_counter()
-            job, fit, loop = self._train(request, data, validation, observers)
+            job, fit, loop = self._train(settings, request, data, validation, observers)
             seconds["trained"] = time.perf_counter()
         finally:
             data.df.unpersist()
             if validation is not None:
                 validation.df.unpersist()
-        return self._fitted_model(request, job, fit, loop, seconds)
+        return self._fitted_model(settings, request, job, fit, loop, seconds)
 
     # ---- step 1: everything checked before any job -------------------------------------------
 
-    def _check(self, dataset: DataFrame, observers: list) -> _FitRequest:
-        """Resolve and check the fit's settings, model, columns, compile arguments, callbacks and
-        transport before any Spark job; start the trackers (an MLflow run).
+    def _settings(self, observers: list) -> _FitSettings:
+        """Resolve and check what the estimator alone decides, before the session is read and any
+        job: the settings, model, compile arguments, task, losses and callbacks; start the trackers
+        (an MLflow run).
 
         Raises:
-            ConfigError, SchemaError: see the class docstring.
+            ConfigError: see the class docstring.
         """
-        from sparkdl.core.gpu import gpu_conf_warnings
         from sparkdl.keras.callbacks import check_callbacks
-        from sparkdl.keras.metrics import MetricReader
         from sparkdl.keras.spec import infer_task
-        from sparkdl.spark.backends import preflight
 
         config = self._fit_config()
         if self._spec is None:
@@ -546,13 +538,6 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             from sparkdl.spark.inference import output_columns
 
             output_columns(spec, self.getOutputCols())
-        spark = dataset.sparkSession
-        check_executors_python(spark)  # a local master's workers without sparkdl: said now, not after a failed job
-        prepare_workers(spark)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)
-        if spark.conf.get("spark.python.worker.reuse", "true").lower() != "true":
-            warnings.warn("spark.python.worker.reuse is false: every task re-imports TensorFlow and rebuilds its replica", stacklevel=3)
-        for problem in gpu_conf_warnings(lambda key: spark.conf.get(key, None)):  # GPUs shared or switched by tasks
-            warnings.warn(problem, stacklevel=3)
         user_callbacks = check_callbacks(self._callbacks)
         trackers = self._trackers(observers)  # TensorBoard and MLflow, checked (and the MLflow run started) before any job
         task = infer_task(self.getTask(), compile_spec)
@@ -565,6 +550,26 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 )
         if self.getFeaturesCols() is not None and self.isSet(self.featuresCol):
             warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=3)
+        return _FitSettings(fit_id=uuid.uuid4().hex, config=config, spec=spec, compile_spec=compile_spec, start=start, task=task,
+                            loss=loss, callbacks=user_callbacks, trackers=trackers)
+
+    def _check(self, dataset: DataFrame, settings: _FitSettings) -> _FitRequest:
+        """Read the session once (:class:`~sparkdl.spark.plan.FitPlan`) and check what the DataFrame
+        and its cluster decide before any Spark job: the executors' Python, the session's settings,
+        the columns, the validation rows, the compile arguments on one dummy row, the backend.
+
+        Raises:
+            ConfigError, SchemaError: see the class docstring.
+        """
+        from sparkdl.keras.metrics import MetricReader
+        from sparkdl.spark.backends import preflight
+
+        config, spec, compile_spec, loss, start = settings.config, settings.spec, settings.compile_spec, settings.loss, settings.start
+        plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
+        check_workers_python(plan.python_exec, plan.master, plan.ships_files)  # a local master's workers without sparkdl: said now
+        prepare_workers(plan.spark)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)
+        for problem in plan.warnings:  # Python workers not reused; GPUs shared or switched by tasks
+            warnings.warn(problem, stacklevel=3)
         request = request_columns(
             dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
             self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
@@ -584,21 +589,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        choice, cluster, state_bytes = preflight(spark, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
-        if validation_df is not None:
-            check_inline(spark, len(spec.weights), "the master weights to validate")
+        choice, cluster, state_bytes = preflight(plan, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
+        if validation_df is not None and plan.connect:
+            check_inline_bytes(len(spec.weights), plan.inline_limit, "the master weights to validate")
         if start.optimizer is None and choice.backend != "sharded":  # a fresh optimizer's state to begin with
             start = ModelState(start.weights, initial_optimizer(reader.model))  # (on sharded, each owner takes its replica's)
         return _FitRequest(
-            fit_id=uuid.uuid4().hex, config=config, backend=choice.backend, backend_reason=choice.reason, spec=spec,
-            compile_spec=compile_spec, start=start, task=task, request=request, loss=loss, reader=reader, trainable=tuple(trainable), train_df=train_df,
-            validation_df=validation_df, callbacks=user_callbacks, trackers=trackers,
-            budget=task_budget(spark, self.getMaxTaskMemoryMB()), spark=spark, cluster=cluster, state_bytes=state_bytes,
+            backend=choice.backend, backend_reason=choice.reason, start=start, request=request, reader=reader,
+            trainable=tuple(trainable), train_df=train_df, validation_df=validation_df, budget=plan.budget, plan=plan,
+            cluster=cluster, state_bytes=state_bytes,
         )
 
     # ---- step 2: the data -------------------------------------------------------------------
 
-    def _prepare(self, request: _FitRequest):
+    def _prepare(self, settings: _FitSettings, request: _FitRequest):
         """The check and caching jobs of the training (and validation) data; warnings about what
         they found. The data jobs read the whole input: they are bounded by ``dataTimeout``, not
         by ``roundTimeout``.
@@ -606,81 +610,35 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         Raises:
             SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
         """
-        from sparkdl.core.gpu import TASK_AMOUNT_CONF
         from sparkdl.keras.custom_objects import registered
         from sparkdl.spark.training.tasks import warm_replica
 
-        config, spark = request.config, request.spark
+        config, plan = settings.config, request.plan
 
         def check_job(action, description):
-            return run_job(spark, action, description, f"sparkdl-{request.fit_id}-check", config.data_timeout_s)
+            return run_job(plan.spark, action, description, f"sparkdl-{settings.fit_id}-check", config.data_timeout_s)
 
-        gpus = float(conf_get(spark, TASK_AMOUNT_CONF, "0")) > 0  # no warm-up step on a GPU a worker may never train on
         warm = None
         if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
-            warm = functools.partial(warm_replica, request.spec.architecture_only(), request.compile_spec, config.seed,
-                                     config.mixed_precision, None if gpus else request.reader.row_specs, config.batch_size)
-        columns = request.request
+            warm = functools.partial(warm_replica, settings.spec.architecture_only(), settings.compile_spec, config.seed,
+                                     config.mixed_precision, None if plan.task_gpus else request.reader.row_specs, config.batch_size)
+        columns = request.request  # no warm-up step on a GPU a worker may never train on (above)
         modules = tuple(sorted({getattr(obj, "__module__", None) or "__main__" for obj in registered().values()} - {"__main__"}))
         if modules:  # the check tasks import them: a module the executors lack fails the fit at once, not after retries
             columns = dataclasses.replace(columns, custom_modules=modules)
-        together = (request.validation_df is not None and not config.keep_partitioning
-                    and prepare_together(request.train_df, request.validation_df, columns))
-        if together:  # one cache, one check job; partition p holds worker p's validation rows too
-            data, validation = prepare_with_validation(request.train_df, request.validation_df, columns, request.loss,
-                                                       config.num_workers, run_job=check_job, warm=warm)
-        else:
-            data = prepare_training_data(request.train_df, columns, request.loss, config.num_workers,
-                                         keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
-            validation = None
-        try:
-            if data.skipped:
-                warnings.warn(f"handleInvalid='skip': {data.skipped} rows with a null, NaN or infinite value or a wrong number of values were dropped, "
-                              f"{data.total_rows} rows are trained on", stacklevel=4)
-            if request.validation_df is not None:
-                if validation is None:
-                    validation = prepare_training_data(request.validation_df, request.request, request.loss, config.num_workers,
-                                                       run_job=check_job, role="validation")
-                if validation.skipped:
-                    warnings.warn(f"handleInvalid='skip': {validation.skipped} validation rows with a null, NaN or infinite value "
-                                  "or a wrong number of values were dropped", stacklevel=4)
-                if validation.total_rows == 0:
-                    warnings.warn("the validation set is empty: the history has no val_* values", stacklevel=4)
-        except BaseException:
-            data.df.unpersist()
-            raise
-        workers = len(data.partition_rows)
-        if config.keep_partitioning and workers != config.num_workers:
-            warnings.warn(
-                f"keepPartitioning=True: training with {workers} workers, one per partition of the cached input, "
-                f"not numWorkers={config.num_workers} (after a shuffle a cached plan keeps spark.sql.shuffle.partitions "
-                "partitions: AQE does not coalesce it)",
-                stacklevel=4,
-            )
-        if data.empty_workers:  # counted on the partitions trained (round-robin may leave more empty than workers - rows)
-            if config.keep_partitioning:
-                warnings.warn(f"keepPartitioning=True: {data.empty_workers} of the input's {workers} partitions are empty, "
-                              "their workers have no rows to train on", stacklevel=4)
-            else:
-                warnings.warn(
-                    f"{data.empty_workers} of numWorkers={workers} workers will have no rows to train on (the input's "
-                    f"{data.total_rows} rows went to {workers - data.empty_workers} partitions): lower numWorkers",
-                    stacklevel=4,
-                )
-        for warning in zero_one_warnings(request, data):
+        prepared = prepare(request.train_df, request.validation_df, columns, settings.loss, settings.task, config.num_workers,
+                           keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
+        for warning in prepared.warnings:
             warnings.warn(warning, stacklevel=4)
+        workers = len(prepared.data.partition_rows)
         if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
             warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
                           "waits for every worker (no straggler is dropped)", stacklevel=4)
-        if validation is not None and validation.total_rows == 0:
-            if validation.df is not data.df:
-                validation.df.unpersist()
-            validation = None
-        return data, validation
+        return prepared.data, prepared.validation
 
     # ---- step 3: the driver loop -------------------------------------------------------------
 
-    def _train(self, request: _FitRequest, data, validation, observers: list):
+    def _train(self, settings: _FitSettings, request: _FitRequest, data, validation, observers: list):
         """Build the fit's job, policy, transport, callbacks, validator and snapshots, and run the
         driver loop. Returns ``(job, final fit state, loop)``."""
         from sparkdl.keras.callbacks import DriverCallbacks
@@ -693,26 +651,26 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         from sparkdl.spark.backends import get_transport
         from sparkdl.spark.training.contract import TransportOptions
 
-        config, fit_id = request.config, request.fit_id
+        config, fit_id = settings.config, settings.fit_id
         workers = len(data.partition_rows)
         policy = self._policy(config.mode, list(request.trainable), workers)
         plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-        job = TrainJob(fit_id, request.spec, request.compile_spec, data, plan, config, request.reader,
-                       names=tuple(decode_arrays(request.spec.weights, copy=False).names), trainable=request.trainable,
+        job = TrainJob(fit_id, settings.spec, settings.compile_spec, data, plan, config, request.reader,
+                       names=tuple(decode_arrays(settings.spec.weights, copy=False).names), trainable=request.trainable,
                        validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active(),
                        cluster=request.cluster, state_bytes=request.state_bytes)
         asynchronous = policy.asynchronous
-        snapshots = Snapshots(request.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
+        snapshots = Snapshots(request.plan.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
                               keep_sliced=request.backend == "sharded")
-        validator = Validator(request.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
-        backups = any(type(c).__name__ == "BackupAndRestore" for c in request.callbacks)
+        validator = Validator(request.plan.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
+        backups = any(type(c).__name__ == "BackupAndRestore" for c in settings.callbacks)
         snapshot = config.checkpoint_dir is not None or backups
         pause_at_epochs = validation is not None or (asynchronous and snapshot)
         transport = get_transport(request.backend, job, policy, TransportOptions(pause_at_epochs=pause_at_epochs, snapshots=snapshot))
         progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")]  # verbose=0: the DEBUG log only
         observers.extend(progress)
-        every = [*request.callbacks, *request.trackers, *progress]
+        every = [*settings.callbacks, *settings.trackers, *progress]
         reader = request.reader
         # the callbacks get the model itself when one reads it (its weights, its summary); else the metrics' probe,
         # and the driver drops the model: its weights (and its optimizer's) are not kept through the fit
@@ -730,20 +688,20 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if changed is not None:
             fit.master = ModelState([np.asarray(w) for w in changed.weights], fit.master.optimizer)
             fit.info["weights_from_callbacks"] = True
-        check_state_dtypes(request.start.weights, fit.master.weights, "the fitted master weights")  # float32 in, float32 out
+        check_state_dtypes(settings.start.weights, fit.master.weights, "the fitted master weights")  # float32 in, float32 out
         loop.transport_info = transport.info()
         return job, fit, loop
 
     # ---- step 4: the fitted model -----------------------------------------------------------
 
-    def _fitted_model(self, request: _FitRequest, job, fit: FitState, loop, seconds: dict) -> KerasModel:
-        config, data = request.config, job.data
+    def _fitted_model(self, settings: _FitSettings, request: _FitRequest, job, fit: FitState, loop, seconds: dict) -> KerasModel:
+        config, data = settings.config, job.data
         per_row = row_bytes(data.columns)
         validation = job.validation
         info = {**fit.info, **loop.transport_info}
         first_round = info.pop("first_round_s", loop.first_round_s or 0.0)
         fit_info = {
-            "fit_id": request.fit_id,
+            "fit_id": settings.fit_id,
             "rounds": fit.rounds,
             "rounds_per_epoch": job.plan.rounds_per_epoch,
             "local_steps": job.plan.tau,
@@ -767,18 +725,18 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         if config.min_workers(job.workers) < job.workers:
             fit_info["min_workers_per_round"] = config.min_workers(job.workers)
         fit_info["seconds"] = fit_seconds(seconds, first_round, sum(loop.epoch_seconds), loop.first_round_end, loop.round_seconds)
-        spec = request.spec
+        spec = settings.spec
         model = KerasModel._from_fit(spec.with_weights(fit.master.weights), fit.history, fit_info,
                                      optimizer_state=fit.master.optimizer)
         self._copyValues(model)
-        model._set(task=request.task)
+        model._set(task=settings.task)
         if self.getLearningRate() is not None:  # the optimizer that trained: its config with the fit's rate
-            model._set(optimizer=request.compile_spec.optimizer)
-        for tracker in request.trackers:
+            model._set(optimizer=settings.compile_spec.optimizer)
+        for tracker in settings.trackers:
             if hasattr(tracker, "log_model"):  # MLflow: the fitted model as an artifact folder KerasModel.load reads
                 model.fitInfo["mlflow_run_id"] = tracker.run_id
                 model.fitInfo["mlflow_model_uri"] = tracker.log_model(model)
-        log.info("fit %s: done in %.1f s, %d rounds%s", request.fit_id[:8], fit_info["seconds"]["total"], fit.rounds,
+        log.info("fit %s: done in %.1f s, %d rounds%s", settings.fit_id[:8], fit_info["seconds"]["total"], fit.rounds,
                  f", stopped by a callback after epoch {fit.info['stopped']['epoch']}" if fit.info.get("stopped") else "")
         return model
 

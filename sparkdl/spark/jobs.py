@@ -274,6 +274,23 @@ def python_problem(program: str, modules: list[str], timeout_s: float = 30.0) ->
 
 
 def check_executors_python(spark: SparkSession) -> None:
+    """:func:`check_workers_python` with the facts of ``spark`` read now (nothing on Spark Connect).
+
+    Raises:
+        ConfigError: see :func:`check_workers_python`.
+    """
+    from sparkdl.spark.session import python_exec
+
+    program = python_exec(spark)
+    if program is None:
+        return
+    sc = spark.sparkContext
+    ships = bool(sc.getConf().get("spark.submit.pyFiles", "")) or any(
+        f.endswith((".zip", ".egg", ".whl", ".py")) for f in (sc.listFiles or []))
+    check_workers_python(program, sc.master, ships)
+
+
+def check_workers_python(program: str | None, url: str, ships_files: bool) -> None:
     """Before any job of a ``local`` or ``local-cluster`` master, whose executors run on this machine:
     check that the program the Python workers run (``SparkContext.pythonExec``) can run sparkdl's
     tasks (:func:`python_problem`), so that a missing ``PYSPARK_PYTHON`` is explained first, not
@@ -281,6 +298,11 @@ def check_executors_python(spark: SparkSession) -> None:
     ships files (``--py-files``, ``addPyFile``), which may hold it. Nothing is checked on another
     master (the executors' machines decide) or on Spark Connect; the driver's own interpreter passes
     at once, and a Python that passed is not asked again.
+
+    Args:
+        program: ``SparkContext.pythonExec``, None on Spark Connect (nothing checked).
+        url: the master URL.
+        ships_files: the session ships Python files (``spark.submit.pyFiles``, ``SparkContext.listFiles``).
 
     Raises:
         ConfigError: naming ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` first, then the program,
@@ -290,19 +312,14 @@ def check_executors_python(spark: SparkSession) -> None:
     import shutil
 
     from sparkdl.keras.runtime import keras_backend
-    from sparkdl.spark.session import python_exec
 
-    program = python_exec(spark)
-    url = spark.sparkContext.master if program is not None else ""
     if program is None or not (url == "local" or url.startswith(("local[", "local-cluster["))):
         return
     resolved = shutil.which(program) or program
     if os.path.abspath(resolved) == os.path.abspath(sys.executable):
         return
-    ships = bool(spark.sparkContext.getConf().get("spark.submit.pyFiles", "")) or any(
-        f.endswith((".zip", ".egg", ".whl", ".py")) for f in (spark.sparkContext.listFiles or []))
     modules = ["numpy", "pyarrow", "keras", {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}.get(keras_backend(), "keras")]
-    if not ships:
+    if not ships_files:
         modules.insert(0, "sparkdl")
     key = (resolved, tuple(modules))
     if key in _PYTHONS_OK:
@@ -464,10 +481,11 @@ def cancel_jobs_tagged(spark: SparkSession, prefix: str, wait_s: float = CANCEL_
     if is_connect(spark) or context_stopped(spark.sparkContext):
         return set()
     deadline, empty, running = time.monotonic() + wait_s, 0, set()
+    sc = spark.sparkContext
     while time.monotonic() < deadline:
-        running = running_job_tags(spark.sparkContext, prefix)
+        running = running_job_tags(sc, prefix)
         for tag in running:
-            cancel_tag(spark, tag)
+            sc.cancelJobsWithTag(tag)  # cancel_tag's classic case: a Connect session returned above
         empty = 0 if running else empty + 1
         if empty >= 2:
             return set()

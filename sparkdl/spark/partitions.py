@@ -32,7 +32,7 @@ from sparkdl.core.cache import WorkerCache
 from sparkdl.core.schedule import RowFingerprints
 from sparkdl.errors import InvariantError
 from sparkdl.serialization.columns import ModelColumns, PartitionArrays, class_weights_to_sample_weights, table_to_arrays
-from sparkdl.spark.session import conf_get, conf_size, default_parallelism, master
+from sparkdl.spark.session import conf_get, default_parallelism, master, parse_size
 
 WORKER_CACHE = WorkerCache(max_fits=4)
 VALIDATION_FLAG = "__sparkdl_val"  # a boolean column: a validation row, where a fit's training and validation rows share a DataFrame
@@ -343,12 +343,30 @@ def release(fit_id: str, key: str, partition: int) -> None:
 
 
 def task_budget(spark, max_task_memory_mb: float | None) -> int:
+    """A task's memory budget for its partition (bytes), read from ``spark``'s settings: see
+    :func:`memory_budget`. Settings are read through ``spark.conf`` (classic and Spark Connect alike).
+
+    Raises:
+        ConfigError: a memory setting that is not a size such as ``512m`` or ``2g``.
+    """
+    if max_task_memory_mb is not None:
+        return memory_budget(False, lambda key: None, 1, max_task_memory_mb)
+    local = master(spark).startswith("local")
+    return memory_budget(local, lambda key: conf_get(spark, key), default_parallelism(spark) if local else 1, None)
+
+
+def memory_budget(local: bool, get, parallelism: int, max_task_memory_mb: float | None) -> int:
     """A task's memory budget for its partition (bytes): ``maxTaskMemoryMB`` when set; else the
     Python memory of an executor (``spark.executor.pyspark.memory``, else ``spark.executor.memory``;
     in local mode ``spark.driver.memory``; default 1g) divided by its task slots
-    (``spark.executor.cores`` / ``spark.task.cpus``; in local mode the default parallelism).
-    Settings are read through ``spark.conf`` (classic and Spark Connect alike), sizes as Spark
-    reads them (a bare number in MiB).
+    (``spark.executor.cores`` / ``spark.task.cpus``; in local mode ``parallelism``, Spark's default
+    parallelism). Sizes are read as Spark reads them (a bare number in MiB).
+
+    Args:
+        local: a ``local`` master (any URL starting ``local``).
+        get: ``key -> value as set, or None`` over the session's settings.
+        parallelism: the default parallelism (read in local mode only).
+        max_task_memory_mb: the ``maxTaskMemoryMB`` Param (MB), or None.
 
     Raises:
         ConfigError: a memory setting that is not a size such as ``512m`` or ``2g``.
@@ -357,13 +375,13 @@ def task_budget(spark, max_task_memory_mb: float | None) -> int:
         return max(1, int(max_task_memory_mb * 2**20))
 
     def size_mb(key: str) -> int | None:
-        size = conf_size(spark, key, None, unit="m")
-        return None if size is None else size // 2**20
+        value = get(key)
+        return None if value is None else parse_size(value, "m", key) // 2**20
 
-    if master(spark).startswith("local"):
+    if local:
         memory = size_mb("spark.driver.memory") or 1024
-        slots = default_parallelism(spark)
+        slots = parallelism
     else:
         memory = size_mb("spark.executor.pyspark.memory") or size_mb("spark.executor.memory") or 1024
-        slots = int(conf_get(spark, "spark.executor.cores", "1")) // max(1, int(conf_get(spark, "spark.task.cpus", "1")))
+        slots = int(get("spark.executor.cores") or "1") // max(1, int(get("spark.task.cpus") or "1"))
     return max(1, memory * 2**20 // max(1, slots))

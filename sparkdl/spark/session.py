@@ -54,7 +54,8 @@ def _connect_host(spark) -> str | None:
         return None
 
 
-def _is_loopback(host: str | None) -> bool:
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 in brackets or not) is this machine's loopback."""
     if not host:
         return False
     if host == "localhost":
@@ -75,7 +76,7 @@ def is_local_server(spark) -> bool:
         return master(spark).startswith("local")
     if os.environ.get("SPARK_LOCAL_REMOTE"):
         return True
-    return _is_loopback(_connect_host(spark)) and master(spark).startswith("local")
+    return is_loopback(_connect_host(spark)) and master(spark).startswith("local")
 
 
 def describe(spark) -> str:
@@ -140,10 +141,10 @@ def python_exec(spark) -> str | None:
 def local_mode(spark) -> bool:
     """Whether the master is ``local`` (``local``, ``local[N]``, ``local[N,F]``, ``local[*]``): task
     slots fixed for the session, no executors to come or go (``local-cluster`` is not)."""
-    return _local_threads(master(spark)) is not None
+    return local_threads(master(spark)) is not None
 
 
-def _local_threads(url: str) -> int | None:
+def local_threads(url: str) -> int | None:
     """Task threads of a ``local`` master: ``local`` 1, ``local[N]``/``local[N,F]`` N, ``local[*]``
     this machine's cores; None for another master."""
     if url == "local":
@@ -172,13 +173,20 @@ def cluster_cores(spark) -> int | None:
     n × c, else ``spark.executor.instances`` × ``spark.executor.cores`` when both are set; None when
     the settings do not tell (dynamic allocation, a standalone master with unset instances)."""
     url = master(spark)
-    threads = _local_threads(url)
+    local_server = url.startswith("local[*") and is_local_server(spark)  # asked only where it decides
+    return cores_from(url, local_server, conf_get(spark, "spark.executor.instances"), conf_get(spark, "spark.executor.cores"))
+
+
+def cores_from(url: str, local_server: bool, instances: str | None, cores: str | None) -> int | None:
+    """:func:`cluster_cores` from the values it reads: the master URL, whether the server runs on
+    this machine (it decides ``local[*]`` alone), ``spark.executor.instances`` and
+    ``spark.executor.cores`` as set (None: unset). No session is read."""
+    threads = local_threads(url)
     if threads is not None:
-        return threads if not url.startswith("local[*") or is_local_server(spark) else None
+        return threads if not url.startswith("local[*") or local_server else None
     match = re.match(r"^local-cluster\[\s*([0-9]+)\s*,\s*([0-9]+)\s*,", url)
     if match is not None:
         return int(match.group(1)) * int(match.group(2))
-    instances, cores = conf_get(spark, "spark.executor.instances"), conf_get(spark, "spark.executor.cores")
     if instances is None or cores is None:
         return None
     return int(instances) * int(cores)
@@ -221,13 +229,25 @@ def inline_limit(spark) -> int:
     """Bytes a Connect plan may inline (bytes): the smaller of the server's
     ``spark.connect.grpc.maxInboundMessageSize`` and the client channel's send limit (both 128 MiB
     by default), less :data:`INLINE_RESERVE_BYTES` for the rest of the plan."""
-    server = conf_size(spark, CONNECT_MESSAGE_CONF, None) or DEFAULT_CONNECT_MESSAGE_BYTES
-    client = DEFAULT_CONNECT_MESSAGE_BYTES
+    server = conf_size(spark, CONNECT_MESSAGE_CONF, None)
+    return inline_bytes(server, client_send_limit(spark))
+
+
+def client_send_limit(spark) -> int | None:
+    """The Connect client channel's ``grpc.max_send_message_length`` (bytes), or None when unset or
+    unreadable (a private attribute of the client)."""
     try:
         option = internals.connect_channel_option(spark, "grpc.max_send_message_length")
-        client = client if option is None else int(option)
-    except Exception:  # noqa: BLE001 - a private attribute of the client: keep Connect's default
-        pass
+        return None if option is None else int(option)
+    except Exception:  # noqa: BLE001 - a private attribute of the client: Connect's default
+        return None
+
+
+def inline_bytes(server: int | None, client: int | None) -> int:
+    """:func:`inline_limit` from the two limits it reads (bytes; None: Connect's default of 128 MiB):
+    the smaller, less :data:`INLINE_RESERVE_BYTES`; a client limit <= 0 (none) leaves the server's."""
+    server = server or DEFAULT_CONNECT_MESSAGE_BYTES
+    client = DEFAULT_CONNECT_MESSAGE_BYTES if client is None else client
     limit = min(server, client) if client > 0 else server
     return max(0, limit - INLINE_RESERVE_BYTES)
 
@@ -238,9 +258,16 @@ def check_inline(spark, nbytes: int, what: str) -> None:
     Raises:
         ConfigError: naming Spark Connect, the size, the limit and the alternatives.
     """
-    if not is_connect(spark):
-        return
-    limit = inline_limit(spark)
+    if is_connect(spark):
+        check_inline_bytes(nbytes, inline_limit(spark), what)
+
+
+def check_inline_bytes(nbytes: int, limit: int, what: str) -> None:
+    """Refuse ``nbytes`` of ``what`` over ``limit``, a Connect plan's :func:`inline_limit` (bytes).
+
+    Raises:
+        ConfigError: naming Spark Connect, the size, the limit and the alternatives.
+    """
     if nbytes > limit:
         raise ConfigError(
             f"on Spark Connect {what} travel inside the task closure in the plan (Spark Connect has no broadcast), "

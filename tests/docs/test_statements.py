@@ -183,16 +183,16 @@ def test_the_shipped_configs_are_what_the_pages_say():
 
 def test_auto_picks_ps_on_local_2_with_the_line_the_pages_quote(spark):
     from sparkdl.config import FitConfig
-    from sparkdl.spark.cluster import ClusterFacts
+    from sparkdl.spark.plan import FitPlan
     from sparkdl.spark.backends import choose_backend
 
-    choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=2))
+    choice = choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=2))
     assert (choice.backend, choice.reason) == ("ps", "auto: static allocation, 2 task slots for 2 workers and a driver the executors reach")
     line = f"backend {choice.backend} ({choice.reason})"
     for page in ("README.md", "docs/getting-started.md"):
         assert re.search(rf"sparkdl fit [0-9a-f]{{8}}: {re.escape(line)}", text(page)), page
     assert says("docs/user-guide/backend-auto.md", f"sparkdl fit 1a2b3c4d: {line}")
-    assert choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=3)).backend == "rounds"  # a slot per worker, or rounds
+    assert choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=3)).backend == "rounds"  # a slot per worker, or rounds
     assert says("docs/user-guide/backend-auto.md", "The cluster has a task slot per worker right now.")
 
 

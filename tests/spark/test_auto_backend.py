@@ -10,6 +10,7 @@ import pytest
 from sparkdl import KerasEstimator
 from sparkdl.config import FitConfig
 from sparkdl.spark.cluster import ClusterFacts
+from sparkdl.spark.plan import FitPlan
 from sparkdl.spark.backends import choose_backend
 from tests.spark.test_connect import _session
 
@@ -17,40 +18,40 @@ import keras  # noqa: E402  (conftest selected the backend)
 
 
 def test_auto_picks_ps_on_a_static_session_with_a_slot_per_worker(spark):
-    choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=2, mode="sync"))
+    choice = choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=2, mode="sync"))
     assert choice.backend == "ps"
     assert choice.reason == "auto: static allocation, 2 task slots for 2 workers and a driver the executors reach"
-    assert choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=1, mode="gossip")).backend == "ps"
+    assert choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=1, mode="gossip")).backend == "ps"
 
 
 def test_auto_falls_back_to_rounds_with_too_few_slots_or_kept_partitions(spark):
-    choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=3, mode="bmuf"))
+    choice = choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=3, mode="bmuf"))
     assert choice.backend == "rounds"
     assert choice.reason == "auto: too few task slots for backend 'ps': 2 for numWorkers=3 (it runs every worker at once)"
-    choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=2, keep_partitioning=True))
+    choice = choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=2, keep_partitioning=True))
     assert choice.backend == "rounds" and "keepPartitioning=True" in choice.reason
 
 
 def test_auto_keeps_what_the_user_set_and_puts_asynchronous_modes_on_ps(spark):
-    assert choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=2, backend="rounds")) == ("rounds", "backend='rounds' was set")
+    assert choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=2, backend="rounds")) == ("rounds", "backend='rounds' was set")
     # the asynchronous modes exist only on ps, even when ps would not be auto's choice for a round mode
-    choice = choose_backend(ClusterFacts.read(spark), FitConfig(num_workers=3, mode="ssp"))
+    choice = choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=3, mode="ssp"))
     assert choice.backend == "ps" and choice.reason == "auto: mode 'ssp' is asynchronous and runs only on backend 'ps'"
 
 
 def test_auto_on_spark_connect_needs_a_local_server_or_a_ps_host(monkeypatch):
     monkeypatch.delenv("SPARK_LOCAL_REMOTE", raising=False)
     remote = _session("spark://master:7077", "connect.example.com", **{"spark.executor.instances": "2", "spark.executor.cores": "2"})
-    choice = choose_backend(ClusterFacts.read(remote), FitConfig(num_workers=2))
+    choice = choose_backend(FitPlan.read(remote).cluster, FitConfig(num_workers=2))
     assert choice.backend == "rounds"
     assert "remote Spark Connect server" in choice.reason and "spark.sparkdl.ps.host" in choice.reason
     remote.conf.values["spark.sparkdl.ps.host"] = "10.0.0.5"
-    assert choose_backend(ClusterFacts.read(remote), FitConfig(num_workers=2)).backend == "ps"
-    assert choose_backend(ClusterFacts.read(_session("local[2]", "127.0.0.1")), FitConfig(num_workers=2)).backend == "ps"
-    unknown = choose_backend(ClusterFacts.read(_session("yarn", "connect.example.com")), FitConfig(num_workers=2))
+    assert choose_backend(FitPlan.read(remote).cluster, FitConfig(num_workers=2)).backend == "ps"
+    assert choose_backend(FitPlan.read(_session("local[2]", "127.0.0.1")).cluster, FitConfig(num_workers=2)).backend == "ps"
+    unknown = choose_backend(FitPlan.read(_session("yarn", "connect.example.com")).cluster, FitConfig(num_workers=2))
     assert unknown.backend == "rounds" and "task slots of this Spark Connect cluster are unknown" in unknown.reason
     dynamic = _session("local[2]", "127.0.0.1", **{"spark.dynamicAllocation.enabled": "true"})
-    assert choose_backend(ClusterFacts.read(dynamic), FitConfig(num_workers=2)) == (
+    assert choose_backend(FitPlan.read(dynamic).cluster, FitConfig(num_workers=2)) == (
         "rounds", "auto: spark.dynamicAllocation.enabled is true, and backends 'ps' and 'sharded' hold a task slot per worker for "
                   "the whole fit")
 

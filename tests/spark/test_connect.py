@@ -250,15 +250,15 @@ def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remo
 
 
 def test_ps_on_a_remote_connect_server_needs_a_host_the_executors_reach(no_local_remote):
-    from sparkdl.spark.cluster import ClusterFacts
+    from sparkdl.spark.plan import FitPlan
 
     def check_barrier_ready(session, workers):
-        facts = ClusterFacts.read(session)
+        facts = FitPlan.read(session).cluster
         facts.check_slots(workers, "ps")
         facts.server_addresses()
 
     def server_host(session):
-        return ClusterFacts.read(session).server_addresses()[1]
+        return FitPlan.read(session).cluster.server_addresses()[1]
 
     assert server_host(_session("local[2]", "localhost")) == "127.0.0.1"
     remote = _session("spark://master:7077", "connect.example.com", **{"spark.executor.instances": "2", "spark.executor.cores": "2"})

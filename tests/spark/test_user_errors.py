@@ -225,12 +225,11 @@ def test_the_executors_python_problems_in_words(tmp_path):
 
 def test_zero_one_labels_warn_only_under_a_regression_task():
     from sparkdl.keras.losses import describe_loss
-    from sparkdl.spark.data import PreparedData
-    from sparkdl.spark.estimator import zero_one_warnings
+    from sparkdl.spark.data import PreparedData, zero_one_warnings
 
     def warned(ranges, loss="mse", task="auto", shape=(1,)):
-        request = SimpleNamespace(request=SimpleNamespace(outputs=(("out", shape, "y"),)), loss=[describe_loss(loss)], task=task)
-        return zero_one_warnings(request, PreparedData(None, (3,), None, label_ranges=(ranges,)))
+        request = SimpleNamespace(outputs=(("out", shape, "y"),))
+        return zero_one_warnings(request, [describe_loss(loss)], task, PreparedData(None, (3,), None, label_ranges=(ranges,)))
 
     assert len(warned((0, 1, 0))) == 1 and "binary_crossentropy (one sigmoid unit)" in warned((0, 1, 0))[0]
     assert "categorical_crossentropy (softmax)" in warned((0, 1, 0), shape=(3,))[0]  # one-hot rows under mse

@@ -267,36 +267,35 @@ def choose_backend(cluster, config, state_bytes: int | None = None, validation: 
                                "the executors reach")
 
 
-def preflight(spark, config, model, validation: bool = False) -> tuple[BackendChoice, object, int]:
-    """The fit's cluster facts (:class:`~sparkdl.spark.cluster.ClusterFacts`, read once here) and
-    backend (:func:`choose_backend`), checked before any job: the chosen backend runs the fit
+def preflight(plan, config, model, validation: bool = False) -> tuple[BackendChoice, object, int]:
+    """The fit's backend (:func:`choose_backend`, on the cluster facts of ``plan``, a
+    :class:`~sparkdl.spark.plan.FitPlan`), checked before any job: the chosen backend runs the fit
     (:meth:`Backend.refusal`); a long-lived backend needs a task slot per worker (on a cluster,
     after waiting up to ``SLOT_WAIT_S`` seconds for executors still registering) and a driver the
     executors reach; ``rounds`` needs its updates to fit ``spark.driver.maxResultSize`` (and Spark
-    Connect's message limit). Returns ``(choice, facts, state bytes)`` (the state's bytes: weights
-    and optimizer state; estimated as three times the weights, Adam's, unless ``rounds`` built the
+    Connect's message limit). Returns ``(choice, cluster facts, state bytes)`` (the
+    :class:`~sparkdl.spark.cluster.ClusterFacts` as the checks left them; the state's bytes: weights
+    and optimizer state, estimated as three times the weights, Adam's, unless ``rounds`` built the
     optimizer to count them).
 
     Raises:
         ConfigError: naming the setting to change.
     """
     from sparkdl.keras.replica import weights_nbytes
-    from sparkdl.spark.cluster import ClusterFacts
 
-    cluster = ClusterFacts.read(spark)
     state_bytes = 3 * weights_nbytes(model)
-    choice = choose_backend(cluster, config, state_bytes=state_bytes, validation=validation)
+    choice = choose_backend(plan.cluster, config, state_bytes=state_bytes, validation=validation)
     chosen = backend(choice.backend)
     refusal = chosen.refusal(config, validation)
     if refusal is not None:
         raise ConfigError(refusal)
     if chosen.long_lived:
-        cluster = cluster.with_slots_for(spark, config.num_workers)
+        cluster = plan.with_slots_for(config.num_workers).cluster
         cluster.check_slots(config.num_workers, chosen.name)
         cluster.server_addresses()  # on Spark Connect: the executors must be able to reach this client
-    else:
-        state_bytes = importlib.import_module(chosen.driver).check_results(spark, config, model)
-    return choice, cluster, state_bytes
+        return choice, cluster, state_bytes
+    state_bytes = importlib.import_module(chosen.driver).check_results(plan.spark, config, model)
+    return choice, plan.cluster, state_bytes
 
 
 def get_transport(name: str, job, policy, options):

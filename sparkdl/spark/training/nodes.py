@@ -46,7 +46,7 @@ def node_wait_s(worker_timeout_s: float, master: str = "") -> float:
 
 
 def lost_since(spark, before: frozenset[str]) -> tuple[dict, ...]:
-    """The executors removed since ``before`` (:func:`~sparkdl.spark.cluster.removed_executors` then): each ``id``,
+    """The executors removed since ``before`` (:attr:`~sparkdl.spark.cluster.ClusterFacts.removed_executors`, read when the fit started): each ``id``,
     ``host_port`` and ``remove_reason``, at most five."""
     from sparkdl.spark import internals
 
