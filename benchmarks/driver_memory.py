@@ -5,9 +5,11 @@ rounds are released).
 For each backend (default ``rounds``, ``ps``, ``sharded``) a fresh process fits an MLP of about
 ``--params`` float32 parameters (``784 → h → 10``, Adam: the state is weights plus two moments, 12
 bytes a parameter) with ``--workers`` workers, ``--epochs`` epochs of ``--rounds`` rounds of one
-local step, on ``--master`` (``local[2]``). A thread samples the driver Python process' resident set
-every 20 ms from ``fit()`` on; a callback reads the driver JVM's resident set (the Java child of
-this process) at each epoch's end. Growth = the peak during ``fit()`` minus the RSS when it began.
+local step, on ``--master`` (``local[2]``). The driver Python process' peak resident set is the
+kernel's (``VmHWM``, reset through ``/proc/self/clear_refs`` as ``fit()`` begins and read once it
+returned the fitted ``KerasModel``, so the final model's assembly counts; Linux only); a callback
+reads the driver JVM's resident set (the Java child of this process) at each epoch's end. Growth =
+the peak from ``fit()`` until the fitted model exists minus the RSS when it began.
 That callback counts as one that reads the model's weights (Keras' default), so on ``sharded`` the
 driver fetches the master at each epoch's end; with ``--probe-reads-nothing`` it declares
 ``needs_weights = False`` and the driver fetches the master only at the fit's end. With
@@ -35,7 +37,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = r"""
-import json, os, sys, threading, time
+import json, os, sys, time
 sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
 import numpy as np
 import round_overhead as ro
@@ -53,10 +55,10 @@ import keras
 from sparkdl import KerasEstimator
 
 
-def rss_mb(pid):
+def rss_mb(pid, field="VmRSS"):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
@@ -108,29 +110,19 @@ jvm = JvmPerEpoch(jvm_pid())
 est = KerasEstimator(model=model, optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                      numWorkers=workers, epochs=epochs, batchSize=batch, localSteps=1, verbose=0, roundTimeout=3600.0, backend=backend,
                      callbacks=[jvm])
-peak, stop = [0.0], threading.Event()
-
-
-def sample():
-    while not stop.is_set():
-        peak[0] = max(peak[0], rss_mb(os.getpid()))
-        stop.wait(0.02)
-
-
+with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM, the kernel's peak RSS, to the RSS now
+    f.write("5")
 before = rss_mb(os.getpid())
-sampler = threading.Thread(target=sample, daemon=True)
-sampler.start()
 started = time.perf_counter()
-fitted = est.fit(df)
+fitted = est.fit(df)  # returns the fitted KerasModel: the final model assembled
 seconds = time.perf_counter() - started
-stop.set()
-sampler.join()
+peak = rss_mb(os.getpid(), "VmHWM")
 state_mb = 3 * 4 * exact / 2**20
 info = fitted.fitInfo
 print(json.dumps({"benchmark": "driver_memory", "backend": info["backend"], "workers": workers, "params": exact, "epochs": epochs,
                   "rounds": info["rounds"], "state_mb": round(state_mb, 1), "python_rss_before_mb": round(before, 1),
-                  "python_peak_mb": round(peak[0], 1), "python_growth_mb": round(peak[0] - before, 1),
-                  "python_growth_states": round((peak[0] - before) / state_mb, 2), "jvm_rss_mb_per_epoch": jvm.readings,
+                  "python_peak_mb": round(peak, 1), "peak_from": "VmHWM", "python_growth_mb": round(peak - before, 1),
+                  "python_growth_states": round((peak - before) / state_mb, 2), "jvm_rss_mb_per_epoch": jvm.readings,
                   "jvm_heap_after_gc_mb_per_epoch": jvm.heap or None,
                   "driver_bytes_fetched": info.get("driver_bytes_fetched"), "probe_needs_weights": probe_reads_weights,
                   "fit_s": round(seconds, 1)}), flush=True)

@@ -174,10 +174,12 @@ class DriverCallbacks:
         apart (:attr:`learning_rate`) and does not count as a change here."""
         if self._set_weights is None:
             return None
-        weights = self.model.get_weights()
-        same = len(weights) == len(self._set_weights) and all(np.array_equal(a, b) for a, b in zip(weights, self._set_weights, strict=True))
-        optimizer = self._optimizer_arrays()
-        same = same and all(np.array_equal(a, b) for a, b in zip(optimizer, self._set_optimizer, strict=True))
+        # variable by variable: the driver holds one variable's value at a time, not a copy of the whole state
+        weights = self.model.weights
+        same = len(weights) == len(self._set_weights) and all(
+            np.array_equal(np.asarray(v.numpy()), b) for v, b in zip(weights, self._set_weights, strict=True))
+        optimizer = (v for i, v in enumerate(self._optimizer.variables) if i != self._lr_index)
+        same = same and all(np.array_equal(np.asarray(v.numpy()), b) for v, b in zip(optimizer, self._set_optimizer, strict=True))
         return None if same else self.master_state()
 
     def backup_dirs(self) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import hashlib
 import json
 import os
@@ -736,6 +737,7 @@ class ModelSpec:
                 "customObjects={name: class_or_function} (KerasEstimator, KerasModel.load, KerasModel.fromKeras). "
                 f"Received: {_root_cause(exc)}"
             ) from exc
+        gc.collect()  # the rebuilt model is a cycle of layers and model: its variables go back to the backend only now
         input_specs = []
         for tensor in inputs:
             shape = tuple(tensor.shape[1:])

@@ -56,7 +56,7 @@ def encoded_views(payload: bytes) -> EncodedArrays:
 
 
 def encode_arrays(arrays: Sequence[np.ndarray], names: Sequence[str] | None = None) -> bytes:
-    """Encode arrays as one Arrow IPC stream.
+    """Encode arrays as one Arrow IPC stream (:func:`encode_buffer`'s stream as ``bytes``).
 
     Args:
         arrays: numpy arrays of any shape (0-d included) and numeric or bool dtype.
@@ -64,6 +64,25 @@ def encode_arrays(arrays: Sequence[np.ndarray], names: Sequence[str] | None = No
 
     Returns:
         The IPC stream bytes (a few hundred bytes of header plus the raw values).
+
+    Raises:
+        CodecError: as :func:`encode_buffer`.
+    """
+    return bytes(encode_buffer(arrays, names))
+
+
+def encode_buffer(arrays: Sequence[np.ndarray], names: Sequence[str] | None = None) -> bytearray:
+    """The stream of :func:`encode_arrays` written once, into a ``bytearray`` of exactly its size
+    (memory Python owns, not Arrow's pool, which keeps freed memory). A caller that holds the only
+    references to ``arrays`` can drop them before it takes ``bytes(...)`` of the result, so that a
+    payload of B bytes never costs more than 2·B at once (encode_arrays: 3·B, the arrays included).
+
+    Args:
+        arrays: numpy arrays of any shape (0-d included) and numeric or bool dtype.
+        names: one name per array; defaults to ``"0"``, ``"1"``, ...
+
+    Returns:
+        The IPC stream (a few hundred bytes of header plus the raw values), writable.
 
     Raises:
         CodecError: when names and arrays differ in length, or a dtype has no Arrow type
@@ -82,21 +101,20 @@ def encode_arrays(arrays: Sequence[np.ndarray], names: Sequence[str] | None = No
             raise CodecError(f"array {name!r} must have a numeric or bool dtype. Received: {array.dtype}") from exc
         if array.dtype.kind not in "biuf":
             raise CodecError(f"array {name!r} must have a numeric or bool dtype. Received: {array.dtype}")
-        values = pa.array(array.reshape(-1), type=value_type)
+        values = pa.array(array.reshape(-1), type=value_type)  # numeric: a view of the array's memory
         columns.append(pa.LargeListArray.from_arrays(pa.array([0, len(values)], pa.int64()), values))
         meta = {"name": str(name), "shape": json.dumps(list(array.shape)), "dtype": array.dtype.str}
         fields.append(pa.field(str(i), pa.large_list(value_type), metadata=meta))
     schema = pa.schema(fields, metadata={"sparkdl.format": FORMAT_VERSION, "sparkdl.kind": _KIND})
     batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-    # The stream is written once to measure it, then into memory of exactly its size that Python owns
-    # (not Arrow's pool, which keeps freed memory): a large payload costs its size once, not twice.
+    # The stream is written once to measure it (nothing is kept), then into its buffer.
     mock = pa.MockOutputStream()
     with pa.ipc.new_stream(mock, schema) as writer:
         writer.write_batch(batch)
     out = bytearray(mock.size())
     with pa.ipc.new_stream(pa.FixedSizeBufferWriter(pa.py_buffer(out)), schema) as writer:
         writer.write_batch(batch)
-    return bytes(out)
+    return out
 
 
 def decode_arrays(payload: bytes, copy: bool = True) -> NamedArrays:

@@ -309,17 +309,18 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         return self
 
     def _initial_state(self, spec, compile_spec) -> ModelState:
-        """The weights and optimizer state a fit starts from: ``spec``'s weights, and the initial
-        model's optimizer state (``None``, a fresh optimizer, without one) checked against
-        ``compile_spec`` on the driver, with ``compile_spec``'s learning rate.
+        """The weights and optimizer state a fit starts from: ``spec``'s weights (read-only views of
+        its payload: no copy), and the initial model's optimizer state (``None``, a fresh optimizer,
+        without one) checked against ``compile_spec`` on the driver, with ``compile_spec``'s learning rate.
 
         Raises:
             ConfigError: when the optimizer state does not fit ``compile_spec``'s optimizer.
         """
+        weights = decode_arrays(spec.weights, copy=False).arrays
         if self._optimizer_state is None:
-            return ModelState(spec.weight_arrays(), None)
+            return ModelState(weights, None)
         model = compile_spec.compile(spec.build(), self._optimizer_state, self._optimizer_state_source)
-        return ModelState(spec.weight_arrays(), [variable.numpy() for variable in model.optimizer.variables])
+        return ModelState(weights, [variable.numpy() for variable in model.optimizer.variables])
 
     def getKerasModel(self):
         """A new ``keras.Model`` with the estimator's initial weights (``None`` when no model was given)."""
@@ -562,7 +563,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             ConfigError, SchemaError: see the class docstring.
         """
         from sparkdl.keras.metrics import MetricReader
-        from sparkdl.spark.backends import preflight
+        from sparkdl.spark.backends import backend, preflight
 
         config, spec, compile_spec, loss, start = settings.config, settings.spec, settings.compile_spec, settings.loss, settings.start
         plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
@@ -592,8 +593,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         choice, cluster, state_bytes = preflight(plan, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if validation_df is not None and plan.connect:
             check_inline_bytes(len(spec.weights), plan.inline_limit, "the master weights to validate")
-        if start.optimizer is None and choice.backend != "sharded":  # a fresh optimizer's state to begin with
-            start = ModelState(start.weights, initial_optimizer(reader.model))  # (on sharded, each owner takes its replica's)
+        if not backend(choice.backend).sliced:  # the driver's master: arrays of its own, and a fresh optimizer's state to begin with
+            start = ModelState([np.array(w) for w in start.weights],
+                               start.optimizer if start.optimizer is not None else initial_optimizer(reader.model))
+        # (sliced: the driver only serves the start, read-only views of the spec's payload, and each owner takes its
+        # replica's fresh optimizer state)
         return _FitRequest(
             backend=choice.backend, backend_reason=choice.reason, start=start, request=request, reader=reader,
             trainable=tuple(trainable), train_df=train_df, validation_df=validation_df, budget=plan.budget, plan=plan,

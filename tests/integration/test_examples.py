@@ -24,6 +24,7 @@ RUNS = {
     "spark_connect": r"Spark Connect session: pyspark\.sql\.connect(.*\n)*loaded model predicts the same: True",
     "text_classification": r"test accuracy: 0\.\d+",
     "multi_output": r"price mae: \d\.\d+  kind accuracy: 0\.\d+",
+    "sharded_memory": r"driver read [\d,]+ bytes, the state once: True",
 }
 
 

@@ -3,7 +3,7 @@ import pyarrow as pa
 import pytest
 
 from sparkdl.errors import CodecError
-from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
+from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays, encode_buffer, encoded_views
 
 
 def _bits(a):
@@ -86,3 +86,15 @@ def test_decode_without_copy_gives_equal_read_only_views():
         assert view.dtype == original.dtype and view.shape == original.shape
     assert not views[0].flags.writeable  # a view of the payload's memory, not a copy
     assert decode_arrays(payload).arrays[0].flags.writeable
+
+
+def test_encode_buffer_is_the_payload_in_a_bytearray_that_outlives_its_arrays():
+    arrays = [np.arange(12, dtype=np.float32).reshape(3, 4), np.array(7, np.int64), np.array([True, False])]
+    buffer = encode_buffer(arrays, ["w", "step", "mask"])
+    expected = [a.copy() for a in arrays]
+    del arrays  # the buffer holds its own copy of the values
+    assert isinstance(buffer, bytearray) and bytes(buffer) == encode_arrays(expected, ["w", "step", "mask"])
+    views = encoded_views(bytes(buffer))
+    assert views.names == ["w", "step", "mask"]
+    for got, want in zip(views, expected, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)

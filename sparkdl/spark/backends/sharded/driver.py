@@ -269,17 +269,21 @@ class ShardedTransport:
         """The master at ``version`` assembled from every owner's slice: one copy on the driver, each
         slice read straight into its place. The weights come first and are kept encoded (Arrow IPC,
         read through zero-copy views: :func:`~sparkdl.serialization.arrow_codec.encoded_views`, as
-        the fitted model keeps them), then the optimizer state, so the driver never holds the
-        weights twice."""
-        from sparkdl.serialization.arrow_codec import encode_arrays, encoded_views
+        the fitted model keeps them; their arrays are dropped before the encoded stream is copied
+        into ``bytes``, so they cost at most 2·W at once, W their bytes), then the optimizer state:
+        the driver's peak is the state once (W + the optimizer's bytes) plus what the reads hold in
+        flight (a few MB per owner)."""
+        from sparkdl.serialization.arrow_codec import encode_buffer, encoded_views
 
         layout = self.layout
-        whole = layout.empty()
+        whole = layout.empty()  # uninitialized: the optimizer's arrays take memory only once read into
         self._read(f"weights:{version}", whole, (0,))
-        weights = encoded_views(encode_arrays(whole.weights, list(self.job.names)))
+        stream = encode_buffer(whole.weights, list(self.job.names))
+        whole = ModelState([], whole.optimizer)  # the weights' arrays are free now
+        weights = encoded_views(bytes(stream))
+        del stream
         if weights_only or not layout.has_optimizer:
             return ModelState(weights, None)
-        whole = ModelState([], whole.optimizer)  # the weights' arrays are free now
         self._read(f"optimizer:{version}", whole, (1,))
         return ModelState(weights, whole.optimizer)
 
