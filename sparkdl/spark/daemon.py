@@ -195,6 +195,8 @@ def use_preloading_daemon(spark) -> str | None:
                 "which reach a worker only after its daemon started): install it there")
     sc.environment[PRELOAD_ENV] = "tensorflow"  # before the conf: a task that sees the module finds the marker
     internals.set_running_conf(sc, DAEMON_CONF, MODULE)
+    logging.getLogger("sparkdl").info("this session's Python workers started from now on fork from sparkdl's daemon "
+                                      "(TensorFlow imported once): %s=%s set on the running %s session", DAEMON_CONF, MODULE, url)
     return None
 
 
@@ -203,13 +205,18 @@ _told: set[str] = set()  # applications told why their workers cannot fork from 
 
 
 def prepare_workers(spark) -> None:
-    """Before a fit's first job: :func:`use_preloading_daemon`, and its reason (if any) logged at
-    INFO on the ``sparkdl`` logger once per application (a fit on a cluster whose Spark config lacks
-    the settings runs as before, each Python worker importing TensorFlow)."""
+    """Before a fit's first job: :func:`use_preloading_daemon`; a session switched now has its
+    executors start sparkdl's daemon at once (:func:`start_workers`: its TensorFlow import overlaps
+    the fit's checks on the driver), and a reason (if any) is logged at INFO on the ``sparkdl``
+    logger once per application (a fit on a cluster whose Spark config lacks the settings runs as
+    before, each Python worker importing TensorFlow)."""
     from sparkdl.spark.session import is_connect
 
+    unset = not is_connect(spark) and spark.sparkContext.getConf().get(DAEMON_CONF, None) is None
     reason = use_preloading_daemon(spark)
     if reason is None:
+        if unset and spark.sparkContext.getConf().get(DAEMON_CONF, None) == MODULE:
+            start_workers(spark)  # switched now: the daemon imports while the driver checks the model
         return
     key = "connect" if is_connect(spark) else spark.sparkContext.applicationId
     with _started_lock:
