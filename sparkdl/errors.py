@@ -9,11 +9,21 @@ import difflib
 from collections.abc import Iterable
 
 
+# Other libraries' words for a sparkdl choice that difflib does not find close enough (Elephas'
+# SparkModel(mode="synchronous"|"asynchronous")): did_you_mean names the sparkdl one when it is valid.
+ALIASES = {"synchronous": "sync", "asynchronous": "async"}
+
+
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` naming the entry of ``valid`` closest to ``name`` (as
-    ``difflib.get_close_matches`` finds it, case-insensitively for a close enough one), or ``""``
-    when none is close: the hint of every "unknown name" message (Params, job config keys, columns)."""
+    ``difflib.get_close_matches`` finds it, case-insensitively for a close enough one; or, for a
+    word of :data:`ALIASES` such as ``"synchronous"``, its sparkdl name ``"sync"`` when valid), or ``""``
+    when none is close: the hint of every "unknown name" message (Params, job config keys, columns)
+    and of every "must be one of" message (``mode``, ``backend``, ``task``)."""
     valid = [str(v) for v in valid]
+    alias = ALIASES.get(str(name).lower())
+    if alias in valid:
+        return f" Did you mean {alias!r}?"
     close = difflib.get_close_matches(str(name), valid, n=1)
     if not close:  # 'Label' for 'label': a case slip is a typo too
         by_lower = {v.lower(): v for v in valid}

@@ -327,8 +327,8 @@ def _check_value(value: Any, name: str, spec: Key, source: str) -> Any:
         )
     if spec.choices is not None and value not in spec.choices:
         raise ConfigError(
-            f"{source}: config key {name} must be one of {', '.join(_example(c) for c in spec.choices)}. "
-            f"Received: {value!r}"
+            f"{source}: config key {name} must be one of {', '.join(_example(c) for c in spec.choices)}."
+            f"{did_you_mean(value, spec.choices)} Received: {value!r}"
         )
     return value
 
