@@ -217,7 +217,9 @@ def test_callbacks_errors_name_the_entry(tmp_path):
         load_config(write_config(tmp_path, config))
     for cls, kwargs, expected in [
         ("keras.callbacks.NoSuchCallback", {}, r"callbacks\[0\]\.class: 'keras\.callbacks' has no attribute"),
-        ("no_such_module_xyz.Callback", {}, r"cannot import module 'no_such_module_xyz'"),
+        ("no_such_module_xyz.Callback", {}, r"cannot import module 'no_such_module_xyz' \(No module named 'no_such_module_xyz'\): it "
+                                            r"must be importable on the driver, from the working directory \(.*\) or PYTHONPATH; "
+                                            r"ship a module of your own with --py-files \(of sparkdl-train or spark-submit\)"),
         ("keras.callbacks.EarlyStopping", {"patiense": 2}, r"callbacks\[0\]: keras\.callbacks\.EarlyStopping\(\*\*kwargs\) failed"),
         ("os.path.join", {}, r"callbacks\[0\]\.class must name a class"),
     ]:
