@@ -64,7 +64,8 @@ class FitCancelledError(WorkerError, KeyboardInterrupt):
     """The fit's Spark jobs were cancelled (job group, job tag or the Spark UI), or the fit was
     interrupted on the driver (Ctrl-C, a notebook's stop), which cancels its jobs; the master
     weights are untouched. A ``KeyboardInterrupt`` too, so that a notebook or a script treats it as
-    an interrupt (``except KeyboardInterrupt`` catches it; uncaught, Python ends by SIGINT)."""
+    an interrupt (``except KeyboardInterrupt`` catches it). Uncaught in a script, Python prints the
+    traceback and exits with status 1 (it ends by SIGINT, status 130, for ``KeyboardInterrupt`` itself only)."""
 
 
 class NodeLostError(WorkerError):
