@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 
 BACKENDS = ("rounds", "ps", "sharded", "auto")  # the backend Param's choices: the registry's names (sparkdl.spark.backends) and auto
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
@@ -135,9 +135,10 @@ class FitConfig:
         _positive_int("batchSize", self.batch_size)
         _positive_int("localSteps", self.local_steps, allow_none=True)
         if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}. Received: mode={self.mode!r}")
+            raise ConfigError(f"mode must be one of {MODES}.{did_you_mean(self.mode, MODES)} Received: mode={self.mode!r}")
         if self.backend not in BACKENDS:
-            raise ConfigError(f"backend must be one of {BACKENDS}. Received: backend={self.backend!r}")
+            raise ConfigError(f"backend must be one of {BACKENDS}.{did_you_mean(self.backend, BACKENDS)} "
+                              f"Received: backend={self.backend!r}")
         from sparkdl.core.compression import check_compression, check_threshold  # pyarrow: not for sparkdl.keras alone
 
         check_compression(self.compression)

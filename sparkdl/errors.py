@@ -9,11 +9,21 @@ import difflib
 from collections.abc import Iterable
 
 
+# Other libraries' words for a sparkdl choice that difflib does not find close enough (Elephas'
+# SparkModel(mode="synchronous"|"asynchronous")): did_you_mean names the sparkdl one when it is valid.
+ALIASES = {"synchronous": "sync", "asynchronous": "async"}
+
+
 def did_you_mean(name: str, valid: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` naming the entry of ``valid`` closest to ``name`` (as
-    ``difflib.get_close_matches`` finds it, case-insensitively for a close enough one), or ``""``
-    when none is close: the hint of every "unknown name" message (Params, job config keys, columns)."""
+    ``difflib.get_close_matches`` finds it, case-insensitively for a close enough one; or, for a
+    word of :data:`ALIASES` such as ``"synchronous"``, its sparkdl name ``"sync"`` when valid), or ``""``
+    when none is close: the hint of every "unknown name" message (Params, job config keys, columns)
+    and of every "must be one of" message (``mode``, ``backend``, ``task``)."""
     valid = [str(v) for v in valid]
+    alias = ALIASES.get(str(name).lower())
+    if alias in valid:
+        return f" Did you mean {alias!r}?"
     close = difflib.get_close_matches(str(name), valid, n=1)
     if not close:  # 'Label' for 'label': a case slip is a typo too
         by_lower = {v.lower(): v for v in valid}
@@ -54,7 +64,8 @@ class FitCancelledError(WorkerError, KeyboardInterrupt):
     """The fit's Spark jobs were cancelled (job group, job tag or the Spark UI), or the fit was
     interrupted on the driver (Ctrl-C, a notebook's stop), which cancels its jobs; the master
     weights are untouched. A ``KeyboardInterrupt`` too, so that a notebook or a script treats it as
-    an interrupt (``except KeyboardInterrupt`` catches it; uncaught, Python ends by SIGINT)."""
+    an interrupt (``except KeyboardInterrupt`` catches it). Uncaught in a script, Python prints the
+    traceback and exits with status 1 (it ends by SIGINT, status 130, for ``KeyboardInterrupt`` itself only)."""
 
 
 class NodeLostError(WorkerError):

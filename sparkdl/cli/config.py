@@ -327,8 +327,8 @@ def _check_value(value: Any, name: str, spec: Key, source: str) -> Any:
         )
     if spec.choices is not None and value not in spec.choices:
         raise ConfigError(
-            f"{source}: config key {name} must be one of {', '.join(_example(c) for c in spec.choices)}. "
-            f"Received: {value!r}"
+            f"{source}: config key {name} must be one of {', '.join(_example(c) for c in spec.choices)}."
+            f"{did_you_mean(value, spec.choices)} Received: {value!r}"
         )
     return value
 
@@ -385,7 +385,9 @@ def import_object(spec: str, what: str):
     """The object named by ``module:attr`` or ``module.attr`` (the working directory on ``sys.path``).
 
     Raises:
-        ConfigError: naming ``what`` (the config key) when the module or attribute is missing.
+        ConfigError: naming ``what`` (the config key) when the module or attribute is missing; for a
+            module that cannot be imported, where it must be (the working directory or PYTHONPATH)
+            and how to ship one's own (``--py-files``).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"{what} must be 'module:name' or 'module.name'. Received: {spec!r}")
@@ -399,7 +401,11 @@ def import_object(spec: str, what: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"{what}: cannot import module {module_name!r} ({e}). Received: {spec!r}") from e
+        raise ConfigError(
+            f"{what}: cannot import module {module_name!r} ({e}): it must be importable on the driver, from the working "
+            f"directory ({os.getcwd()}) or PYTHONPATH; ship a module of your own with --py-files (of sparkdl-train or "
+            f"spark-submit), which puts it on the driver's path and the executors'. Received: {spec!r}"
+        ) from e
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):

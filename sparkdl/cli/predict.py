@@ -172,7 +172,7 @@ def predict(model: str, input_path: str, output: str, *, input_format: str = "pa
     Stops the SparkSession at the end only when it started it.
     """
     if mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}. Received: {mode!r}")
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}.{did_you_mean(mode, MODES)} Received: {mode!r}")
     if batch_size is not None and batch_size <= 0:
         raise ConfigError(f"--batch-size must be a positive number of rows. Received: {batch_size!r}")
     check_paths(model, input_path, output, mode)

@@ -476,7 +476,8 @@ def _chunk_to_numpy(column: pa.Array, name: str, shape: Sequence[int]) -> np.nda
         if bad.size:
             raise SchemaError(
                 f"column {name!r} must hold {size} values per row to fill the model input of shape "
-                f"{tuple(shape)}. Received a row of {int(lengths[bad[0]])} values"
+                f"{tuple(shape)}: change the column, or the model's keras.Input(shape=...) when the data is right. "
+                f"Received a row of {int(lengths[bad[0]])} values"
             )
         values = column.flatten()
         if values.null_count:

@@ -1059,8 +1059,8 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
     for c in parts:
         lengths = _values(stats, c.name, "min_len") | _values(stats, c.name, "max_len")
         if len(parts) == 1 and total and lengths != {size}:
-            raise SchemaError(_width_message(c.source, shape, size, sorted(lengths - {size}) or sorted(lengths),
-                                             _total(stats, c.name, "wrong_width") or total, total))
+            raise SchemaError(features_width_message(c.source, shape, size, sorted(lengths - {size}) or sorted(lengths),
+                                                     _total(stats, c.name, "wrong_width") or total, total))
         if len(lengths) > 1:
             raise SchemaError(f"features column {c.source!r} must hold the same number of values in every row. Received lengths {sorted(lengths)}")
         widths.append(lengths.pop() if lengths else 0)
@@ -1074,15 +1074,33 @@ def _input_tensor(stats, name: str, shape: tuple, dtype: str, parts: list[Column
     return TensorSpec(name, shape, dtype, specs)
 
 
-def _width_message(source: str, shape: tuple, size: int, bad: list[int], wrong: int, total: int) -> str:
+def class_index_message(label_col: str, classes: int, loss, low: float, high: float, fractional: int) -> str:
+    """The error of class-index labels outside ``[0, classes)`` (or ``fractional`` of them not
+    integers) for a model output of ``classes`` values under the sparse categorical ``loss``: the
+    fix is a softmax output of k units for k classes, or a binary loss for 0/1 labels."""
+    ignored = f" (or ignore_class={loss.ignore_class})" if loss.ignore_class is not None else ""
+    units = "1 value" if classes == 1 else f"{classes} values"
+    return (
+        f"label column {label_col!r} must hold integer class indices in [0, {classes - 1}]{ignored} for a model output of "
+        f"{units} under loss {loss.name!r}: for k classes give the model a softmax output of k units "
+        f"(keras.layers.Dense(k, activation='softmax')), or for 0/1 labels and one output unit use a binary loss such as "
+        f"binary_crossentropy. Received: values from {low:g} to {high:g}"
+        + (f", {fractional} of them not integers" if fractional else "")
+    )
+
+
+def features_width_message(source: str, shape: tuple, size: int, bad: list[int], wrong: int, total: int) -> str:
     """The error of a features column whose ``wrong`` rows of ``total`` hold other than ``size``
     values (``bad``: their lengths, sorted): when some rows do, ``handleInvalid="skip"`` drops them;
-    when every row does, the column or the model input is the one to change."""
+    when every row does, the column or the model input is the one to change (the model's
+    ``keras.Input(shape=...)`` when the rows all hold one other width and the data is right)."""
     held = f"{bad[0]}" if bad[0] == bad[-1] else f"{bad[0]} to {bad[-1]}"
     rule = f"features column {source!r} must hold {size} values per row (the model input shape {shape} has {size})"
     if wrong < total:
         return f"{rule}; handleInvalid='skip' drops the rows that do not. Received: {wrong} of {total} rows hold {held} values"
-    return (f"{rule}: when no row does, the column or the model input is not the one meant. "
+    model_fix = (f"; when the data is right, change the model's input to {bad[0]} values per row, e.g. "
+                 f"keras.Input(shape=({bad[0]},))" if bad[0] == bad[-1] else "")
+    return (f"{rule}: when no row does, the column or the model input is not the one meant{model_fix}. "
             f"Received: all {total} rows hold {held} values")
 
 
@@ -1102,12 +1120,7 @@ def _output_tensor(stats, name: str, output_shape: tuple, y: ColumnSpec, loss) -
     if loss.expects_class_index:
         classes = int(output_shape[-1]) if output_shape else 1
         if fractional or low < 0 or high > classes - 1:
-            ignored = f" (or ignore_class={loss.ignore_class})" if loss.ignore_class is not None else ""
-            raise SchemaError(
-                f"label column {label_col!r} must hold integer class indices in [0, {classes - 1}]{ignored} for a model "
-                f"with {classes} outputs under loss {loss.name!r}. Received: values from {low:g} to {high:g}"
-                + (f", {fractional} of them not integers" if fractional else "")
-            )
+            raise SchemaError(class_index_message(label_col, classes, loss, low, high, fractional))
     elif loss.family == "hinge" and (low < -1 or high > 1 or fractional):
         raise SchemaError(
             f"label column {label_col!r} must hold -1/1 (or 0/1) labels under loss {loss.name!r}. "

@@ -218,8 +218,8 @@ def import_error(module: str | None, text: str, description: str, executors: str
             f"{description} failed: an executor {what}; {pythons}. Received: {reason}"
         )
     return WorkerError(
-        f"module {module!r} must be importable on the executors: ship your own code with spark-submit --py-files, "
-        f"SparkContext.addPyFile(path) or a wheel installed on the cluster (a package: pip install it there). "
+        f"module {module!r} must be importable on the executors: ship your own code with --py-files (of spark-submit or "
+        f"sparkdl-train), SparkContext.addPyFile(path) or a wheel installed on the cluster (a package: pip install it there). "
         f"{description} failed: an executor cannot import {module!r}; {pythons}. Received: {reason}"
     )
 

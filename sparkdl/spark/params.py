@@ -41,7 +41,7 @@ from pyspark.ml.param.shared import (
     HasSeed,
 )
 
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 from sparkdl.param_specs import COMPILE_PARAMS, NO_DEFAULT, PARAMS, SCORE_COLUMN_TYPES, SHARED, TASKS, TRAINING, ParamSpec, plain_doc
 
 __all__ = ["COMPILE_PARAMS", "HasTrainingParams", "KerasEstimatorParams", "KerasModelParams", "KerasSharedParams",
@@ -77,7 +77,8 @@ def _optional(convert: Callable) -> Callable:
 def _choice(spec: ParamSpec, value):
     value = TypeConverters.toString(value)
     if value not in spec.choices:
-        raise ConfigError(f"{spec.name} must be one of {list(spec.choices)}. Received: {spec.name}={value!r}")
+        raise ConfigError(f"{spec.name} must be one of {list(spec.choices)}.{did_you_mean(value, spec.choices)} "
+                          f"Received: {spec.name}={value!r}")
     return value
 
 

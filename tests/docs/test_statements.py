@@ -83,6 +83,18 @@ def test_the_quoted_limits_of_ps_connect_pieces_and_snapshots():
     assert DEFAULT_PIECE_BYTES == 16 * 2**20
 
 
+def test_a_cancelled_fit_is_described_as_the_code_raises_it():
+    from sparkdl.errors import FitCancelledError, WorkerError
+    from sparkdl.spark.jobs import CANCEL_WAIT_S
+
+    page = "docs/user-guide/failures.md"
+    assert says(page, "waits up to 30 s for them to end") and CANCEL_WAIT_S == 30.0
+    assert says(page, "a subclass of `KeyboardInterrupt` (and of `WorkerError`)")
+    assert issubclass(FitCancelledError, KeyboardInterrupt) and issubclass(FitCancelledError, WorkerError)
+    assert says(page, '"its Spark jobs were cancelled and none is left running; the SparkSession is usable and the estimator unchanged"')
+    assert says(page, "exits with status 1, not 130")
+
+
 def test_the_quoted_param_defaults_are_the_declared_ones():
     from sparkdl.config import MIXED_PRECISION
     from sparkdl.param_specs import PARAMS

@@ -237,7 +237,8 @@ class TestValidationBeforeTraining:
     def test_feature_length_must_match_model_input(self, spark):
         df = spark.createDataFrame([([1.0, 2.0, 3.0], 0.0)] * 4, XY)
         with pytest.raises(SchemaError, match=r"features column 'x' must hold 4 values per row .*: when no row does, the column or "
-                                              r"the model input is not the one meant\. Received: all 4 rows hold 3 values$"):
+                                              r"the model input is not the one meant; when the data is right, change the model's input to 3 "
+                                              r"values per row, e.g\. keras\.Input\(shape=\(3,\)\)\. Received: all 4 rows hold 3 values$"):
             self._est().fit(df)
 
     def test_empty_dataframe(self, spark):

@@ -97,7 +97,8 @@ def test_a_value_of_the_wrong_type_raises_config_error_naming_the_param(spec):
     ("epochs", 2.5, "epochs must be a positive integer. Received: epochs=2.5"),
     ("minWorkersPerRound", "1", "minWorkersPerRound must be None, a count >= 1 (int) or a fraction in (0, 1] (float). "
                                 "Received: minWorkersPerRound='1'"),
-    ("task", "clasification", "task must be one of ['auto', 'classification', 'regression']. Received: task='clasification'"),
+    ("task", "clasification", "task must be one of ['auto', 'classification', 'regression']. Did you mean 'classification'? "
+                             "Received: task='clasification'"),
     ("shuffle", "yes", "shuffle must be True or False. Received: shuffle='yes'"),
     ("featuresCol", 3, "featuresCol must be a string. Received: featuresCol=3"),
     ("validationSplit", 1.5, "validationSplit must be a fraction in [0, 1). Received: validationSplit=1.5"),

@@ -1,6 +1,6 @@
 """Issue 31 item 8: errors that came late or from elsewhere come first and in sparkdl's words: a
 pandas DataFrame (or anything but a Spark one) given to fit, positional arguments, a column typo
-(did you mean), a local master whose Python workers cannot run sparkdl (before any job, the
+or a mode or backend out of its choices (did you mean), a local master whose Python workers cannot run sparkdl (before any job, the
 explanation first), labels that are all 0/1 under a regression loss (a warning)."""
 
 import os
@@ -102,6 +102,18 @@ def test_a_column_typo_gets_a_did_you_mean_before_any_job(spark, params, message
     raised = []
     assert jobs_started(spark, lambda: raised.append(pytest.raises(SchemaError, _estimator(**params).fit, df))) == 0
     assert str(raised[0].value) == f"{message} Received columns: ['pixels', 'label', 'weight', 'is_val']"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"mode": "synchronous"}, "Did you mean 'sync'? Received: mode='synchronous'"),  # Elephas' words
+    ({"mode": "asynchronous"}, "Did you mean 'async'? Received: mode='asynchronous'"),
+    ({"backend": "shard"}, "Did you mean 'sharded'? Received: backend='shard'"),
+])
+def test_a_mode_or_backend_out_of_its_choices_gets_a_did_you_mean_before_any_job(spark, params, message):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "pixels array<double>, label double")
+    raised = []
+    assert jobs_started(spark, lambda: raised.append(pytest.raises(ConfigError, _estimator(**params).fit, df))) == 0
+    assert str(raised[0].value).endswith(message) and " must be one of " in str(raised[0].value)
 
 
 def test_a_column_typo_in_transform_gets_a_did_you_mean(spark):

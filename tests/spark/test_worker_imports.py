@@ -77,7 +77,8 @@ def test_task_error_names_the_setting_for_sparkdl_or_a_user_module_missing_on_th
     assert str(task_error(failure("pyarrow.lib"), "job")).startswith("the executors' Python must have sparkdl")  # a dependency
     user = task_error(failure("mypkg.layers"), "job")
     assert str(user).startswith("module 'mypkg.layers' must be importable on the executors: ship your own code with "
-                                "spark-submit --py-files, SparkContext.addPyFile(path) or a wheel installed on the cluster")
+                                "--py-files (of spark-submit or sparkdl-train), SparkContext.addPyFile(path) or a wheel "
+                                "installed on the cluster")
     assert "PYSPARK_PYTHON" in str(user)  # unknown executors' Python: the configured one is named
     # an import caught inside a task, then another failure: not an import failure
     caught = PythonException(message="Traceback:\nModuleNotFoundError: No module named 'scipy'\n\nDuring handling of the above "
@@ -178,7 +179,7 @@ def test_a_custom_objects_module_on_the_drivers_path_only_fails_the_fit_at_the_f
     report = json.loads(done.stdout.strip().splitlines()[-1])
     message = report["message"]
     assert message.startswith(f"WorkerError: module '{module}' must be importable on the executors: ship your own code with "
-                              "spark-submit --py-files, SparkContext.addPyFile(path)"), message
+                              "--py-files (of spark-submit or sparkdl-train), SparkContext.addPyFile(path)"), message
     assert f"sparkdl: check and count training rows, partition 0, failed: an executor cannot import '{module}'" in message
     assert f"Received: ModuleNotFoundError: No module named '{module}'" in message
     assert "spark.submit.pyFiles" in message and "failed at the first attempt" in message

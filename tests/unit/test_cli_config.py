@@ -103,7 +103,8 @@ def test_unknown_key_far_from_every_valid_key_gets_no_suggestion(tmp_path):
         ({"metrics": "accuracy"}, r"fit\.metrics must be list .*Received: 'accuracy' \(str\)"),
         ({"local_steps": "16"}, r"fit\.local_steps must be int or null .*Received: '16' \(str\)"),
         ({"verbose": 3}, r"fit\.verbose must be one of 0, 1, 2\. Received: 3"),
-        ({"mode": "synchronous"}, r"fit\.mode must be one of sync, bmuf, .*Received: 'synchronous'"),
+        ({"mode": "synchronous"}, r"fit\.mode must be one of sync, bmuf, .*\. Did you mean 'sync'\? Received: 'synchronous'"),
+        ({"backend": "shard"}, r"fit\.backend must be one of rounds, ps, sharded, auto\. Did you mean 'sharded'\? Received: 'shard'"),
         ({"validation_split": "a tenth"}, r"fit\.validation_split must be float .*Received: 'a tenth' \(str\)"),
     ],
 )
@@ -216,7 +217,9 @@ def test_callbacks_errors_name_the_entry(tmp_path):
         load_config(write_config(tmp_path, config))
     for cls, kwargs, expected in [
         ("keras.callbacks.NoSuchCallback", {}, r"callbacks\[0\]\.class: 'keras\.callbacks' has no attribute"),
-        ("no_such_module_xyz.Callback", {}, r"cannot import module 'no_such_module_xyz'"),
+        ("no_such_module_xyz.Callback", {}, r"cannot import module 'no_such_module_xyz' \(No module named 'no_such_module_xyz'\): it "
+                                            r"must be importable on the driver, from the working directory \(.*\) or PYTHONPATH; "
+                                            r"ship a module of your own with --py-files \(of sparkdl-train or spark-submit\)"),
         ("keras.callbacks.EarlyStopping", {"patiense": 2}, r"callbacks\[0\]: keras\.callbacks\.EarlyStopping\(\*\*kwargs\) failed"),
         ("os.path.join", {}, r"callbacks\[0\]\.class must name a class"),
     ]:

@@ -43,6 +43,44 @@ def test_fit_config_rejects_bad_values(kwargs, message):
         FitConfig(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [  # Elephas' words, and typos: the choice closest to what was received
+        ({"mode": "synchronous"}, "mode must be one of ('sync', 'bmuf', 'easgd', 'gossip', 'diloco', 'async', 'hogwild', "
+                                  "'staleness_aware', 'ssp'). Did you mean 'sync'? Received: mode='synchronous'"),
+        ({"mode": "asynchronous"}, "Did you mean 'async'? Received: mode='asynchronous'"),
+        ({"mode": "Hogwild"}, "Did you mean 'hogwild'? Received: mode='Hogwild'"),
+        ({"backend": "shard"}, "backend must be one of ('rounds', 'ps', 'sharded', 'auto'). Did you mean 'sharded'? "
+                               "Received: backend='shard'"),
+    ],
+)
+def test_a_choice_out_of_its_set_names_the_closest_one(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        FitConfig(**kwargs)
+    assert str(info.value).endswith(message)
+    with pytest.raises(ConfigError) as info:
+        FitConfig(mode="elastic")
+    assert "Did you mean" not in str(info.value)
+
+
+def test_the_mode_and_backend_registries_name_the_closest_one():
+    from sparkdl.core.modes import policy_class
+    from sparkdl.spark.backends import backend
+
+    with pytest.raises(ConfigError, match=r"mode must be one of \[.*\]\. Did you mean 'sync'\? Received: mode='synchronous'$"):
+        policy_class("synchronous")
+    with pytest.raises(ConfigError, match=r"backend must be one of \[.*\]\. Did you mean 'sharded'\? Received: 'shard'$"):
+        backend("shard")
+
+
+def test_did_you_mean_takes_other_libraries_words_only_for_a_valid_choice():
+    from sparkdl.errors import did_you_mean
+
+    assert did_you_mean("synchronous", ["sync", "async"]) == " Did you mean 'sync'?"
+    assert did_you_mean("ASYNCHRONOUS", ["sync", "async"]) == " Did you mean 'async'?"
+    assert did_you_mean("synchronous", ["label", "features"]) == ""  # the alias is no column here
+
+
 def canonical_order(*arrays):
     from sparkdl.core.schedule import RowFingerprints
 

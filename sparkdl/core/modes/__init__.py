@@ -29,7 +29,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 
 
 MODE_NAMES = ("sync", "bmuf", "easgd", "gossip", "diloco", "async", "hogwild", "staleness_aware", "ssp")
@@ -78,7 +78,7 @@ def policy_class(mode: str) -> type:
                "easgd": worker_models.ElasticAveraging, "gossip": worker_models.GossipAveraging,
                **{name: asynchronous.AsyncPolicy for name in asynchronous.RULES}}
     if mode not in classes:
-        raise ConfigError(f"mode must be one of {sorted(classes)}. Received: mode={mode!r}")
+        raise ConfigError(f"mode must be one of {sorted(classes)}.{did_you_mean(mode, classes)} Received: mode={mode!r}")
     return classes[mode]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sparkdl.core.modes import MODE_NAMES, policy_class
-from sparkdl.errors import ConfigError
+from sparkdl.errors import ConfigError, did_you_mean
 
 PS_PEAK_STATES = 10.2  # copies of the state the driver holds at a ps round's peak (benchmarks/driver_memory.py, 20M with Adam)
 
@@ -151,7 +151,7 @@ def backend(name: str) -> Backend:
         ConfigError: for an unknown name.
     """
     if name not in BACKENDS:
-        raise ConfigError(f"backend must be one of {list(BACKENDS)}. Received: {name!r}")
+        raise ConfigError(f"backend must be one of {list(BACKENDS)}.{did_you_mean(name, BACKENDS)} Received: {name!r}")
     return BACKENDS[name]
 
 
