@@ -18,7 +18,6 @@ URIs, glob patterns and other formats are left to Spark and the estimator's own 
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 

@@ -89,7 +89,6 @@ from sparkdl.server.wire import (
     specs_from_schema,
     specs_of,
     split_arrays,
-    wire_schema,
 )
 
 UpdateRule = Callable[[ModelState, ModelState, Mapping], ModelState]

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparkdl.core.state import ModelState
-from sparkdl.errors import CodecError, ConfigError, InvariantError
+from sparkdl.errors import CodecError, ConfigError
 from sparkdl.serialization.arrow_codec import FORMAT_VERSION
 
 STATE_TICKET = b"state"

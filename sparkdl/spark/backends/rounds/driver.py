@@ -42,8 +42,6 @@ import threading
 import time
 import warnings
 
-import pyarrow as pa
-
 from sparkdl.core.compression import QUANTIZED, decode_mean, dequantize
 from sparkdl.core.modes.averaging import row_weighted_mean
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerLocal, WorkerUpdate

@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkdl.core.board import SliceBoard
-from sparkdl.core.slices import SliceLayout, assemble_mode, mode_slice
+from sparkdl.core.slices import SliceLayout, mode_slice
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
 from sparkdl.errors import ConfigError, InvariantError, RoundTimeoutError, ServerError, WorkerError
 from sparkdl.server.coordinator import Coordinator
