@@ -136,12 +136,13 @@ class DaemonStart:
         return not self._thread.is_alive()
 
 
-def use_preloading_daemon(spark) -> str | None:
+def use_preloading_daemon(spark) -> tuple[bool, str | None]:
     """Have ``spark``'s Python workers started from now on fork from sparkdl's daemon (TensorFlow
-    and Keras imported once per executor), where Spark allows it in a running session; returns None
-    when there is nothing to tell the user (they do: the session started with :func:`session_conf`'s
-    settings, or was switched now; or the session chose a daemon of its own; or nothing would be
-    preloaded), else the reason they cannot, as a sentence.
+    and Keras imported once per executor), where Spark allows it in a running session. Returns
+    ``(switched now, reason)``: the reason is None when there is nothing to tell the user (they
+    do: the session started with :func:`session_conf`'s settings, or was switched now; or the
+    session chose a daemon of its own; or nothing would be preloaded), else the reason they
+    cannot, as a sentence.
 
     A session started the ordinary way (``SparkSession.builder...getOrCreate()``, a notebook's)
     runs pyspark's daemon: each Python worker imports TensorFlow itself (4–6 s a worker), and Spark
@@ -169,35 +170,35 @@ def use_preloading_daemon(spark) -> str | None:
 
     settings = f"{DAEMON_CONF}={MODULE} and spark.executorEnv.{PRELOAD_ENV}=tensorflow"
     if is_connect(spark):
-        return f"a Spark Connect session's Python workers are the server's: set {settings} in the server's Spark config"
+        return False, f"a Spark Connect session's Python workers are the server's: set {settings} in the server's Spark config"
     sc = spark.sparkContext
     conf = sc.getConf()
     if conf.get("spark.python.use.daemon", "true").lower() == "false":
-        return "spark.python.use.daemon is false: every Python worker starts on its own and imports TensorFlow itself"
+        return False, "spark.python.use.daemon is false: every Python worker starts on its own and imports TensorFlow itself"
     module = conf.get(DAEMON_CONF, None)
     if module == MODULE:
-        return None
+        return False, None
     if module is not None:
-        return None  # the session's own choice (pyspark.daemon to turn sparkdl's off), kept
+        return False, None  # the session's own choice (pyspark.daemon to turn sparkdl's off), kept
     gpus = any(".resource.gpu." in key for key, _ in conf.getAll())  # tasks pin GPUs before TensorFlow loads
     if keras_backend() != "tensorflow" or gpu_machine() or gpus:
-        return None  # nothing would be preloaded: pyspark's daemon serves as well
+        return False, None  # nothing would be preloaded: pyspark's daemon serves as well
     url = sc.master
     if not (url == "local" or url.startswith("local[")):
-        return (f"the executors ({url}) started with pyspark's daemon and keep it: set {settings} in the cluster's "
+        return False, (f"the executors ({url}) started with pyspark's daemon and keep it: set {settings} in the cluster's "
                 "Spark config (docs/user-guide/deployment.md#a-session-that-exists-already)")
     program = python_exec(spark) or sys.executable
     with _started_lock:
         if program not in _installed:  # asked once per program: found without importing it
             _installed[program] = python_problem(shutil.which(program) or program, ["sparkdl"]) is None
     if not _installed[program]:
-        return (f"the executors' Python ({program}) does not have sparkdl installed (shipped with the session's files, "
+        return False, (f"the executors' Python ({program}) does not have sparkdl installed (shipped with the session's files, "
                 "which reach a worker only after its daemon started): install it there")
     sc.environment[PRELOAD_ENV] = "tensorflow"  # before the conf: a task that sees the module finds the marker
     internals.set_running_conf(sc, DAEMON_CONF, MODULE)
     logging.getLogger("sparkdl").info("this session's Python workers started from now on fork from sparkdl's daemon "
                                       "(TensorFlow imported once): %s=%s set on the running %s session", DAEMON_CONF, MODULE, url)
-    return None
+    return True, None
 
 
 _installed: dict[str, bool] = {}  # executors' Python program -> whether it has sparkdl installed
@@ -212,11 +213,10 @@ def prepare_workers(spark) -> None:
     before, each Python worker importing TensorFlow)."""
     from sparkdl.spark.session import is_connect
 
-    unset = not is_connect(spark) and spark.sparkContext.getConf().get(DAEMON_CONF, None) is None
-    reason = use_preloading_daemon(spark)
+    switched, reason = use_preloading_daemon(spark)
+    if switched:
+        start_workers(spark)  # the daemon imports while the driver checks the model
     if reason is None:
-        if unset and spark.sparkContext.getConf().get(DAEMON_CONF, None) == MODULE:
-            start_workers(spark)  # switched now: the daemon imports while the driver checks the model
         return
     key = "connect" if is_connect(spark) else spark.sparkContext.applicationId
     with _started_lock:
@@ -259,7 +259,7 @@ def start_workers(spark) -> DaemonStart | None:
     from sparkdl.spark import internals
     from sparkdl.spark.session import is_connect
 
-    reason = use_preloading_daemon(spark)
+    reason = use_preloading_daemon(spark)[1]
     if reason is not None:
         nothing = is_connect(spark) or spark.sparkContext.getConf().get("spark.python.use.daemon", "true").lower() == "false"
         warnings.warn(f"start_workers: the Python workers cannot fork from sparkdl's daemon: {reason}"
