@@ -77,6 +77,8 @@ class FitConfig:
         server_cert_file, server_key_file: your own PEM certificate and key for the server instead.
         keep_local_optimizer: backend ``sharded``: workers keep their optimizer state and send their
             weights alone (always with ``diloco``).
+        overlap: backend ``sharded``: rounds that never block training (the one-round-delayed rule,
+            :mod:`sparkdl.core.modes.overlap`).
 
     ``backend="auto"`` is resolved against the session when the fit starts
     (:func:`sparkdl.spark.backends.choose_backend`); what each backend runs (modes, compressions,
@@ -113,6 +115,7 @@ class FitConfig:
     server_cert_file: str | None = None
     server_key_file: str | None = None
     keep_local_optimizer: bool = False
+    overlap: bool = False
 
     @property
     def heartbeat_s(self) -> float:

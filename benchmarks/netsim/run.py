@@ -27,11 +27,20 @@ the sender), and the formulas' bytes (payload × the header factor) and the meas
   driver the coordination alone (a few KB);
 - ``rounds``: no formula is checked (the broadcast's blocks travel between executors too).
 
+``sharded`` runs in the settings named after a ``+`` (``sharded+overlap``, ``sharded+overlap+int8``,
+``sharded+int4``, ...): ``overlap`` (rounds that never block training) and a ``compression``; its
+formula then counts the puts in their bytes a value (S_q: 2 with fp16, 1 + 4/256 with int8, 0.5 +
+4/256 with int4, against 4) and the pulls and the backup in float32: (N−1)/N·(S_q + S) + S/N each
+way. With ``--local-steps`` τ > 1 the data grows to τ batches a round (made on the executors), and
+each line adds the compute share: a worker's training seconds per round (``fitInfo``'s
+``worker_train_ms``, every round of the fit) over the wall seconds per round of the epochs after the
+first (``epoch_round_s``), and ``samples_per_s`` (N·τ·batch over ``epoch_round_s``).
+
 Then a Markdown table. Needs root and iproute2 (``ip netns``, ``tc``); without them it prints a
 ``SKIP:`` line and exits 0.
 
 Usage: python benchmarks/netsim/run.py [--workers 2 3 4] [--rate 200] [--params 1e6] [--rounds 6]
-       [--epochs 2] [--batch-size 32] [--backends rounds ps sharded] [--out FILE]
+       [--epochs 2] [--batch-size 32] [--local-steps 1] [--backends rounds ps sharded sharded+overlap+int8] [--out FILE]
 """
 
 from __future__ import annotations
@@ -52,6 +61,24 @@ import cluster as netsim  # noqa: E402
 
 MB = 1e6
 MARK = '{"benchmark": "netsim"'
+PUT_BYTES = {None: 4.0, "fp16": 2.0, "int8": 1 + 4 / 256, "int4": 0.5 + 4 / 256}  # bytes a float value a worker puts
+SETTINGS = ("overlap", "fp16", "int8", "int4")
+
+
+def setting(text: str) -> str:
+    """``--backends`` entry: a backend, and for ``sharded`` its settings after ``+``."""
+    backend, *extra = text.split("+")
+    if backend not in ("rounds", "ps", "sharded") or (extra and backend != "sharded") or any(e not in SETTINGS for e in extra) \
+            or sum(e in PUT_BYTES for e in extra) > 1:
+        raise argparse.ArgumentTypeError(f"a backend (rounds, ps, sharded) and for sharded settings among {SETTINGS} joined by +, "
+                                         f"one compression at most. Received: {text!r}")
+    return text
+
+
+def parse_setting(text: str) -> tuple[str, bool, str | None]:
+    """``(backend, overlap, compression)`` of a ``--backends`` entry."""
+    backend, *extra = text.split("+")
+    return backend, "overlap" in extra, next((e for e in extra if e in PUT_BYTES), None)
 
 
 # ---- the driver, in the driver host's namespace ----------------------------------------------------
@@ -127,12 +154,16 @@ def run_child(args) -> None:
             raise RuntimeError(f"{n} executors must register within 300 s")
         time.sleep(1)
 
-    params, batch = int(args.params), args.batch_size
-    rows = n * args.rounds * batch
-    rng = np.random.default_rng(1)
-    x = rng.random((rows, ro.INPUTS), dtype=np.float32)
-    y = rng.integers(0, ro.CLASSES, rows)
-    df = spark.createDataFrame([(r.tolist(), float(v)) for r, v in zip(x, y)], "features array<float>, label double").cache()
+    params, batch, tau = int(args.params), args.batch_size, args.local_steps
+    rows = n * args.rounds * batch * tau
+    if tau == 1:
+        rng = np.random.default_rng(1)
+        x = rng.random((rows, ro.INPUTS), dtype=np.float32)
+        y = rng.integers(0, ro.CLASSES, rows)
+        df = spark.createDataFrame([(r.tolist(), float(v)) for r, v in zip(x, y)], "features array<float>, label double")
+    else:  # τ batches a round: made on the executors, not sent from here
+        df = spark.range(0, rows, numPartitions=n).mapInArrow(random_rows, "features array<float>, label double")
+    df = df.cache()
     df.count()
     step_s = ro.step_seconds(params, batch, repeats=5)
     model = ro.build_model(params)
@@ -140,21 +171,41 @@ def run_child(args) -> None:
     model.optimizer.build(model.trainable_variables)
     state = state_nbytes(model)
     factor = netsim.wire_factor(description["mtu"])
-    for backend in args.backends:
+    for entry in args.backends:
+        backend, overlap, compression = parse_setting(entry)
         probe = make_probe(description)
+        extra = {"overlap": True} if overlap else {}
         est = KerasEstimator(
             model=ro.build_model(params), optimizer=keras.optimizers.Adam(1e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), numWorkers=n, epochs=args.epochs,
-            batchSize=batch, localSteps=1, verbose=0, roundTimeout=1800.0, mode="sync", callbacks=[probe], backend=backend,
+            batchSize=batch, localSteps=tau, verbose=0, roundTimeout=1800.0, mode="sync", callbacks=[probe], backend=backend,
+            compression=compression, **extra,
         )
         started = time.perf_counter()
         fitted = est.fit(df)
         fit_s = time.perf_counter() - started
-        print(json.dumps(summarize(backend, n, description, args, probe, fitted.fitInfo, state, factor, step_s, fit_s)), flush=True)
+        print(json.dumps(summarize(entry, n, description, args, probe, fitted.fitInfo, state, factor, step_s, fit_s)), flush=True)
     spark.stop()
 
 
-def summarize(backend, n, description, args, probe, info, state, factor, step_s, fit_s) -> dict:
+def random_rows(batches):
+    """Rows of random features (784 float32 in [0, 1)) and labels, seeded by the first id of each batch."""
+    import numpy as np
+    import pyarrow as pa
+
+    import round_overhead as ro
+
+    for batch in batches:
+        ids = batch.column(0).to_numpy()
+        rng = np.random.default_rng(int(ids[0]) if len(ids) else 0)
+        x = rng.random((len(ids), ro.INPUTS), dtype=np.float32)
+        features = pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, ro.INPUTS, dtype=np.int32)), pa.array(x.reshape(-1)))
+        labels = pa.array(rng.integers(0, ro.CLASSES, len(ids)).astype(np.float64))
+        yield pa.RecordBatch.from_arrays([features, labels], names=["features", "label"])
+
+
+def summarize(entry, n, description, args, probe, info, state, factor, step_s, fit_s) -> dict:
+    backend, overlap, compression = parse_setting(entry)
     hosts = [h["name"] for h in description["hosts"]]
     warm_epochs = [e for e in probe.epochs if e["epoch"] > 0] or probe.epochs
     warm_rounds = [r for r in probe.rounds if r["epoch"] > 0] or probe.rounds
@@ -167,12 +218,16 @@ def summarize(backend, n, description, args, probe, info, state, factor, step_s,
     if backend == "ps":
         formula = {"driver": n * s, **{h: s for h in hosts[1:]}}
     elif backend == "sharded":
-        formula = {"driver": 0.0, **{h: (2 * n - 1) / n * s for h in hosts[1:]}}
+        put = s * PUT_BYTES[compression] / 4
+        formula = {"driver": 0.0, **{h: (n - 1) / n * (put + s) + s / n for h in hosts[1:]}}
     seconds = info.get("seconds", {})
     total_rounds = len(probe.rounds)
+    epoch_round_s = sum(e["seconds"] for e in warm_epochs) / rounds
     result = {
-        "benchmark": "netsim", "backend": backend, "workers": n, "rate_mbit": description["rate_mbit"], "mtu": description["mtu"],
-        "params": int(args.params), "state_mb": round(s, 4), "local_steps": 1, "mode": "sync", "batch_size": args.batch_size,
+        "benchmark": "netsim", "backend": backend, "setting": entry, "overlap": overlap, "compression": compression,
+        "workers": n, "rate_mbit": description["rate_mbit"], "mtu": description["mtu"],
+        "params": int(args.params), "state_mb": round(s, 4), "local_steps": args.local_steps, "mode": "sync", "batch_size": args.batch_size,
+        "epoch_round_s": round(epoch_round_s, 4), "samples_per_s": round(n * args.local_steps * args.batch_size / epoch_round_s, 2),
         "rounds_per_epoch": args.rounds, "epochs": args.epochs, "measured_rounds": rounds,
         "round_s": round(statistics.median(r["round_s"] for r in warm_rounds), 4),
         "round_s_mean": round(statistics.fmean(r["round_s"] for r in warm_rounds), 4),
@@ -190,6 +245,11 @@ def summarize(backend, n, description, args, probe, info, state, factor, step_s,
         result["server_pulled_mb"] = round(info.get("bytes_pulled", 0) / total_rounds / MB, 4)
     if backend == "sharded":
         result["slice_mb"] = round(info.get("slice_bytes", 0) / MB, 4)
+        if info.get("worker_train_ms"):
+            train_s = statistics.fmean(info["worker_train_ms"]) / 1000 / total_rounds
+            result["train_s_per_round"] = round(train_s, 4)
+            result["compute_share"] = round(train_s / epoch_round_s, 4)
+            result["wait_s_per_round"] = round(statistics.fmean(info["worker_wait_ms"]) / 1000 / total_rounds, 4)
         if info.get("worker_bytes_pushed"):
             result["worker_pushed_mb"] = round(statistics.fmean(info["worker_bytes_pushed"]) / total_rounds / MB, 4)
             result["worker_pulled_mb"] = round(statistics.fmean(info["worker_bytes_pulled"]) / total_rounds / MB, 4)
@@ -202,8 +262,8 @@ def summarize(backend, n, description, args, probe, info, state, factor, step_s,
 # ---- the orchestrator, in the root namespace ---------------------------------------------------------
 
 def print_table(results: list[dict]) -> None:
-    print("\n| backend | N | Mbit/s | S MB | round s | driver in / out MB per round | each worker in / out MB per round "
-          "| formula MB (driver; worker) | measured / formula | drops |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| backend | N | Mbit/s | S MB | τ | round s | compute share | driver in / out MB per round | each worker in / out MB per round "
+          "| formula MB (driver; worker) | measured / formula | drops |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         workers = [h for h in r["hosts"] if h != "driver"]
         win = statistics.fmean(r["hosts"][h]["in_mb"] for h in workers)
@@ -213,12 +273,14 @@ def print_table(results: list[dict]) -> None:
             f = r["formula_mb"]
             formula = f"{f['driver']:.2f}; {f[workers[0]]:.2f}"
             ratios = [v for h in r["measured_per_formula"] for v in r["measured_per_formula"][h].values()]
-            share = f"{min(ratios):.3f}–{max(ratios):.3f}"
+            measured = f"{min(ratios):.3f}–{max(ratios):.3f}"
         else:
-            formula = share = "-"
+            formula = measured = "-"
         drops = sum(h["drops"] for h in r["hosts"].values())
-        print(f"| {r['backend']} | {r['workers']} | {r['rate_mbit']:g} | {r['state_mb']:.2f} | {r['round_s']:.3f} "
-              f"| {d['in_mb']:.3f} / {d['out_mb']:.3f} | {win:.3f} / {wout:.3f} | {formula} | {share} | {drops} |")
+        share = f"{r['compute_share']:.3f}" if r.get("compute_share") is not None else "-"
+        print(f"| {r.get('setting', r['backend'])} | {r['workers']} | {r['rate_mbit']:g} | {r['state_mb']:.2f} | {r.get('local_steps', 1)} "
+              f"| {r.get('epoch_round_s', r['round_s']):.3f} | {share} "
+              f"| {d['in_mb']:.3f} / {d['out_mb']:.3f} | {win:.3f} / {wout:.3f} | {formula} | {measured} | {drops} |")
 
 
 def run_cluster(n: int, args) -> list[dict]:
@@ -260,7 +322,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds per epoch")
     parser.add_argument("--epochs", type=int, default=2, help="the first is warm-up, not measured")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--backends", nargs="+", default=["rounds", "ps", "sharded"], choices=["rounds", "ps", "sharded"])
+    parser.add_argument("--backends", nargs="+", default=["rounds", "ps", "sharded"], type=setting,
+                        help="rounds, ps, sharded, or sharded+<settings>: overlap, fp16, int8, int4 (sharded+overlap+int8)")
+    parser.add_argument("--local-steps", type=int, default=1, help="τ: batches a worker trains each round")
     parser.add_argument("--executor-memory", default="1g")
     parser.add_argument("--worker-memory", default="2g")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one cluster's fits")

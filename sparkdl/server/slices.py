@@ -78,7 +78,7 @@ from sparkdl.server.wire import (
 
 log = logging.getLogger("sparkdl")
 WAIT_S = 5.0  # the longest a pull waits on the server for the version it asks (seconds); the client asks again
-KEEP_VERSIONS = 2  # versions of a slice a backup holder keeps
+KEEP_VERSIONS = 2  # versions of a slice a backup holder keeps (one more with ``keep_previous``)
 CHUNK_BYTES = 1 << 20  # bytes of values per record batch a slice server sends: what a reader holds at once
 
 
@@ -174,6 +174,9 @@ class SliceServer(FlightEndpoint):
         send_backup: ``send_backup(version)``: put a version to this slice's holder (None: no holder);
             called from the applier thread after each apply.
         max_message_bytes: the largest put accepted (bytes); default 4 × a slice + 1 MiB.
+        keep_previous: also keep the version before the committed one (and one more version of a
+            slice backed up): with ``overlap`` a round trains from the start before its own
+            (:mod:`sparkdl.core.modes.overlap`), so a retried worker pulls it again.
 
     Raises:
         ServerError: from :meth:`start`, when the port cannot be bound.
@@ -190,7 +193,8 @@ class SliceServer(FlightEndpoint):
     def __init__(self, owner: int, layout: SliceLayout, policy, expected: Callable[[int], set[int]], *, names: Sequence[str],
                  token: str, tls: TLSIdentity | None, host: str = "127.0.0.1", advertise: str | None = None,
                  on_ready: Callable[[int, str | None], None] | None = None, send_backup: Callable[[int], None] | None = None,
-                 persist: Callable[[int, SliceVersion], None] | None = None, max_message_bytes: int | None = None) -> None:
+                 persist: Callable[[int, SliceVersion], None] | None = None, max_message_bytes: int | None = None,
+                 keep_previous: bool = False) -> None:
         super().__init__(token=token, host=host, advertise=advertise, port=0, tls=tls, what=f"slice server {owner}")
         self.owner, self.layout, self.policy, self.expected, self.names = owner, layout, policy, expected, list(names)
         self.on_ready, self.send_backup, self.persist = on_ready, send_backup, persist
@@ -198,6 +202,9 @@ class SliceServer(FlightEndpoint):
         self.max_message_bytes = max_message_bytes or 4 * max(slice_bytes, max(layout.nbytes(j) for j in range(layout.owners))) + (1 << 20)
         self.committed: SliceVersion | None = None
         self.candidate: SliceVersion | None = None
+        self.keep_previous = keep_previous
+        self.keep_versions = KEEP_VERSIONS + int(keep_previous)
+        self.previous: SliceVersion | None = None  # with keep_previous: the version before the committed one
         self.backups: dict[int, dict[int, SliceVersion]] = {}  # slice -> version -> what its owner sent
         self._ledger = ApplyLedger()
         self._round: int | None = None  # the round being collected (the committed version)
@@ -217,22 +224,23 @@ class SliceServer(FlightEndpoint):
 
     # ---- the owner's state ---------------------------------------------------------------------
 
-    def install(self, committed: SliceVersion, candidate: SliceVersion | None = None) -> None:
-        """Hold ``committed`` (and a ``candidate`` the previous owner had applied already), e.g. at
-        the fit's start or after a restore; reports what is ready."""
+    def install(self, committed: SliceVersion, candidate: SliceVersion | None = None, previous: SliceVersion | None = None) -> None:
+        """Hold ``committed`` (and a ``candidate`` the previous owner had applied already, and with
+        ``keep_previous`` the ``previous`` version), e.g. at the fit's start or after a restore;
+        reports what is ready."""
         self.layout.check_slice(committed.master, self.owner)
         with self._cond:
-            if committed.start is None:
-                committed.start = self._start_of(committed)
-            if candidate is not None and candidate.start is None:
-                candidate.start = self._start_of(candidate)
+            for version in (committed, candidate, previous):
+                if version is not None and version.start is None:
+                    version.start = self._start_of(version)
             self.committed, self.candidate = committed, candidate
+            self.previous = previous if self.keep_previous else None
             self._begin_round(committed.version)
             self._cond.notify_all()
         if self._applier is None:
             self._applier = threading.Thread(target=self._apply_loop, name=f"sparkdl-slice-{self.owner}", daemon=True)
             self._applier.start()
-        for version in (committed, candidate):
+        for version in (self.previous, committed, candidate):
             if version is not None and self.persist is not None:
                 self.persist(self.owner, version)
         if self.on_ready is not None:
@@ -251,13 +259,15 @@ class SliceServer(FlightEndpoint):
     def _commit(self, version: int) -> None:
         """Under the lock: make the candidate of ``version`` the committed one (the driver opened it)."""
         if self.candidate is not None and self.candidate.version == version:
+            if self.keep_previous:
+                self.previous = self.committed
             self.committed, self.candidate = self.candidate, None
             self._begin_round(version)
 
     def held(self, version: int) -> SliceVersion | None:
         """This slice's version ``version`` when held (-1: the newest)."""
         with self._lock:
-            options = [v for v in (self.candidate, self.committed) if v is not None]
+            options = [v for v in (self.candidate, self.committed, self.previous) if v is not None]
             if version < 0:
                 return options[0] if options else None
             return next((v for v in options if v.version == version), None)
@@ -278,7 +288,7 @@ class SliceServer(FlightEndpoint):
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                options = [v for v in (self.candidate, self.committed) if v is not None]
+                options = [v for v in (self.candidate, self.committed, self.previous) if v is not None]
                 found = (options[0] if options else None) if version < 0 else next((v for v in options if v.version == version), None)
                 if found is not None or self._closing or self.failure is not None:
                     return found
@@ -417,7 +427,7 @@ class SliceServer(FlightEndpoint):
         with self._lock:
             held = self.backups.setdefault(slice_index, {})
             held[version.version] = version
-            for old in sorted(held)[:-KEEP_VERSIONS]:
+            for old in sorted(held)[:-self.keep_versions]:
                 held.pop(old)
             self._counts["backups_in"] += 1
         if to_disk:
@@ -442,6 +452,10 @@ class SliceServer(FlightEndpoint):
         except ValueError:
             numbers = []
         if kind in ("start", "master", "weights", "optimizer") and len(numbers) == 1:
+            with self._lock:
+                oldest = min((v.version for v in (self.previous, self.committed, self.candidate) if v is not None), default=None)
+            if oldest is not None and 0 <= numbers[0] < oldest:  # gone for good: asking again cannot help
+                raise flight.FlightServerError(f"slice {self.owner} no longer holds version {numbers[0]} (its oldest is {oldest})")
             found = self.wait_version(numbers[0], WAIT_S)
             if found is None:
                 raise flight.FlightUnavailableError(f"slice {self.owner} does not hold version {numbers[0]} yet; ask again")
@@ -490,7 +504,7 @@ class SliceServer(FlightEndpoint):
             k = req["slice"]
             with self._lock:
                 if k == self.owner:
-                    versions = sorted(v.version for v in (self.committed, self.candidate) if v is not None)
+                    versions = sorted(v.version for v in (self.previous, self.committed, self.candidate) if v is not None)
                 else:
                     versions = sorted(self.backups.get(k, {}))
             return json_result({"slice": k, "versions": versions})
@@ -507,7 +521,7 @@ class SliceServer(FlightEndpoint):
             return json_result(write_slice(uri, found, self.layout.has_optimizer))
         if kind == "release":
             with self._cond:
-                self.committed = self.candidate = None
+                self.committed = self.candidate = self.previous = None
                 self._cond.notify_all()
             self.released.set()
             return json_result({"released": True})

@@ -371,6 +371,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             server_cert_file=self.getServerCertFile(),
             server_key_file=self.getServerKeyFile(),
             keep_local_optimizer=self.getKeepLocalOptimizer(),
+            overlap=self.getOverlap(),
         )
         check_backend(config)  # what the named backend runs (the registry), before any job
         return config

@@ -84,9 +84,11 @@ EXECUTOR_KILL = HEAD + textwrap.dedent(
     """
     if os.environ.get("TEST_REPARTITION"):  # an input the user already repartitioned (itself a shuffle's output)
         df = df.repartition(int(os.environ["TEST_REPARTITION"]))
-    base = fit()
-    hit = fit(faults.Fault(partition=1, index=3, how="executor", marker_dir=tempfile.mkdtemp()))
-    json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"],
+    extra = {"overlap": True} if os.environ.get("TEST_OVERLAP") else {}
+    base = fit(**extra)
+    hit = fit(faults.Fault(partition=1, index=int(os.environ.get("TEST_FAULT_ROUND", "3")), how="executor",
+                           marker_dir=tempfile.mkdtemp()), **extra)
+    json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"], "overlap": hit.fitInfo["overlap"],
                "retrained": hit.fitInfo["worker_retrained"], "loss": hit.history["loss"]}, open(sys.argv[1], "w"))
     spark.stop()
     """
@@ -107,6 +109,21 @@ def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_sa
     workers put their round-4 pieces to it again, and the fit ends as the undisturbed one."""
     env = {"TEST_MASTER": master, **({"TEST_REPARTITION": repartition} if repartition else {})}
     out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
+    assert _difference(out["hit"], out["base"]) < 1e-5
+    assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
+    assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
+
+
+@pytest.mark.slow
+def test_an_executor_jvm_killed_mid_fit_with_overlap_is_retried_with_the_undisturbed_overlapped_model(tmp_path):
+    """``overlap``: slice 1's executor JVM is SIGKILLed before round 5, which trains from round 4's
+    start (3 rounds an epoch: not a sync point). The retried task's slice comes back from its backup
+    holder with the version before the accepted one (kept with ``overlap``), so the round the killed
+    worker had not sent trains again from the same start, and the fit ends as the undisturbed
+    overlapped one (no spare slot: Spark resubmits the whole stage)."""
+    env = {"TEST_MASTER": "local-cluster[3,1,1024]", "TEST_OVERLAP": "1", "TEST_FAULT_ROUND": "4"}
+    out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
+    assert out["overlap"] is True
     assert _difference(out["hit"], out["base"]) < 1e-5
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))

@@ -56,6 +56,12 @@ got = fit("sharded", fault="kill", compression="int8")
 out["sharded-int8-kill"] = {"difference": difference(got, base), "rounds": got.fitInfo["rounds"], "attempts": got.fitInfo.get("task_attempts"),
                             "loss": got.history["loss"], "retrained": got.fitInfo.get("worker_retrained"),
                             "resets": got.fitInfo.get("local_state_resets", 0)}
+# overlap on sharded: the killed worker's round trains again from the start before its own (its owner kept it)
+base = fit("sharded", overlap=True)
+got = fit("sharded", fault="kill", overlap=True)
+out["sharded-overlap-kill"] = {"difference": difference(got, base), "rounds": got.fitInfo["rounds"], "attempts": got.fitInfo.get("task_attempts"),
+                               "loss": got.history["loss"], "retrained": got.fitInfo.get("worker_retrained"),
+                               "overlap": got.fitInfo.get("overlap")}
 for mode in ("async", "ssp") if full else ("ssp",):
     got = fit("ps", mode=mode, fault="raise" if mode == "ssp" and not full else "exit", staleness=1)
     info = got.fitInfo
@@ -103,10 +109,11 @@ def _check(out, keys, modes):
 @pytest.mark.timeout(900)
 def test_a_python_worker_that_dies_and_an_ssp_task_that_raises_are_retried_with_nothing_applied_twice(tmp_path):
     """The default run's share: sync on ps with a Python worker that dies, sync on sharded with the
-    Python worker that serves slice 1 SIGKILLed (both equal to undisturbed), ssp with a task that
-    raises (each slot once, the bound kept)."""
+    Python worker that serves slice 1 SIGKILLed (plain, int8 and overlap: each equal to its
+    undisturbed fit), ssp with a task that raises (each slot once, the bound kept)."""
     out = _run(tmp_path, "short")
-    _check(out, ["ps-exit", "sharded-kill", "sharded-int8-kill"], ["ssp"])
+    _check(out, ["ps-exit", "sharded-kill", "sharded-int8-kill", "sharded-overlap-kill"], ["ssp"])
+    assert out["sharded-overlap-kill"]["overlap"] is True
     assert out["sharded-int8-kill"]["resets"] == 0  # the killed worker's int8 residual came back from its executor's disk
 
 

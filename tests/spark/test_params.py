@@ -142,7 +142,8 @@ def test_params_are_pyspark_params_with_the_old_accessors_and_defaults():
     added = {"checkpointDir": None, "checkpointEvery": None, "dataTimeout": 86400.0, "serverTls": True, "serverCertFile": None,
              "serverKeyFile": None, "padValue": 0.0,  # issue 21's Params, after the declaration moved; issue 23's padValue
              "keepLocalOptimizer": False, "outerLearningRate": 0.7, "outerMomentum": 0.9,  # backend sharded's
-             "learningRate": None}  # issue 31's
+             "learningRate": None,  # issue 31's
+             "overlap": False}  # issue 43's
     assert {p.name: est.getOrDefault(p) for p in est.params if est.hasDefault(p)} == {**DEFAULTS_BEFORE, **added}
     assert sorted(p.name for p in est.params) == sorted(p.name for p in model.params) == sorted(BY_NAME)
     assert not est.isDefined("loss")

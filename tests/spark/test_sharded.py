@@ -143,3 +143,48 @@ def test_diloco_and_keep_local_optimizer_refuse_the_other_backends_and_auto_pick
         _estimator(keepLocalOptimizer=True, backend="rounds")._fit_config()
     fitted = _estimator(numWorkers=2, epochs=1, mode="diloco").fit(_unequal_df(spark))
     assert fitted.fitInfo["backend"] == "sharded" and "diloco" in fitted.fitInfo["backend_reason"]
+
+
+def test_overlap_trains_each_round_from_the_start_before_it_and_blocks_only_after_a_snapshot(spark, tmp_path):
+    """``overlap`` (the one-round-delayed rule, ``sparkdl.core.modes.overlap``): with a snapshot after
+    every round (one round an epoch, checkpointDir set) every round is a sync point, so the fit is the
+    blocking one; without snapshots, every round but the first trains from the start before its own:
+    another model, seeded (the same twice), that learns as well, with the same puts and bytes; the
+    workers' training is counted."""
+    df = _unequal_df(spark)
+    common = dict(numWorkers=2, shuffle=True, seed=7, backend="sharded")
+    one_round = dict(epochs=2, localSteps=5, **common)  # 48 and 30 rows, batch 10: one round an epoch
+    _close(_estimator(overlap=True, checkpointDir=str(tmp_path / "snapshots"), **one_round).fit(df),
+           _estimator(**one_round).fit(df), atol=1e-6)
+    three = dict(epochs=3, localSteps=1, **common)  # 5 rounds an epoch (partition 1 trains in 3 of them)
+    blocking = _estimator(**three).fit(df)
+    overlapped = _estimator(overlap=True, **three).fit(df)
+    again = _estimator(overlap=True, **three).fit(df)
+    _close(again, overlapped, atol=0.0)
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(overlapped.getKerasModel().get_weights(), blocking.getKerasModel().get_weights()))
+    assert 1e-4 < moved < 0.05, moved
+    info = overlapped.fitInfo
+    assert info["overlap"] is True and not blocking.fitInfo["overlap"]
+    assert info["worker_pushes"] == blocking.fitInfo["worker_pushes"] == [30, 18] and info["worker_dropped"] == [0, 0]
+    assert info["worker_bytes_pushed"] == blocking.fitInfo["worker_bytes_pushed"]
+    assert all(ms > 0 for ms in info["worker_train_ms"])
+    losses = overlapped.history["loss"]
+    assert losses[-1] < losses[0] and abs(losses[-1] - blocking.history["loss"][-1]) < 0.01
+
+
+def test_overlap_is_refused_on_the_backends_that_do_not_run_it_and_auto_picks_sharded(spark):
+    df = _unequal_df(spark)
+    for backend in ("ps", "rounds"):
+        errors = []
+
+        def fit(backend=backend):
+            try:
+                _estimator(numWorkers=2, epochs=1, overlap=True, backend=backend).fit(df)
+            except ConfigError as exc:
+                errors.append(str(exc))
+
+        assert jobs_started(spark, fit) == 0
+        assert errors == [f"overlap (rounds that never block training) is a setting of backend 'sharded'. Received: overlap=True, "
+                          f"backend={backend!r}"]
+    fitted = _estimator(numWorkers=2, epochs=1, localSteps=2, overlap=True).fit(df)
+    assert fitted.fitInfo["backend"] == "sharded" and "overlap=True runs only on backend 'sharded'" in fitted.fitInfo["backend_reason"]

@@ -49,6 +49,7 @@ class Backend:
             driver's process (or to each other): a slot per worker, executors that reach the driver.
         sliced: the state lives in the workers' slices, not on the driver (snapshots written by the owners).
         hands_over_to: the backend the fit goes on with after a node is lost for good, or None.
+        overlap: it runs rounds that never block training (``overlap``: :mod:`sparkdl.core.modes.overlap`).
     """
 
     name: str
@@ -64,6 +65,7 @@ class Backend:
     long_lived: bool
     sliced: bool = False
     hands_over_to: str | None = None
+    overlap: bool = False
 
     def runs_mode(self, mode: str) -> bool:
         """Whether this backend runs mode ``mode``."""
@@ -100,6 +102,9 @@ class Backend:
         if config.keep_local_optimizer and not self.local_optimizer:
             return (f"keepLocalOptimizer is a setting of {_names(b.name for b in BACKENDS.values() if b.local_optimizer)}. "
                     f"Received: keepLocalOptimizer=True, backend={self.name!r}")
+        if config.overlap and not self.overlap:
+            return (f"overlap (rounds that never block training) is a setting of "
+                    f"{_names(b.name for b in BACKENDS.values() if b.overlap)}. Received: overlap=True, backend={self.name!r}")
         if config.compression not in self.compressions:
             return (f"backend {self.name!r} sends updates {self.compressions_text}: compression={config.compression!r} runs on "
                     f"{_names(b.name for b in BACKENDS.values() if config.compression in b.compressions)}. Received: "
@@ -140,7 +145,7 @@ BACKENDS: dict[str, Backend] = {
     "sharded": Backend("sharded", "sparkdl.spark.backends.sharded.driver", asynchronous=False, per_worker=False,
                        elementwise_only=True, local_optimizer=True, compressions=(None, "fp16", "int8", "int4"),
                        compressions_text="in full precision, as fp16, or as int8 / int4 blockwise", validation=False, stragglers=False, long_lived=True,
-                       sliced=True),
+                       sliced=True, overlap=True),
 }
 
 
@@ -204,7 +209,7 @@ def choose_backend(cluster, config, state_bytes: int | None = None, validation: 
 
     A backend set by the user is kept. ``backend="auto"`` (the default), by the declared capabilities:
 
-    - a mode (or ``keepLocalOptimizer``) only one backend runs runs there;
+    - a mode (or ``keepLocalOptimizer``, or ``overlap``) only one backend runs runs there;
     - else a long-lived backend (no Spark job per round) when the cluster allows it, and ``rounds``
       otherwise, the first rule that fails naming why:
 
@@ -234,8 +239,9 @@ def choose_backend(cluster, config, state_bytes: int | None = None, validation: 
     able = [b for b in BACKENDS.values() if b.refusal(config, validation) is None]
     if len(able) == 1:
         cls = policy_class(config.mode)
-        what = ("keepLocalOptimizer" if config.keep_local_optimizer and not cls.local_optimizer else f"mode {config.mode!r}")
-        why = ("is asynchronous and runs" if cls.asynchronous else
+        what = ("overlap=True" if config.overlap else
+                "keepLocalOptimizer" if config.keep_local_optimizer and not cls.local_optimizer else f"mode {config.mode!r}")
+        why = ("runs" if config.overlap else "is asynchronous and runs" if cls.asynchronous else
                "keeps each worker's optimizer and runs" if cls.local_optimizer or config.keep_local_optimizer else "runs")
         return BackendChoice(able[0].name, f"auto: {what} {why} only on backend {able[0].name!r}")
     if not able:

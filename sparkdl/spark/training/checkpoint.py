@@ -65,6 +65,7 @@ def fit_identity(job, policy) -> dict:
         "compression": {"method": config.compression,
                         "threshold": config.compression_threshold if config.compression == "threshold" else None},
         "keep_local_optimizer": bool(config.keep_local_optimizer or policy.local_optimizer),
+        "overlap": bool(config.overlap),
         "min_workers_per_round": config.min_workers(job.workers),
         "data": {"partition_rows": [int(n) for n in job.plan.partition_rows]},
     }

@@ -148,18 +148,20 @@ class DiskCopies:
     Args:
         folder: the fit's directory on this executor (Spark's per-application files directory).
         has_optimizer: whether the slices hold optimizer pieces.
+        keep: the versions of each slice kept (one more than :data:`KEEP_ON_DISK` with ``overlap``,
+            whose rounds train from the start before their own).
     """
 
-    def __init__(self, folder: str, has_optimizer: bool) -> None:
-        self.folder, self.has_optimizer = folder, has_optimizer
+    def __init__(self, folder: str, has_optimizer: bool, keep: int = KEEP_ON_DISK) -> None:
+        self.folder, self.has_optimizer, self.keep = folder, has_optimizer, keep
 
     def path(self, slice_index: int, version: int) -> str:
         return os.path.abspath(os.path.join(self.folder, f"slice-{slice_index}-v{version}.arrow"))
 
     def write(self, slice_index: int, version: SliceVersion) -> None:
-        """Keep ``version`` of slice ``slice_index``; drop the versions older than the last two."""
+        """Keep ``version`` of slice ``slice_index``; drop the versions older than the last :attr:`keep`."""
         write_slice(self.path(slice_index, version.version), version, self.has_optimizer)
-        for old in self.versions(slice_index)[:-KEEP_ON_DISK]:
+        for old in self.versions(slice_index)[:-self.keep]:
             try:
                 os.remove(self.path(slice_index, old))
             except OSError:

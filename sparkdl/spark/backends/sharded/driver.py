@@ -16,7 +16,8 @@ are the all-gather. Per round a worker sends and receives (N−1)/N·S of its pi
 slice's new version to its backup holder) and (N−1)/N·S_f of the start it pulls: (2N−1)/N·S_f each
 way in full precision, as the emulated cluster's links measure (S_f: the float32 state, 12 bytes a
 parameter with Adam's, 4 with ``keepLocalOptimizer``; S: what it puts, S_f or, per value, 2 bytes
-with ``fp16``, 1.02 with ``int8``, 0.52 with ``int4``); the driver moves a few hundred bytes per worker.
+with ``fp16``, 1.02 with ``int8``, 0.52 with ``int4``); the driver moves a few hundred bytes per worker. With ``overlap`` the same bytes move while the
+workers train the next round (:mod:`sparkdl.core.modes.overlap`); the driver's loop is unchanged.
 
 The driver never holds the whole state while the fit trains: it serves each slice's start once,
 fetches the weights at an epoch's end only when a callback needs the model, and assembles the
@@ -192,7 +193,8 @@ class ShardedTransport:
             tls=self.identity.pin() if self.identity is not None else None, first=first, last=self.total_slots,
             keep_local_optimizer=self.keep_local, fresh_optimizer=self.fresh_optimizer, encoding=config.compression,
             heartbeat_s=config.heartbeat_s,
-            checkpoint=self.checkpoint,
+            checkpoint=self.checkpoint, overlap=config.overlap, snapshots=self.options.snapshots,
+            snapshot_every=config.checkpoint_every if config.checkpoint_dir else None,
         )
         out = job.data.df.mapInArrow(lambda batches: sharded_partition(spec, batches), RESULT_SPARK_SCHEMA)
         tag = f"sparkdl-{job.fit_id}-sharded-{first}"
@@ -356,10 +358,11 @@ class ShardedTransport:
         out = {"server_location": self.coordinator.location, "server_bind": self.bind, "server_tls": self.identity is not None,
                "task_attempts": self.coordinator.attempts(), "silent_attempts_killed": list(self.stages.monitor.killed), "slices": self.layout.owners, "slice_bytes": self.layout.nbytes() // self.layout.owners,
                "keep_local_optimizer": self.keep_local, "driver_bytes_fetched": self.fetched_bytes,
+               "overlap": self.job.config.overlap,
                "coordinator": self.coordinator.stats(), "slice_map_version": self.board.map_version}
         if self.results:
             rows = pa.concat_tables(self.results).to_pydict()
-            for key in ("rows", "steps", "pushes", "dropped", "retrained", "bytes_pushed", "bytes_pulled"):
+            for key in ("rows", "steps", "pushes", "dropped", "retrained", "bytes_pushed", "bytes_pulled", "train_ms", "wait_ms"):
                 per = {}
                 for partition, value in zip(rows["partition"], rows[key], strict=True):
                     per[partition] = per.get(partition, 0) + value

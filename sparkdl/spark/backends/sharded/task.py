@@ -13,6 +13,11 @@ last)``, once the driver opened it:
    to owner j, keeping the pieces until the round closes, and reports its rows and metric sums to
    the coordinator.
 
+With ``overlap`` (:mod:`sparkdl.core.modes.overlap`), steps 1 and 3 leave the critical path: a
+background sender puts round g's pieces, reports, waits for the driver to open round g + 1 and
+pulls its start, while the worker trains round g + 1 from round g's start (pulled during round g);
+the worker waits only for the sender of the round before (one round in flight) and at a sync point.
+
 When the slice map changes during a round (an owner's task was retried), it puts its pieces of the
 open round to the new owner again, and sends its own slice's versions to a new backup holder.
 After its last slot it waits for the driver's stop (the driver reads the final slices first), then
@@ -40,6 +45,7 @@ from sparkdl.core.blockwise import BLOCKWISE, encode_piece
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import encode_update
 from sparkdl.core.modes import get_policy, policy_class
+from sparkdl.core.modes.overlap import DelayedRound
 from sparkdl.core.slices import SliceLayout
 from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import RoundTimeoutError
@@ -48,14 +54,14 @@ from sparkdl.server.slices import SliceClient, SliceLost, SliceServer, SliceVers
 from sparkdl.server.tls import TLSPin, self_signed
 from sparkdl.spark.partitions import release, spill_dir
 from sparkdl.spark.training import recovery, worker_state
-from sparkdl.spark.training.recovery import DiskCopies, Look
+from sparkdl.spark.training.recovery import KEEP_ON_DISK, DiskCopies, Look
 from sparkdl.spark.training.tasks import TaskSpec, prepare_worker, replica_for
 from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_rows, train_slot
 
 log = logging.getLogger("sparkdl")
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
                            ("partition", "attempt", "rows", "steps", "pushes", "dropped", "retrained", "local_resets",
-                            "bytes_pushed", "bytes_pulled")])
+                            "bytes_pushed", "bytes_pulled", "train_ms", "wait_ms")])
 RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)
 WAIT_CHUNK_S = 2.0  # a wait on the coordinator lasts at most this long before the worker looks again
 HANDOFF_S = 60.0  # how long a superseded attempt keeps serving its slice for the attempt that replaces it (seconds)
@@ -83,7 +89,10 @@ class ShardedTaskSpec:
     ``encoding``: None, ``"fp16"`` (contributions as float16 differences from the round's start), or
     ``"int8"`` / ``"int4"`` (blockwise integer differences with error feedback: :mod:`sparkdl.core.blockwise`);
     ``checkpoint``: a sharded checkpoint's slices to start from (``{"uris": [...], "sha256": [...],
-    "version": int}``), or None.
+    "version": int}``), or None;
+    ``overlap``: rounds that never block training, with sync points at the stage's first round and,
+    with ``snapshots``, at each epoch's start and after each ``snapshot_every`` rounds
+    (:class:`~sparkdl.core.modes.overlap.DelayedRound`).
     """
 
     task: TaskSpec
@@ -101,6 +110,9 @@ class ShardedTaskSpec:
     fresh_optimizer: bool = False
     encoding: str | None = None
     checkpoint: dict | None = None
+    overlap: bool = False
+    snapshots: bool = False
+    snapshot_every: int | None = None
     heartbeat_s: float = 2.0
     call_timeout_s: float = 30.0
     retries: int = 3
@@ -212,7 +224,10 @@ class ShardedWorker:
         self.policy = get_policy(spec.mode, **settings)
         self.fresh: list[np.ndarray] | None = None  # the replica's fresh optimizer state (fresh_optimizer)
         self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "retrained": 0, "local_resets": 0,
-                       "bytes_pushed": 0, "bytes_pulled": 0}
+                       "bytes_pushed": 0, "bytes_pulled": 0, "train_ms": 0, "wait_ms": 0}
+        self.delay = DelayedRound(spec.first, self.plan.rounds_per_epoch if spec.snapshots else None,
+                                  spec.snapshot_every) if spec.overlap else None
+        self.starts: dict[int, ModelState] = {}  # overlap: round -> its start, pulled ahead by the sender
         self.map_version = -1
         self.registrations: list[dict | None] = [None] * self.owners
         self._clients: dict[int, SliceClient] = {}
@@ -225,7 +240,7 @@ class ShardedWorker:
         self.final = False
         self.own_optimizer: list[np.ndarray] | None = None
         self.residual: dict[int, ModelState] = {}  # int8/int4: what quantization left of this worker's piece j (error feedback)
-        self.disk = DiskCopies(spill_dir(task.fit_id), self.layout.has_optimizer)
+        self.disk = DiskCopies(spill_dir(task.fit_id), self.layout.has_optimizer, KEEP_ON_DISK + int(spec.overlap))
 
     # ---- the slice server and the slice map ----------------------------------------------------
 
@@ -236,7 +251,8 @@ class ShardedWorker:
         host = reachable_address(spec.location)
         self.server = SliceServer(self.partition, self.layout, self.policy, self.expected,
                                   names=self.layout.names(list(spec.names), self.partition), token=spec.token, tls=identity,
-                                  host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self.disk.write)
+                                  host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self.disk.write,
+                                  keep_previous=spec.overlap)
         self.server.start()
         reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
                                           identity.fingerprint, self.layout.to_json(), stage_id=self.stage_id)
@@ -301,7 +317,7 @@ class ShardedWorker:
                 self._put(owner, piece, meta)
         holder = holder_of(self.partition, self.owners)
         if holder is not None and holder in changed and self.server is not None:
-            for version in sorted(v.version for v in (self.server.committed, self.server.candidate) if v is not None):
+            for version in sorted(v.version for v in (self.server.previous, self.server.committed, self.server.candidate) if v is not None):
                 self._send_backup(version)
 
     def _restore(self, reply: dict) -> None:
@@ -357,21 +373,25 @@ class ShardedWorker:
                             f"task attempt {self.attempt}; backup holder: {where}; {'; '.join(map(str, looks)) or 'no source'}). Its "
                             "owner and every copy of it were lost together (two executors at once?): no retry can mend this; "
                             "resume from the fit's checkpointDir")
-        committed, candidate, backups, what = found
-        self.server.install(committed, candidate)
+        committed, candidate, backups, what, before = found
+        if self.spec.overlap and before is None and version > 0:
+            log.warning("sparkdl: slice %d restored at version %d without version %d: a worker that has to train round %d "
+                        "again will not find its start", self.partition, version, version - 1, version)
+        self.server.install(committed, candidate, before)
         for k, kept in backups:
             self.server.keep_backup(k, kept)
         log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
 
     def _look(self, source: str, version: int, previous: dict | None, looks: list[Look]) -> tuple | None:
         """Ask one source for this slice's ``version``; returns ``(committed, candidate, backups,
-        what)`` when it holds it, else None (its answer appended to ``looks``)."""
+        what, previous)`` when it holds it (``previous``: version − 1, with ``overlap``, when held),
+        else None (its answer appended to ``looks``)."""
         if source == recovery.DISK:
             committed = self.disk.read(self.partition, version)
             looks.append(Look("this executor's disk", "here", self.disk.versions(self.partition)))
             if committed is None:
                 return None
-            return committed, self.disk.read(self.partition, version + 1), [], "this executor's disk"
+            return committed, self.disk.read(self.partition, version + 1), [], "this executor's disk", self._previous_on_disk(version)
         holder = holder_of(self.partition, self.owners)
         if source == recovery.PREVIOUS:
             asked = [("its previous owner", previous)]
@@ -396,6 +416,8 @@ class ShardedWorker:
                     has_optimizer = self.layout.has_optimizer
                     committed = client.fetch(f"held:{self.partition}:{version}", has_optimizer)
                     candidate = client.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in versions else None
+                    before = (client.fetch(f"held:{self.partition}:{version - 1}", has_optimizer)
+                              if self.spec.overlap and version - 1 in versions else None)
                     backups = []
                     if source == recovery.PREVIOUS:  # it is on its way out: take what it kept for a neighbour, then release it
                         backups = self._take_backups(client)
@@ -403,10 +425,14 @@ class ShardedWorker:
                             client.release()
                         except Exception:  # noqa: BLE001 - it may be gone already
                             pass
-                return committed, candidate, backups, f"{what} at {registration['location']}"
+                return committed, candidate, backups, f"{what} at {registration['location']}", before
             except Exception as exc:  # noqa: BLE001 - the next source
                 looks.append(Look(what, registration["location"], error=f"{type(exc).__name__}: {str(exc)[:160]}"))
         return None
+
+    def _previous_on_disk(self, version: int) -> SliceVersion | None:
+        """With ``overlap``: this slice's ``version − 1`` on this executor's disk, or None."""
+        return self.disk.read(self.partition, version - 1) if self.spec.overlap and version > 0 else None
 
     def _serve_disk_copies(self) -> None:
         """Serve every copy of another slice this executor's disk holds (a neighbour's backup that a
@@ -525,8 +551,12 @@ class ShardedWorker:
         retried = reply["registrations"] > 1
         if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:
             self._own_state(first)
-        for g in range(first, spec.last):
+        if self.delay is not None:
+            self._run_overlapped(first, retried)
+        for g in range(first, spec.last) if self.delay is None else ():
+            waited = time.perf_counter()
             answer = self.wait_open(g)
+            self._waited(waited)
             if answer["stop"]:
                 self.stopped = True
                 break
@@ -639,22 +669,119 @@ class ShardedWorker:
         if not answer.get("applied"):
             self.counts["dropped"] += 1
 
+    def _waited(self, since: float) -> None:
+        """Count the seconds since ``since`` (``time.perf_counter``) as training held up by the exchange."""
+        self.counts["wait_ms"] += int(1000 * (time.perf_counter() - since))
+
     def _train_round(self, g: int, answer: dict) -> None:
-        spec, task = self.spec, self.spec.task
+        """A blocking round: pull round ``g``'s start, train τ steps, put the pieces and report."""
+        waited = time.perf_counter()
         start = self._pull_start(g)
+        self._waited(waited)
+        base = start if self.spec.encoding is not None else None  # what fp16, int8 and int4 differences are taken from
+        state, rows, steps, metrics = self._train(g, start, answer.get("learning_rate"))
+        del start  # the replica holds its copy: the pulled arrays are not kept through training and the puts
+        waited = time.perf_counter()
+        self._contribute(g, state, base, rows, steps, metrics, self.own_optimizer)
+        self._waited(waited)
+
+    def _train(self, g: int, start: ModelState, learning_rate: float | None) -> tuple[ModelState, int, int, list]:
+        """Train round ``g``'s τ steps from ``start``; returns ``(state, rows, steps, metric sums)``,
+        ``state`` the weights alone with ``keepLocalOptimizer`` (whose state the worker keeps)."""
+        spec = self.spec
         if spec.keep_local_optimizer:
             self.replica.set_state(ModelState(start.weights, self.own_optimizer))
         else:
             self.replica.set_state(start)
-        if answer.get("learning_rate") is not None:
-            self.replica.set_learning_rate(answer["learning_rate"])
-        base = start if spec.encoding is not None else None  # what fp16, int8 and int4 differences are taken from
-        del start  # the replica holds its copy: the pulled arrays are not kept through training and the puts
-        metrics, rows, steps = train_slot(task, self.replica, self.data, self.partition, g, self.attempt_number)
+        if learning_rate is not None:
+            self.replica.set_learning_rate(learning_rate)
+        started = time.perf_counter()
+        metrics, rows, steps = train_slot(spec.task, self.replica, self.data, self.partition, g, self.attempt_number)
         state = self.replica.get_state()
+        self.counts["train_ms"] += int(1000 * (time.perf_counter() - started))
         if spec.keep_local_optimizer:
             self.own_optimizer = list(state.optimizer)
             state = ModelState(state.weights, None)
+        return state, rows, steps, metrics
+
+    def _run_overlapped(self, first: int, retried: bool) -> None:
+        """``overlap``: train each round from :meth:`DelayedRound.base`'s start while a background
+        sender (:meth:`_send`) puts the round before and pulls the next start; at most one round in
+        flight. Raises what the sender raised."""
+        spec, delay = self.spec, self.delay
+        slots = self._slots()
+        sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sparkdl-send-{self.partition}")
+        in_flight = None
+        try:
+            for g in range(first, spec.last):
+                if g not in slots:
+                    continue
+                b = delay.base(g)
+                waited = time.perf_counter()
+                if b == g and in_flight is not None:  # a sync point: the exchange before it drains
+                    in_flight.result()
+                    in_flight = None
+                answer = self.wait_open(b)
+                if answer["stop"] or self.stopped:
+                    self.stopped = True
+                    break
+                if answer["late"] and b == g:
+                    continue
+                for old in [r for r in self.starts if r < b]:
+                    del self.starts[old]
+                start = self.starts.get(b)
+                if start is None:
+                    start = self.starts[b] = self._pull_start(b)
+                self._waited(waited)
+                if retried and g == first:
+                    self.counts["retrained"] += 1
+                state, rows, steps, metrics = self._train(g, start, answer.get("learning_rate"))
+                waited = time.perf_counter()
+                if in_flight is not None:
+                    in_flight.result()
+                self._waited(waited)
+                if self.stopped:
+                    break
+                in_flight = sender.submit(self._send, g, start, state, rows, steps, metrics, self.own_optimizer)
+                del start, state
+            if in_flight is not None:
+                waited = time.perf_counter()
+                in_flight.result()
+                self._waited(waited)
+        finally:
+            sender.shutdown(wait=False, cancel_futures=True)
+            self.starts.clear()
+
+    def _send(self, g: int, base: ModelState, state: ModelState, rows: int, steps: int, metrics, own_optimizer) -> None:
+        """The sender of an overlapped round ``g`` (trained from ``base``): once the driver opened
+        round g, carry the state onto round g's start (:meth:`DelayedRound.carry`), put its pieces
+        and report; then, unless it is the last, wait for round g + 1 to open and pull its start."""
+        answer = self.wait_open(g)
+        if answer["stop"]:
+            self.stopped = True
+            return
+        if not answer["late"]:  # late: round g closed with this worker's contribution (a retried attempt's round)
+            start = base if self.delay.base(g) == g else self.starts.get(g)
+            if start is None:
+                start = self.starts[g] = self._pull_start(g)
+            if start is not base:
+                state = DelayedRound.carry(state, base, start)
+            self.pending = {}
+            self._contribute(g, state, start if self.spec.encoding is not None else None, rows, steps, metrics, own_optimizer)
+            del start, state
+        if g + 1 < self.spec.last:
+            ahead = self.wait_open(g + 1)
+            if ahead["stop"]:
+                self.stopped = True
+                return
+            if g + 1 not in self.starts:
+                self.starts[g + 1] = self._pull_start(g + 1)
+
+    def _contribute(self, g: int, state: ModelState, base: ModelState | None, rows: int, steps: int, metrics,
+                    own_optimizer: list[np.ndarray] | None) -> None:
+        """Put round ``g``'s pieces of ``state`` to their owners (differences from ``base`` with an
+        encoding), keep what the worker keeps of its own, and report the round to the coordinator."""
+        spec, task = self.spec, self.spec.task
         meta = {"round": g, "worker": self.partition, "attempt": self.attempt, "rows": rows, "encoding": spec.encoding}
         if spec.encoding in BLOCKWISE:  # each piece quantized against its own start, with its own residual
             starts = self.layout.split(base if state.optimizer is not None else ModelState(base.weights, None))
@@ -668,7 +795,7 @@ class ShardedWorker:
         del base
         if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:  # kept for a retried task on this executor
             residual = _flatten(self.residual) if spec.encoding in BLOCKWISE else None
-            worker_state.save(task.fit_id, self.partition, WorkerLocal(g, residual, self.own_optimizer))
+            worker_state.save(task.fit_id, self.partition, WorkerLocal(g, residual, own_optimizer))
         self.pending = {j: (pieces[j], meta) for j in range(self.owners)}
         list(self.pool.map(lambda j: self._put(j, pieces[j], meta), range(self.owners)))
         nbytes = sum(a.nbytes for p in pieces for a in [*p.weights, *(p.optimizer or [])])
