@@ -11,7 +11,9 @@ and the runs of backend ``sharded`` (the state in one slice per worker, owned by
 ``keepLocalOptimizer=True`` and ``compression="fp16"``: each worker puts its fp16 weights alone) and
 ``diloco`` (``conf/mnist_cnn_diloco.yaml``: τ = 32 inner Adam steps, an outer Nesterov step η = 0.7,
 μ = 0.9 on the averaged delta, the workers keeping their optimizers), as Jin, Yuan, Iandola and
-Keutzer ("How to scale distributed deep learning?", 2016) compare theirs.
+Keutzer ("How to scale distributed deep learning?", 2016) compare theirs. And, on ``sharded``,
+``sharded``, ``bmuf_sharded`` and ``diloco`` each with ``_overlap`` (rounds that never block),
+``_int8``, ``_int4`` and ``_overlap_int8`` / ``_overlap_int4`` (not in the default ``--modes``).
 
 The 2,000 test rows are the fit's ``validationData``, so each epoch's test accuracy comes from
 the history (``val_accuracy``, exact over all test rows) and is plotted against the fit's
@@ -58,6 +60,15 @@ RUNS = {  # name -> (config file, extra fit settings)
     "sharded": ("conf/mnist_cnn_sharded.yaml", {}),
     "sharded_lean": ("conf/mnist_cnn_sharded.yaml", {"keepLocalOptimizer": True, "compression": "fp16"}),
     "diloco": ("conf/mnist_cnn_diloco.yaml", {}),
+    # issue 43: rounds that never block (overlap) and few bits (int8 / int4) on backend sharded, each mode beside its blocking run
+    **{f"{prefix}{suffix}": (path, {**base, **extra})
+       for prefix, path, base in (("sharded", "conf/mnist_cnn_sharded.yaml", {}),
+                                  ("bmuf_sharded", "conf/mnist_cnn_bmuf.yaml", {"backend": "sharded"}),
+                                  ("diloco", "conf/mnist_cnn_diloco.yaml", {}))
+       for suffix, extra in (("_overlap", {"overlap": True}), ("_int8", {"compression": "int8"}), ("_int4", {"compression": "int4"}),
+                             ("_overlap_int8", {"overlap": True, "compression": "int8"}),
+                             ("_overlap_int4", {"overlap": True, "compression": "int4"}))},
+    "bmuf_sharded": ("conf/mnist_cnn_bmuf.yaml", {"backend": "sharded"}),
 }
 
 
@@ -171,7 +182,7 @@ def plot(results: list[dict], path: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--modes", default=",".join(RUNS))
+    parser.add_argument("--modes", default=",".join(r for r in RUNS if not r.endswith(("overlap", "int8", "int4")) and r != "bmuf_sharded"))
     parser.add_argument("--plot", default=os.path.join(ROOT, "benchmarks", "compare_modes.png"))
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args()

@@ -161,7 +161,8 @@ IMAGENET_ROWS = 1_281_167
 REDUCE_MIN_BYTES = 64 * 2**20  # sparkdl.spark.backends.rounds.reduce.EXECUTOR_REDUCE_MIN_BYTES
 HOROVOD_EFFICIENCY = 0.90  # Sergeev & Del Balso 2018, Inception V3 and ResNet-101 on 512 GPUs
 CONTROL_BYTES = 1e3  # sharded: bytes a worker exchanges with the driver per round each way (control, metrics)
-SHARDED = ("sharded", "sharded_local")  # the full state travels / the weights alone (keepLocalOptimizer)
+# the full state travels / the weights alone (keepLocalOptimizer); "_overlap": rounds that never block (overlap=True)
+SHARDED = ("sharded", "sharded_local", "sharded_overlap", "sharded_local_overlap")
 HEADER_FACTOR = 1514 / 1448  # link bytes per TCP payload byte at MTU 1500: a 1514-byte frame (Ethernet 14) carries 1448 (IPv4 20, TCP 32)
 TORRENT_BLOCK = 4 * 2**20  # spark.broadcast.blockSize: a torrent broadcast's block
 
@@ -233,8 +234,9 @@ def sharded_worker_bytes(n: int, synced: float, up: float) -> float:
 
 
 def update_bytes(state: float, compression: str | None) -> float:
-    """S_up: bytes of a worker's update."""
-    return state / 2 if compression == "fp16" else state
+    """S_up: bytes of a worker's update (int8 / int4: a byte or half a byte a value and a float32 scale per 256)."""
+    per_value = {"fp16": 2.0, "int8": 1 + 4 / 256, "int4": 0.5 + 4 / 256}.get(compression, 4.0)
+    return state * per_value / 4
 
 
 def sharded_terms(backend: str, n: int, state: float, compression: str | None, bandwidth: float, costs: Costs) -> dict:
@@ -242,7 +244,7 @@ def sharded_terms(backend: str, n: int, state: float, compression: str | None, b
     (L_sharded), ``network`` (the reduce-scatter and the all-gather at B_eff), ``server`` (the
     owner's sum and rule, the workers' packing and fp16 coding) and ``flight``: whether B_flight,
     not the line rate, bounds the bytes."""
-    synced = state / 3 if backend == "sharded_local" else state  # S_f: the weights alone (4 bytes a parameter) or the state
+    synced = state / 3 if backend.startswith("sharded_local") else state  # S_f: the weights alone (4 bytes a parameter) or the state
     up = update_bytes(synced, compression)
     sum_rate = costs.codec_rate if compression else costs.sum_rate
     coding = 2 * synced / costs.codec_rate if compression else 0.0
@@ -287,7 +289,10 @@ def round_seconds(backend: str, n: int, state: float, compression: str | None, t
         return compute + 2 * (n - 1) * RING_ALPHA_S + 2 * (n - 1) / n * ring_bytes(state, compression) / payload
     if backend in SHARDED:
         terms = sharded_terms(backend, n, state, compression, bandwidth, costs)
-        return compute + terms["scheduling"] + terms["network"] + terms["server"]
+        exchange = terms["scheduling"] + terms["network"] + terms["server"]
+        if backend.endswith("_overlap"):  # the exchange runs during the next round's steps: the longer of the two
+            return max(compute, exchange)
+        return compute + exchange
     raise ValueError(f"backend must be rounds, ps, sharded, sharded_local or ring. Received: {backend!r}")
 
 
@@ -480,6 +485,8 @@ def tau_for(backend: str, compression: str | None, n: int, params: float, gbps: 
 TAU_DESIGNS = [("rounds (Adam state)", "rounds", None), ("ps (Adam state)", "ps", None),
                ("sharded, full Adam state", "sharded", None), ("sharded, keepLocalOptimizer", "sharded_local", None),
                ("sharded, keepLocalOptimizer + fp16", "sharded_local", "fp16"),
+               ("sharded, overlap + int8", "sharded_overlap", "int8"),
+               ("sharded, keepLocalOptimizer + overlap + int8", "sharded_local_overlap", "int8"),
                ("ring (fp32 gradients)", "ring", None)]
 
 
@@ -784,7 +791,7 @@ def main() -> None:
     for label, backend, compression in designs:
         taus = [tau_for(backend, compression, n, 1e8, g, gpu_flops, args.batch, args.reuse, costs) for n, g in tau_cols]
         print(f"| {label} | " + " | ".join(str(t) if t else "-" for t in taus) + " |"
-              + (" " + " / ".join(map(str, TAU_BEFORE[label])) + " |" if before else ""))
+              + (" " + " / ".join(map(str, TAU_BEFORE.get(label, ("-",)))) + " |" if before else ""))
         if args.json:
             for (n, g), t in zip(tau_cols, taus):
                 print(json.dumps({"tau90": t, "design": label, "backend": backend, "compression": compression, "workers": n, "gbps": g,

@@ -400,7 +400,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         "error feedback; Strom 2015), on backends `rounds` and `ps`; or, on backend `sharded`, `int8` / `int4` (the "
         "update relative to the round's start in blocks of 256 values, one float32 scale a block and a byte or half a "
         "byte a value, the rounding error kept by the worker and added to its next update; 1.02 and 0.52 bytes a "
-        "value). The asynchronous modes compress every push but each worker's last. With "
+        "value; the weights' update alone travels: each worker keeps its optimizer state, as with `keepLocalOptimizer`). The asynchronous modes compress every push but each worker's last. With "
         "`1bit`/`threshold` the optimizer state stays on each worker (the fitted "
         "model keeps the initial one); `fitInfo[\"update_bytes\"]` counts the bytes the driver received")),
     _P("compressionThreshold", "float", 0.01, rule="a number > 0", config="fit", example=0.001, doc=(

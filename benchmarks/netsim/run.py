@@ -30,8 +30,9 @@ the sender), and the formulas' bytes (payload × the header factor) and the meas
 ``sharded`` runs in the settings named after a ``+`` (``sharded+overlap``, ``sharded+overlap+int8``,
 ``sharded+int4``, ...): ``overlap`` (rounds that never block training) and a ``compression``; its
 formula then counts the puts in their bytes a value (S_q: 2 with fp16, 1 + 4/256 with int8, 0.5 +
-4/256 with int4, against 4) and the pulls and the backup in float32: (N−1)/N·(S_q + S) + S/N each
-way. With ``--local-steps`` τ > 1 the data grows to τ batches a round (made on the executors), and
+4/256 with int4, against 4) and the pulls and the backup in float32: (N−1)/N·(S_q + S_f) + S_f/N each
+way, S_f the state that travels (S; the weights alone, S/3 with Adam, with int8 / int4, whose workers
+keep their optimizer state). With ``--local-steps`` τ > 1 the data grows to τ batches a round (made on the executors), and
 each line adds the compute share: a worker's training seconds per round (``fitInfo``'s
 ``worker_train_ms``, every round of the fit) over the wall seconds per round of the epochs after the
 first (``epoch_round_s``), and ``samples_per_s`` (N·τ·batch over ``epoch_round_s``).
@@ -193,14 +194,13 @@ def random_rows(batches):
     import numpy as np
     import pyarrow as pa
 
-    import round_overhead as ro
-
+    inputs, classes = 784, 10  # round_overhead's INPUTS and CLASSES (benchmarks/ is not on the executors' path)
     for batch in batches:
         ids = batch.column(0).to_numpy()
         rng = np.random.default_rng(int(ids[0]) if len(ids) else 0)
-        x = rng.random((len(ids), ro.INPUTS), dtype=np.float32)
-        features = pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, ro.INPUTS, dtype=np.int32)), pa.array(x.reshape(-1)))
-        labels = pa.array(rng.integers(0, ro.CLASSES, len(ids)).astype(np.float64))
+        x = rng.random((len(ids), inputs), dtype=np.float32)
+        features = pa.ListArray.from_arrays(pa.array(np.arange(0, x.size + 1, inputs, dtype=np.int32)), pa.array(x.reshape(-1)))
+        labels = pa.array(rng.integers(0, classes, len(ids)).astype(np.float64))
         yield pa.RecordBatch.from_arrays([features, labels], names=["features", "label"])
 
 
@@ -218,8 +218,9 @@ def summarize(entry, n, description, args, probe, info, state, factor, step_s, f
     if backend == "ps":
         formula = {"driver": n * s, **{h: s for h in hosts[1:]}}
     elif backend == "sharded":
-        put = s * PUT_BYTES[compression] / 4
-        formula = {"driver": 0.0, **{h: (n - 1) / n * (put + s) + s / n for h in hosts[1:]}}
+        synced = s / 3 if compression in ("int8", "int4") else s  # int8 / int4: the weights alone (workers keep Adam's state)
+        put = synced * PUT_BYTES[compression] / 4
+        formula = {"driver": 0.0, **{h: (n - 1) / n * (put + synced) + synced / n for h in hosts[1:]}}
     seconds = info.get("seconds", {})
     total_rounds = len(probe.rounds)
     epoch_round_s = sum(e["seconds"] for e in warm_epochs) / rounds

@@ -105,6 +105,7 @@ class RoundBoard:
         self.stopped = False
         self.late = 0
         self.learning_rate: float | None = None
+        self._rates: dict[int, float | None] = {}  # round -> the learning rate it was opened with (the last three)
         self.collect = False
         self._starts: ModelState | list[ModelState] | None = None
         self._expected: set[int] = set()
@@ -139,6 +140,9 @@ class RoundBoard:
             self._starts = starts if isinstance(starts, ModelState) or starts is None else list(starts)
             self._expected = set(expected)
             self.learning_rate, self.collect = learning_rate, collect
+            self._rates[index] = learning_rate  # what wait_open answers for this round later too (overlap trains behind)
+            for old in [r for r in self._rates if r < index - 2]:
+                del self._rates[old]
             self.opened, self.closed = index, False
             self._cond.notify_all()
 
@@ -204,7 +208,7 @@ class RoundBoard:
             is_open = self.opened == index and not self.closed
             late = self.opened > index or (self.opened == index and self.closed)
             return {"round": self.opened, "open": is_open and not self.stopped, "late": late and not self.stopped,
-                    "stop": self.stopped, "learning_rate": self.learning_rate, "collect": self.collect,
+                    "stop": self.stopped, "learning_rate": self._rates.get(index, self.learning_rate), "collect": self.collect,
                     "validate": self._val_pending(worker)}
 
     # ---- validation inside the workers' tasks ----------------------------------------------------

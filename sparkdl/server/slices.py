@@ -19,7 +19,7 @@ momentum). A round g, as the owner sees it:
 
 A lost owner's slice is served again by its retried task: from the previous owner's server when it
 still runs (a stage that ended at an epoch's end), else from the backup its holder keeps (the last
-two versions); the other workers put their contributions of the open round again. A slice that can
+two versions; three with ``overlap``, whose rounds train from the start before their own); the other workers put their contributions of the open round again. A slice that can
 be found nowhere fails the fit, naming it (:class:`SliceLost`).
 
 Protocol (Arrow Flight, TLS with a certificate each server makes for itself and registers with the
@@ -27,7 +27,7 @@ coordinator, the fit's bearer token on every call; arrays in :mod:`sparkdl.serve
 roles ``weight``, ``optimizer``, ``mode`` named ``m/<key>/<i>``):
 
 * ``DoGet`` ``start:<g>``: the start of round g (waits up to :data:`WAIT_S` for it; UNAVAILABLE
-  when it is not there yet). ``master:<v>``: the slice's master at version v (-1: the newest);
+  when it is not there yet; an error when it is older than every version held: gone for good). ``master:<v>``: the slice's master at version v (-1: the newest);
   ``weights:<v>``, ``optimizer:<v>``: its weights, its optimizer state alone. ``held:<k>:<v>``: version v of slice k as this server holds
   it (its own, or a backup of slice k).
 * ``DoPut`` with a JSON command ``{"kind": "contrib", "round", "worker", "attempt", "rows",
@@ -276,12 +276,20 @@ class SliceServer(FlightEndpoint):
         """Round ``g``'s start from this slice (its worker's own pull, in process), committing the
         candidate of version ``g`` (the driver opened round g); None when it is not held within
         ``timeout_s`` seconds."""
+        if self.gone(g):
+            raise ServerError(f"slice {self.owner} no longer holds round {g}'s start (its oldest version is newer)")
         found = self.wait_version(g, timeout_s)
         if found is None:
             return None
         with self._cond:
             self._commit(g)
         return found.start
+
+    def gone(self, version: int) -> bool:
+        """Whether ``version`` (>= 0) is older than every version this slice holds: gone for good."""
+        with self._lock:
+            oldest = min((v.version for v in (self.previous, self.committed, self.candidate) if v is not None), default=None)
+        return oldest is not None and 0 <= version < oldest
 
     def wait_version(self, version: int, timeout_s: float) -> SliceVersion | None:
         """Wait up to ``timeout_s`` seconds until this slice holds ``version`` (-1: any)."""
@@ -452,10 +460,8 @@ class SliceServer(FlightEndpoint):
         except ValueError:
             numbers = []
         if kind in ("start", "master", "weights", "optimizer") and len(numbers) == 1:
-            with self._lock:
-                oldest = min((v.version for v in (self.previous, self.committed, self.candidate) if v is not None), default=None)
-            if oldest is not None and 0 <= numbers[0] < oldest:  # gone for good: asking again cannot help
-                raise flight.FlightServerError(f"slice {self.owner} no longer holds version {numbers[0]} (its oldest is {oldest})")
+            if self.gone(numbers[0]):  # asking again cannot help
+                raise flight.FlightServerError(f"slice {self.owner} no longer holds version {numbers[0]}")
             found = self.wait_version(numbers[0], WAIT_S)
             if found is None:
                 raise flight.FlightUnavailableError(f"slice {self.owner} does not hold version {numbers[0]} yet; ask again")
@@ -531,6 +537,7 @@ class SliceServer(FlightEndpoint):
         """Versions held, the round being collected and its contributions, and the counters."""
         with self._lock:
             return {"owner": self.owner, "committed": None if self.committed is None else self.committed.version,
+                    "previous": None if self.previous is None else self.previous.version,
                     "candidate": None if self.candidate is None else self.candidate.version, "round": self._round,
                     "counted": sorted(self._counted), "backups": {str(k): sorted(v) for k, v in self.backups.items()},
                     **self._counts, "unauthenticated": self.refused}

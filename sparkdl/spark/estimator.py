@@ -567,6 +567,13 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         from sparkdl.spark.backends import backend, preflight
 
         config, spec, compile_spec, loss, start = settings.config, settings.spec, settings.compile_spec, settings.loss, settings.start
+        if config.overlap:  # its sync points are the rounds after a snapshot at an epoch's end or every checkpointEvery rounds
+            for callback in settings.callbacks:
+                if type(callback).__name__ == "BackupAndRestore" and getattr(callback, "save_freq", "epoch") != "epoch":
+                    raise ConfigError(f"overlap waits for the exchange after snapshots at epoch ends (or every checkpointEvery "
+                                      f"rounds), so a resumed fit equals an uninterrupted one: use BackupAndRestore(save_freq='epoch') "
+                                      f"or checkpointDir with checkpointEvery. Received: BackupAndRestore(save_freq="
+                                      f"{callback.save_freq!r}) with overlap=True")
         plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
         check_workers_python(plan.python_exec, plan.master, plan.ships_files)  # a local master's workers without sparkdl: said now
         prepare_workers(plan.spark)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)

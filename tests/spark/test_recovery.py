@@ -193,3 +193,43 @@ def test_a_retried_owners_look_is_bounded_inside_round_timeout_and_speaks_long_b
     round_timeout = next(p.default for p in PARAMS if p.name == "roundTimeout")
     assert recovery.RESTORE_WAIT_S < round_timeout
     assert recovery.QUIET_S <= recovery.RESTORE_WAIT_S / 10 and recovery.RESTORE_PAUSE_S < recovery.QUIET_S
+
+
+def test_with_overlap_an_owner_keeps_the_version_before_the_committed_one_and_refuses_one_gone_for_good():
+    """``overlap`` trains a round from the start before its own, so a retried worker pulls it again:
+    the owner keeps it when the next version commits (its backups one version more), and a start
+    older than every version held is refused at once (asking again cannot help), not waited for."""
+    from sparkdl.errors import ServerError
+    from sparkdl.server.slices import SliceClient, unavailable
+
+    weights = [np.zeros((3, 2), np.float32), np.zeros(4, np.float32)]
+    layout = SliceLayout.of(ModelState(weights), 2)
+
+    def version(v):
+        return SliceVersion(v, layout.take(ModelState([w + v for w in weights]), 1))
+
+    plain = SliceServer(1, layout, get_policy("sync"), lambda g: {0, 1}, names=["w0"], token="t", tls=None)
+    kept = SliceServer(1, layout, get_policy("sync"), lambda g: {0, 1}, names=["w0"], token="t", tls=None, keep_previous=True)
+    try:
+        for server in (plain, kept):
+            server.install(version(3), version(4))
+            assert float(server.start_of(4, 5.0).weights[0].ravel()[0]) == 4.0  # the driver opened round 4: 4 commits
+        assert plain.held(3) is None and plain.status()["previous"] is None
+        assert kept.held(3) is not None and kept.status()["previous"] == 3
+        assert float(kept.start_of(3, 5.0).weights[0].ravel()[0]) == 3.0  # served again, nothing committed back
+        assert kept.status()["committed"] == 4
+        with pytest.raises(ServerError, match="no longer holds round 2's start"):
+            kept.start_of(2, 5.0)
+        for v in range(6):
+            kept.keep_backup(0, SliceVersion(v, layout.take(ModelState(weights), 0)), to_disk=False)
+            plain.keep_backup(0, SliceVersion(v, layout.take(ModelState(weights), 0)), to_disk=False)
+        assert sorted(kept.backups[0]) == [3, 4, 5] and sorted(plain.backups[0]) == [4, 5]
+        kept.start()
+        with SliceClient(kept.location, "t", timeout_s=10.0, retries=0) as client:
+            assert float(client.fetch("start:3", False).master.weights[0].ravel()[0]) == 3.0
+            with pytest.raises(ServerError) as gone:
+                client.fetch("start:1", False)
+            assert "no longer holds version 1" in str(gone.value) and not unavailable(gone.value)
+    finally:
+        plain.shutdown()
+        kept.shutdown()

@@ -144,6 +144,7 @@ def test_wait_open_semantics():
     started = time.monotonic()
     reply = board.wait_open(0, 10.0)  # a later round opened without this worker: late, at once
     assert reply["late"] and not reply["open"] and reply["round"] == 1 and time.monotonic() - started < 5.0
+    assert reply["learning_rate"] == 0.25  # the rate round 0 was opened with, not round 1's (overlap trains a round behind)
     board.close()
     reply = board.wait_open(1, 10.0)  # closed without this worker: late, at once
     assert reply["late"] and not reply["open"] and time.monotonic() - started < 5.0

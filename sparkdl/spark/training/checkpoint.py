@@ -37,6 +37,7 @@ import posixpath
 import warnings
 from dataclasses import dataclass
 
+from sparkdl.core.blockwise import BLOCKWISE
 from sparkdl.core.state import FitState
 from sparkdl.errors import ConfigError
 from sparkdl.spark import persistence
@@ -64,7 +65,7 @@ def fit_identity(job, policy) -> dict:
                      "shuffle": config.shuffle, "keep_partitioning": config.keep_partitioning},
         "compression": {"method": config.compression,
                         "threshold": config.compression_threshold if config.compression == "threshold" else None},
-        "keep_local_optimizer": bool(config.keep_local_optimizer or policy.local_optimizer),
+        "keep_local_optimizer": bool(config.keep_local_optimizer or policy.local_optimizer or config.compression in BLOCKWISE),
         "overlap": bool(config.overlap),
         "min_workers_per_round": config.min_workers(job.workers),
         "data": {"partition_rows": [int(n) for n in job.plan.partition_rows]},

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
+from sparkdl.core.blockwise import BLOCKWISE
 from sparkdl.core.board import SliceBoard
 from sparkdl.core.slices import SliceLayout, mode_slice
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
@@ -126,7 +127,9 @@ class ShardedTransport:
         config = job.config
         self.rounds_per_epoch = job.plan.rounds_per_epoch
         self.total_slots = config.epochs * self.rounds_per_epoch
-        self.keep_local = config.keep_local_optimizer or policy.local_optimizer
+        # int8 / int4 send the weights' update alone: the workers keep their optimizer state (Adam's second moment,
+        # quantized against its start, can land below zero and the next step divides by its root)
+        self.keep_local = config.keep_local_optimizer or policy.local_optimizer or config.compression in BLOCKWISE
         self.bind, self.advertise = job.cluster.server_addresses()
         self.identity = tls_identity(config.server_cert_file, config.server_key_file, config.server_tls)
         self.coordinator: Coordinator | None = None

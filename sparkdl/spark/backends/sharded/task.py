@@ -228,6 +228,9 @@ class ShardedWorker:
         self.delay = DelayedRound(spec.first, self.plan.rounds_per_epoch if spec.snapshots else None,
                                   spec.snapshot_every) if spec.overlap else None
         self.starts: dict[int, ModelState] = {}  # overlap: round -> its start, pulled ahead by the sender
+        self._starts_lock = threading.Lock()  # overlap: one pull of a start at a time (the worker or its sender)
+        self._counts_lock = threading.Lock()
+        self._ending = threading.Event()  # overlap: the task ends; its sender stops at its next step
         self.map_version = -1
         self.registrations: list[dict | None] = [None] * self.owners
         self._clients: dict[int, SliceClient] = {}
@@ -311,9 +314,10 @@ class ShardedWorker:
     def _on_owners_changed(self, changed: list[int], skip: int | None = None) -> None:
         """Owners in ``changed`` registered anew: put them this round's pieces again (but ``skip``),
         and send this slice's versions to its backup holder when that is one of them."""
+        pending = self.pending  # the sender may replace it meanwhile (overlap)
         for owner in changed:
-            if owner in self.pending and owner not in (self.partition, skip):
-                piece, meta = self.pending[owner]
+            if owner in pending and owner not in (self.partition, skip):
+                piece, meta = pending[owner]
                 self._put(owner, piece, meta)
         holder = holder_of(self.partition, self.owners)
         if holder is not None and holder in changed and self.server is not None:
@@ -353,11 +357,15 @@ class ShardedWorker:
         def look() -> tuple | None:
             looks.clear()
             self._take_map(self.coordinator.slice_map())
+            fallback = None
             for source in order:
                 found = self._look(source, version, previous, looks)
-                if found is not None:
+                if found is None:
+                    continue
+                if not self.spec.overlap or found[4] is not None or version <= self.spec.first:
                     return found
-            return None
+                fallback = fallback or found  # overlap: a source that also holds the version before is worth the asking
+            return fallback
 
         holder = holder_of(self.partition, self.owners)
         found = recovery.wait_bounded(look, f"slice {self.partition} (task attempt {self.attempt}) looks for its version {version}",
@@ -374,7 +382,7 @@ class ShardedWorker:
                             "owner and every copy of it were lost together (two executors at once?): no retry can mend this; "
                             "resume from the fit's checkpointDir")
         committed, candidate, backups, what, before = found
-        if self.spec.overlap and before is None and version > 0:
+        if self.spec.overlap and before is None and version > self.spec.first:
             log.warning("sparkdl: slice %d restored at version %d without version %d: a worker that has to train round %d "
                         "again will not find its start", self.partition, version, version - 1, version)
         self.server.install(committed, candidate, before)
@@ -548,6 +556,10 @@ class ShardedWorker:
             self.layout = SliceLayout(weights, [(np.shape(a), a.dtype) for a in self.fresh], self.owners)
         reply = self.start_server()
         first = max(spec.first, reply["version"])
+        if self.delay is not None and reply.get("reported") is not None:
+            # overlap: a round this worker's previous attempt reported may close while a new attempt trained it again
+            # (its start then gone from the owners): go on from the round after it
+            first = max(first, int(reply["reported"]))
         retried = reply["registrations"] > 1
         if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:
             self._own_state(first)
@@ -618,7 +630,9 @@ class ShardedWorker:
             self.layout.put(whole, owner, piece)
             return nbytes
 
-        self.counts["bytes_pulled"] += sum(self.pool.map(one, range(self.owners)))
+        pulled = sum(self.pool.map(one, range(self.owners)))
+        with self._counts_lock:
+            self.counts["bytes_pulled"] += pulled
         return whole
 
     def _patiently(self, call, owner: int, what: str):
@@ -659,15 +673,17 @@ class ShardedWorker:
     def _put(self, owner: int, piece: ModelState, meta: dict) -> None:
         """Put this worker's piece of the open round to owner ``owner`` (its own slice: in process)."""
         if owner == self.partition:
-            answer = self.server.contribute(meta, piece)
+            answer, nbytes = self.server.contribute(meta, piece), 0
         else:
             answer = self._patiently(lambda: self.client(owner).put_contribution(
                 piece, round_=meta["round"], worker=self.partition, attempt=self.attempt, rows=meta["rows"], encoding=meta["encoding"]),
                 owner, f"put round {meta['round']}'s piece to slice {owner}")
-            self.counts["bytes_pushed"] += sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
-        self.counts["pushes"] += 1
-        if not answer.get("applied"):
-            self.counts["dropped"] += 1
+            nbytes = sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
+        with self._counts_lock:
+            self.counts["bytes_pushed"] += nbytes
+            self.counts["pushes"] += 1
+            if not answer.get("applied"):
+                self.counts["dropped"] += 1
 
     def _waited(self, since: float) -> None:
         """Count the seconds since ``since`` (``time.perf_counter``) as training held up by the exchange."""
@@ -727,11 +743,7 @@ class ShardedWorker:
                     break
                 if answer["late"] and b == g:
                     continue
-                for old in [r for r in self.starts if r < b]:
-                    del self.starts[old]
-                start = self.starts.get(b)
-                if start is None:
-                    start = self.starts[b] = self._pull_start(b)
+                start = self._start(b, prune=True)
                 self._waited(waited)
                 if retried and g == first:
                     self.counts["retrained"] += 1
@@ -749,33 +761,51 @@ class ShardedWorker:
                 in_flight.result()
                 self._waited(waited)
         finally:
+            self._ending.set()
             sender.shutdown(wait=False, cancel_futures=True)
-            self.starts.clear()
+            with self._starts_lock:
+                self.starts.clear()
+
+    def _start(self, g: int, prune: bool = False) -> ModelState:
+        """Round ``g``'s start: as the sender pulled it ahead, else pulled now (one pull at a time);
+        ``prune``: forget the starts of rounds before ``g``."""
+        with self._starts_lock:
+            if prune:
+                for old in [r for r in list(self.starts) if r < g]:
+                    del self.starts[old]
+            if g not in self.starts:
+                self.starts[g] = self._pull_start(g)
+            return self.starts[g]
+
+    def _wanted(self, g: int) -> bool:
+        """Whether this worker trains from, or carries onto, round ``g``'s start: it trains round g,
+        or the round after it trains from it."""
+        slots = self._slots()
+        return g in slots or (g + 1 in slots and self.delay.base(g + 1) == g)
 
     def _send(self, g: int, base: ModelState, state: ModelState, rows: int, steps: int, metrics, own_optimizer) -> None:
         """The sender of an overlapped round ``g`` (trained from ``base``): once the driver opened
         round g, carry the state onto round g's start (:meth:`DelayedRound.carry`), put its pieces
         and report; then, unless it is the last, wait for round g + 1 to open and pull its start."""
+        if self._ending.is_set():
+            return
         answer = self.wait_open(g)
         if answer["stop"]:
             self.stopped = True
             return
         if not answer["late"]:  # late: round g closed with this worker's contribution (a retried attempt's round)
-            start = base if self.delay.base(g) == g else self.starts.get(g)
-            if start is None:
-                start = self.starts[g] = self._pull_start(g)
+            start = base if self.delay.base(g) == g else self._start(g)
             if start is not base:
                 state = DelayedRound.carry(state, base, start)
             self.pending = {}
             self._contribute(g, state, start if self.spec.encoding is not None else None, rows, steps, metrics, own_optimizer)
             del start, state
-        if g + 1 < self.spec.last:
+        if g + 1 < self.spec.last and self._wanted(g + 1) and not self._ending.is_set():
             ahead = self.wait_open(g + 1)
             if ahead["stop"]:
                 self.stopped = True
                 return
-            if g + 1 not in self.starts:
-                self.starts[g + 1] = self._pull_start(g + 1)
+            self._start(g + 1)
 
     def _contribute(self, g: int, state: ModelState, base: ModelState | None, rows: int, steps: int, metrics,
                     own_optimizer: list[np.ndarray] | None) -> None:
