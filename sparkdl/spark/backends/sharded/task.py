@@ -556,10 +556,6 @@ class ShardedWorker:
             self.layout = SliceLayout(weights, [(np.shape(a), a.dtype) for a in self.fresh], self.owners)
         reply = self.start_server()
         first = max(spec.first, reply["version"])
-        if self.delay is not None and reply.get("reported") is not None:
-            # overlap: a round this worker's previous attempt reported may close while a new attempt trained it again
-            # (its start then gone from the owners): go on from the round after it
-            first = max(first, int(reply["reported"]))
         retried = reply["registrations"] > 1
         if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:
             self._own_state(first)
@@ -742,6 +738,12 @@ class ShardedWorker:
                     self.stopped = True
                     break
                 if answer["late"] and b == g:
+                    continue
+                if retried and g == first and b != g and self.coordinator.wait_round(g, 0.0, self.partition, self.map_version)["late"]:
+                    # round g closed with this worker's contribution while its previous attempt trained ahead: the owners
+                    # may no longer hold its start; go on from the state that attempt kept after it
+                    if self.spec.keep_local_optimizer or self.spec.encoding in BLOCKWISE:
+                        self._own_state(g + 1)
                     continue
                 start = self._start(b, prune=True)
                 self._waited(waited)
