@@ -485,8 +485,8 @@ def tau_for(backend: str, compression: str | None, n: int, params: float, gbps: 
 TAU_DESIGNS = [("rounds (Adam state)", "rounds", None), ("ps (Adam state)", "ps", None),
                ("sharded, full Adam state", "sharded", None), ("sharded, keepLocalOptimizer", "sharded_local", None),
                ("sharded, keepLocalOptimizer + fp16", "sharded_local", "fp16"),
-               ("sharded, overlap + int8", "sharded_overlap", "int8"),
-               ("sharded, keepLocalOptimizer + overlap + int8", "sharded_local_overlap", "int8"),
+               ("sharded, overlap, full Adam state", "sharded_overlap", None),
+               ("sharded, overlap + int8 (the workers keep their optimizer state)", "sharded_local_overlap", "int8"),
                ("ring (fp32 gradients)", "ring", None)]
 
 
@@ -528,9 +528,11 @@ def check(points: list[dict], costs: Costs) -> list[dict]:
 # ---- the emulated cluster (benchmarks/netsim/run.py) -----------------------------------------------
 
 def load_netsim(path: str) -> list[dict]:
-    """The JSON lines of ``benchmarks/netsim/run.py --out`` (``"benchmark": "netsim"``)."""
+    """The JSON lines of ``benchmarks/netsim/run.py --out`` (``"benchmark": "netsim"``): the wire-bound
+    rounds the model is fitted to and checked against (τ = 1, blocking, full precision)."""
     with open(path) as f:
-        return [r for r in map(json.loads, filter(str.strip, f)) if r.get("benchmark") == "netsim"]
+        return [r for r in map(json.loads, filter(str.strip, f)) if r.get("benchmark") == "netsim" and r.get("local_steps", 1) == 1
+                and not r.get("overlap") and r.get("compression") is None]
 
 
 # The emulated cluster's CPU and latency terms (the machine's 2 cores, shared by every host and by
