@@ -386,10 +386,10 @@ PARAMS: tuple[ParamSpec, ...] = (
         "fitted model's optimizer state is a fresh one. Always on with `diloco`")),
     _P("overlap", "bool", False, config="fit", example=True, doc=(
         "`sharded`: rounds that never block training: a worker hands each round's contribution to a background "
-        "sender and trains the next τ steps at once, from the newest start it holds (one round older); its progress "
-        "is carried onto the start it is applied to (one-round-delayed averaging; Kale et al. 2025, Sun et al. "
-        "ICLR 2024). The round after each snapshot (`checkpointDir`, `BackupAndRestore`) waits for the exchange, so "
-        "a resumed fit equals an uninterrupted one. A round trains with the learning rate set for the round before it")),
+        "sender and trains the next τ steps at once, from that contribution carried onto its round's start (its own "
+        "progress standing in for the mean still on the wire: the eager update of Kale et al. 2025). The round "
+        "after each snapshot (`checkpointDir`, `BackupAndRestore`) waits for the exchange, so a resumed fit equals "
+        "an uninterrupted one. A round trains with the learning rate set for the round before it")),
     _P("elasticForce", "float?", None, rule="None or a number > 0", config="fit", example=0.3, doc=(
         "`easgd`: the elastic force α (> 0, numWorkers·α < 1); None: 0.9/numWorkers")),
     _P("compression", "str?", None, choices=(None, *COMPRESSIONS), config="fit", example="fp16", doc=(

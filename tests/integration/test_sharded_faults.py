@@ -89,6 +89,7 @@ EXECUTOR_KILL = HEAD + textwrap.dedent(
     hit = fit(faults.Fault(partition=1, index=int(os.environ.get("TEST_FAULT_ROUND", "3")), how="executor",
                            marker_dir=tempfile.mkdtemp()), **extra)
     json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"], "overlap": hit.fitInfo["overlap"],
+               "resets": hit.fitInfo.get("local_state_resets"),
                "retrained": hit.fitInfo["worker_retrained"], "loss": hit.history["loss"]}, open(sys.argv[1], "w"))
     spark.stop()
     """
@@ -115,16 +116,18 @@ def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_sa
 
 
 @pytest.mark.slow
-def test_an_executor_jvm_killed_mid_fit_with_overlap_is_retried_with_the_undisturbed_overlapped_model(tmp_path):
-    """``overlap``: slice 1's executor JVM is SIGKILLed before round 5, which trains from round 4's
-    start (3 rounds an epoch: not a sync point). The retried task's slice comes back from its backup
-    holder with the version before the accepted one (kept with ``overlap``), so the round the killed
-    worker had not sent trains again from the same start, and the fit ends as the undisturbed
-    overlapped one (no spare slot: Spark resubmits the whole stage)."""
+def test_an_executor_jvm_killed_mid_fit_with_overlap_is_retried_and_its_worker_restarts_from_the_round_s_own_start(tmp_path):
+    """``overlap``: slice 1's executor JVM is SIGKILLed before round 5, which follows its worker's
+    round 4 (3 rounds an epoch: not a sync point). The slice comes back from its backup holder (no
+    spare slot: Spark resubmits the whole stage), but the worker's own start of round 5 (its carried
+    contribution to round 4) went with the executor's disk: the retried task trains round 5 from the
+    round's own start, counts it in ``local_state_resets``, and the fit ends near the undisturbed
+    overlapped one (measured 0.014), not equal to it. A killed Python worker, whose executor keeps
+    the start, ends equal (tests/spark/test_faults.py)."""
     env = {"TEST_MASTER": "local-cluster[3,1,1024]", "TEST_OVERLAP": "1", "TEST_FAULT_ROUND": "4"}
     out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
-    assert out["overlap"] is True
-    assert _difference(out["hit"], out["base"]) < 1e-5
+    assert out["overlap"] is True and out["resets"] == 1, out
+    assert 0 < _difference(out["hit"], out["base"]) < 0.1
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
 

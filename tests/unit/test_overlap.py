@@ -1,5 +1,5 @@
-"""The one-round-delayed rule of ``overlap`` (``sparkdl.core.modes.overlap``): which start each
-round trains from, and how a worker's progress is carried onto the start it is applied to."""
+"""The eager one-round overlap of ``overlap`` (``sparkdl.core.modes.overlap``): its sync points,
+and how a worker's progress is carried onto the start it is applied to."""
 
 import numpy as np
 import pytest
@@ -9,14 +9,15 @@ from sparkdl.core.state import ModelState
 from sparkdl.errors import InvariantError
 
 
-def test_rounds_train_from_the_start_before_their_own_except_at_sync_points():
-    assert [DelayedRound().base(g) for g in range(5)] == [0, 0, 1, 2, 3]  # no snapshots: the fit's first round alone
-    assert [DelayedRound(first=4).base(g) for g in range(4, 7)] == [4, 4, 5]  # a resumed fit's first round
-    delay = DelayedRound(rounds_per_epoch=4)  # snapshots at epoch ends: epochs start at 0, 4, 8
-    assert [delay.base(g) for g in range(9)] == [0, 0, 1, 2, 4, 4, 5, 6, 8]
-    snapshots = DelayedRound(rounds_per_epoch=4, snapshot_every=3)  # and after every 3 rounds (3, 6)
-    assert [snapshots.base(g) for g in range(9)] == [0, 0, 1, 3, 4, 4, 6, 6, 8]
-    assert all(DelayedRound(rounds_per_epoch=1).base(g) == g for g in range(5))  # a snapshot after every round: blocking
+def test_sync_points_are_the_first_round_and_the_rounds_after_a_snapshot():
+    def points(delay, n=9):
+        return [g for g in range(n) if delay.synchronous(g)]
+
+    assert points(DelayedRound()) == [0]  # no snapshots: the stage's first round alone
+    assert points(DelayedRound(first=4)) == [4]  # a resumed fit's first round
+    assert points(DelayedRound(rounds_per_epoch=4)) == [0, 4, 8]  # snapshots at epoch ends
+    assert points(DelayedRound(rounds_per_epoch=4, snapshot_every=3)) == [0, 3, 4, 6, 8]  # and every 3 rounds
+    assert points(DelayedRound(rounds_per_epoch=1), 5) == [0, 1, 2, 3, 4]  # a snapshot after every round: blocking
 
 
 def test_the_carry_moves_weights_and_counters_by_the_progress_and_keeps_the_worker_s_moments():

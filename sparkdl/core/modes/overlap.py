@@ -1,34 +1,31 @@
-"""Rounds that never block training: the one-round-delayed rule (``overlap=True``).
+"""Rounds that never block training: the eager one-round overlap (``overlap=True``).
 
 A blocking round g runs: every worker pulls round g's start s_g, trains τ steps to y_g and sends
 its contribution; the round's policy (``sync``, ``bmuf``, ``diloco``) turns their mean into the
 master of round g + 1. Each worker waits for the whole exchange before its next τ steps.
 
 Overlapped, a worker hands round g's contribution to a background sender and trains round g + 1
-at once, from the newest start it holds: s_g, whose exchange (round g − 1's) ran during round g's
-steps. So round g + 1 trains from s_g instead of s_{g+1}, and its progress is carried onto the
-start it is applied to:
+at once. The start it lacks, s_{g+1} = s_g + (the mean progress of round g), is replaced by its own
+progress in the mean's place (the eager update of Kale, Douillard and Donchev, "Eager Updates for
+Overlapped Communication and Computation in DiLoCo", 2025: the local outer gradient as the proxy
+for the averaged one, which arrives one round later)::
 
-    y'_{g+1} = s_{g+1} + (y_{g+1} − s_g)
+    y'_g = s_g + (y_g − x_g)        (round g's contribution, carried onto its start)
+    x_{g+1} = y'_g                  (the start this worker trains round g + 1 from)
 
 for the weights (trainable and not); the optimizer state's float arrays (Adam's moments, the
-learning rate) are the worker's own after its steps, statistics of its recent gradients rather
-than positions; its integer arrays (the iteration counter) are carried like the weights, so they
-count every step once. The round's policy then applies to the mean of the y' as in a blocking
-round: for ``sync`` the master moves by the mean progress; for ``bmuf`` and ``diloco`` the outer
-step takes the outer gradient computed one round earlier, applied at the current master. This is
-the one-outer-step-delayed update of overlapped DiLoCo (Kale, Douillard and Donchev, "Eager
-Updates for Overlapped Communication and Computation in DiLoCo", 2025: their delayed baseline),
-and the asynchronous model averaging of CO2 (Sun et al., ICLR 2024) and Overlap Local-SGD (Wang,
-Liang and Joshi, ICASSP 2020) without their extra correction terms.
+learning rate) are the worker's own after its steps, its integer arrays (the iteration counter)
+carried like the weights, so they count every step once. The owners take the mean of the y' as in
+a blocking round, so the master moves by the mean progress of each round; a worker's start differs
+from the master by its own progress minus the mean one (Overlap Local-SGD, Wang, Liang and Joshi,
+ICASSP 2020, and CO2, Sun et al., ICLR 2024, overlap the same exchange with local steps).
 
-Sync points train from their own start (the exchange before them drains): the fit's first round,
-and, when the fit writes snapshots (``checkpointDir``, ``BackupAndRestore``), the round after each
-one (an epoch's first, and after every ``checkpointEvery`` rounds): so a snapshot holds everything
-trained before it and a resumed fit equals an uninterrupted one. The callbacks at an epoch's end
-see the master after its every round either way; a learning rate set at an epoch's start applies
-from its second round (its first trains with the rate of the round before it). Pure numpy: no
-Spark, no Keras.
+Sync points train from the round's own start s_g (the exchange before them drains): the stage's
+first round, and, when the fit writes snapshots (``checkpointDir``, ``BackupAndRestore``), the round
+after each (an epoch's first, and after every ``checkpointEvery`` rounds), so a resumed fit equals an
+uninterrupted one. A worker's start x_{g+1} is kept on its executor's disk: a retried task there
+trains from it again; one retried on another executor trains from s_{g+1} (counted). Pure numpy:
+no Spark, no Keras.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ from sparkdl.errors import InvariantError
 
 @dataclass(frozen=True)
 class DelayedRound:
-    """Which start each round trains from, and the carry of its progress (see the module docstring).
+    """Which rounds are sync points, and the carry of a worker's progress (see the module docstring).
 
     Args:
         first: the fit's first round (0, or the round a resumed fit starts at).
@@ -56,13 +53,9 @@ class DelayedRound:
     snapshot_every: int | None = None
 
     def synchronous(self, g: int) -> bool:
-        """Whether round ``g`` (0-based, the fit's count) trains from its own start: the fit's first,
-        or the first after a snapshot."""
+        """Whether round ``g`` (0-based, the fit's count) trains from its own start s_g: the stage's
+        first, or the first after a snapshot."""
         return g == self.first or any(every is not None and g % every == 0 for every in (self.rounds_per_epoch, self.snapshot_every))
-
-    def base(self, g: int) -> int:
-        """The round whose start round ``g`` trains from: ``g`` at a sync point, else ``g − 1``."""
-        return g if self.synchronous(g) else g - 1
 
     @staticmethod
     def carry(state: ModelState, base: ModelState, start: ModelState) -> ModelState:

@@ -24,15 +24,18 @@ from sparkdl.spark.partitions import WORKER_CACHE, spill_dir
 PREFIX = "local"
 
 
-def _path(fit_id: str, partition: int, version: int) -> str:
-    return os.path.join(spill_dir(fit_id), f"{PREFIX}-{partition}-v{version}.arrow")
+START = "start"  # overlap: the start of a worker's next round (sharded)
 
 
-def save(fit_id: str, partition: int, local: WorkerLocal) -> None:
+def _path(fit_id: str, partition: int, version: int, kind: str = PREFIX) -> str:
+    return os.path.join(spill_dir(fit_id), f"{kind}-{partition}-v{version}.arrow")
+
+
+def save(fit_id: str, partition: int, local: WorkerLocal, kind: str = PREFIX) -> None:
     """Keep ``local`` as ``partition``'s state after round ``local.version`` (memory and disk; the
     file is written whole, then renamed, so a killed task never leaves half a version)."""
-    WORKER_CACHE.put(fit_id, (PREFIX, partition), local)
-    path = _path(fit_id, partition, local.version)
+    WORKER_CACHE.put(fit_id, (kind, partition), local)
+    path = _path(fit_id, partition, local.version, kind)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     temporary = f"{path}.{os.getpid()}.tmp"
     names = [f"r/{i}" for i in range(len(local.residual or []))] + [f"o/{i}" for i in range(len(local.optimizer or []))]
@@ -41,14 +44,14 @@ def save(fit_id: str, partition: int, local: WorkerLocal) -> None:
     os.replace(temporary, path)
 
 
-def load(fit_id: str, partition: int, version: int) -> WorkerLocal | None:
+def load(fit_id: str, partition: int, version: int, kind: str = PREFIX) -> WorkerLocal | None:
     """``partition``'s state saved after round ``version``, or None when neither this Python
     worker nor this executor's disk holds it. Older versions are deleted."""
-    held = WORKER_CACHE.get(fit_id, (PREFIX, partition))
+    held = WORKER_CACHE.get(fit_id, (kind, partition))
     local = held if held is not None and held.version == version else None
     if local is None:
         try:
-            with open(_path(fit_id, partition, version), "rb") as f:
+            with open(_path(fit_id, partition, version, kind), "rb") as f:
                 decoded = decode_arrays(f.read())
         except FileNotFoundError:
             decoded = None
@@ -56,13 +59,13 @@ def load(fit_id: str, partition: int, version: int) -> WorkerLocal | None:
             residual = [a for n, a in zip(decoded.names, decoded.arrays, strict=True) if n.startswith("r/")]
             optimizer = [a for n, a in zip(decoded.names, decoded.arrays, strict=True) if n.startswith("o/")]
             local = WorkerLocal(version, residual or None, optimizer or None)
-    _prune(fit_id, partition, version)
+    _prune(fit_id, partition, version, kind)
     return local
 
 
-def _prune(fit_id: str, partition: int, keep_from: int) -> None:
+def _prune(fit_id: str, partition: int, keep_from: int, kind: str = PREFIX) -> None:
     directory = spill_dir(fit_id)
-    prefix = f"{PREFIX}-{partition}-v"
+    prefix = f"{kind}-{partition}-v"
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -78,5 +81,22 @@ def _prune(fit_id: str, partition: int, keep_from: int) -> None:
 
 def drop(fit_id: str, partition: int) -> None:
     """Forget ``partition``'s state (the fit's last round)."""
-    WORKER_CACHE.release(fit_id, (PREFIX, partition))
-    _prune(fit_id, partition, 2**62)
+    for kind in (PREFIX, START):
+        WORKER_CACHE.release(fit_id, (kind, partition))
+        _prune(fit_id, partition, 2**62, kind)
+
+
+def save_start(fit_id: str, partition: int, version: int, state) -> None:
+    """``overlap``: keep the start of ``partition``'s round ``version`` + 1 (its carried contribution
+    to round ``version``, a :class:`~sparkdl.core.state.ModelState`) as :func:`save` keeps its
+    state; versions before ``version`` − 1 are deleted."""
+    save(fit_id, partition, WorkerLocal(version, list(state.weights), None if state.optimizer is None else list(state.optimizer)), START)
+    _prune(fit_id, partition, version - 1, START)
+
+
+def load_start(fit_id: str, partition: int, version: int):
+    """What :func:`save_start` kept for round ``version`` (a ``ModelState``), or None."""
+    from sparkdl.core.state import ModelState
+
+    local = load(fit_id, partition, version, START)
+    return None if local is None else ModelState(list(local.residual or []), local.optimizer)

@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -717,50 +717,64 @@ class ShardedWorker:
         return state, rows, steps, metrics
 
     def _run_overlapped(self, first: int, retried: bool) -> None:
-        """``overlap``: train each round from :meth:`DelayedRound.base`'s start while a background
-        sender (:meth:`_send`) puts the round before and pulls the next start; at most one round in
-        flight. Raises what the sender raised."""
-        spec, delay = self.spec, self.delay
+        """``overlap`` (:mod:`sparkdl.core.modes.overlap`): a round that follows this worker's round
+        before trains from that round's contribution, carried onto its start, as soon as the sender
+        (:meth:`_send`) carried it; the sender then puts it and pulls the next start while this
+        worker trains. At a sync point (or when the kept start is lost) the worker waits for the
+        round to open and pulls its start. At most one round in flight; raises what the sender raised."""
+        spec, delay, task = self.spec, self.delay, self.spec.task
         slots = self._slots()
         sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sparkdl-send-{self.partition}")
-        in_flight = None
+        in_flight: tuple[Future, Future] | None = None  # (the sender's job of the round before, its carried start)
         try:
             for g in range(first, spec.last):
                 if g not in slots:
                     continue
-                b = delay.base(g)
                 waited = time.perf_counter()
-                if b == g and in_flight is not None:  # a sync point: the exchange before it drains
-                    in_flight.result()
-                    in_flight = None
-                answer = self.wait_open(b)
-                if answer["stop"] or self.stopped:
-                    self.stopped = True
+                follows = not delay.synchronous(g) and g - 1 in slots
+                start = rate = None
+                if follows and in_flight is not None:
+                    carried = in_flight[1].result()
+                    if carried is not None:
+                        start, rate = carried
+                elif follows and g == first:  # a retried attempt: what its previous attempt kept on this executor
+                    start = worker_state.load_start(task.fit_id, self.partition, g - 1)
+                    if start is None:
+                        self.counts["local_resets"] = 1
+                        log.warning("sparkdl: worker %d (task attempt %d) found no start of round %d on this executor: it "
+                                    "trains from the round's own start", self.partition, self.attempt, g)
+                    else:
+                        rate = self.wait_open(g - 1).get("learning_rate")
+                if start is None:  # a sync point: the exchange before it drains
+                    if in_flight is not None:
+                        in_flight[0].result()
+                        in_flight = None
+                    answer = self.wait_open(g)
+                    if answer["stop"]:
+                        self.stopped = True
+                        break
+                    if answer["late"]:
+                        continue
+                    start, rate = self._start(g), answer.get("learning_rate")
+                if self.stopped:
                     break
-                if answer["late"] and b == g:
-                    continue
-                if retried and g == first and b != g and self.coordinator.wait_round(g, 0.0, self.partition, self.map_version)["late"]:
-                    # round g closed with this worker's contribution while its previous attempt trained ahead: the owners
-                    # may no longer hold its start; go on from the state that attempt kept after it
-                    if self.spec.keep_local_optimizer or self.spec.encoding in BLOCKWISE:
-                        self._own_state(g + 1)
-                    continue
-                start = self._start(b, prune=True)
                 self._waited(waited)
                 if retried and g == first:
                     self.counts["retrained"] += 1
-                state, rows, steps, metrics = self._train(g, start, answer.get("learning_rate"))
+                state, rows, steps, metrics = self._train(g, start, rate)
                 waited = time.perf_counter()
                 if in_flight is not None:
-                    in_flight.result()
+                    in_flight[0].result()
                 self._waited(waited)
                 if self.stopped:
                     break
-                in_flight = sender.submit(self._send, g, start, state, rows, steps, metrics, self.own_optimizer)
+                carried = Future() if g + 1 in slots and not delay.synchronous(g + 1) else None
+                job = sender.submit(self._send, g, start, state, rows, steps, metrics, self.own_optimizer, carried)
+                in_flight = (job, carried if carried is not None else job)
                 del start, state
             if in_flight is not None:
                 waited = time.perf_counter()
-                in_flight.result()
+                in_flight[0].result()
                 self._waited(waited)
         finally:
             self._ending.set()
@@ -768,46 +782,49 @@ class ShardedWorker:
             with self._starts_lock:
                 self.starts.clear()
 
-    def _start(self, g: int, prune: bool = False) -> ModelState:
+    def _start(self, g: int) -> ModelState:
         """Round ``g``'s start: as the sender pulled it ahead, else pulled now (one pull at a time);
-        ``prune``: forget the starts of rounds before ``g``."""
+        the starts of earlier rounds are forgotten."""
         with self._starts_lock:
-            if prune:
-                for old in [r for r in list(self.starts) if r < g]:
-                    del self.starts[old]
+            for old in [r for r in list(self.starts) if r < g]:
+                del self.starts[old]
             if g not in self.starts:
                 self.starts[g] = self._pull_start(g)
             return self.starts[g]
 
-    def _wanted(self, g: int) -> bool:
-        """Whether this worker trains from, or carries onto, round ``g``'s start: it trains round g,
-        or the round after it trains from it."""
-        slots = self._slots()
-        return g in slots or (g + 1 in slots and self.delay.base(g + 1) == g)
-
-    def _send(self, g: int, base: ModelState, state: ModelState, rows: int, steps: int, metrics, own_optimizer) -> None:
-        """The sender of an overlapped round ``g`` (trained from ``base``): once the driver opened
-        round g, carry the state onto round g's start (:meth:`DelayedRound.carry`), put its pieces
-        and report; then, unless it is the last, wait for round g + 1 to open and pull its start."""
-        if self._ending.is_set():
-            return
-        answer = self.wait_open(g)
-        if answer["stop"]:
-            self.stopped = True
-            return
-        if not answer["late"]:  # late: round g closed with this worker's contribution (a retried attempt's round)
-            start = base if self.delay.base(g) == g else self._start(g)
-            if start is not base:
-                state = DelayedRound.carry(state, base, start)
-            self.pending = {}
-            self._contribute(g, state, start if self.spec.encoding is not None else None, rows, steps, metrics, own_optimizer)
-            del start, state
-        if g + 1 < self.spec.last and self._wanted(g + 1) and not self._ending.is_set():
-            ahead = self.wait_open(g + 1)
-            if ahead["stop"]:
+    def _send(self, g: int, base: ModelState, state: ModelState, rows: int, steps: int, metrics, own_optimizer,
+              carried: Future | None) -> None:
+        """The sender of an overlapped round ``g``, trained from ``base``: once the driver opened
+        round g, carry the state onto round g's start (:meth:`DelayedRound.carry`), keep it on this
+        executor and hand it to ``carried`` (with round g's learning rate): the start of this
+        worker's next round; then put its pieces and report (unless round g closed already: a
+        retried attempt's round), and pull round g + 1's start ahead when this worker trains it."""
+        try:
+            if self._ending.is_set():
+                return
+            answer = self.wait_open(g)
+            if answer["stop"]:
                 self.stopped = True
                 return
-            self._start(g + 1)
+            start = self._start(g)
+            if start is not base:
+                state = DelayedRound.carry(state, base, start)
+            if carried is not None:
+                worker_state.save_start(self.spec.task.fit_id, self.partition, g, state)
+                carried.set_result((state, answer.get("learning_rate")))
+            if not answer["late"]:
+                self.pending = {}
+                self._contribute(g, state, start if self.spec.encoding is not None else None, rows, steps, metrics, own_optimizer)
+            del start, state
+            if g + 1 < self.spec.last and g + 1 in self._slots() and not self._ending.is_set():
+                ahead = self.wait_open(g + 1)
+                if ahead["stop"]:
+                    self.stopped = True
+                    return
+                self._start(g + 1)
+        finally:
+            if carried is not None and not carried.done():  # the worker waits on it: never leave it unresolved
+                carried.set_result(None)
 
     def _contribute(self, g: int, state: ModelState, base: ModelState | None, rows: int, steps: int, metrics,
                     own_optimizer: list[np.ndarray] | None) -> None:
