@@ -121,12 +121,15 @@ def test_an_executor_jvm_killed_mid_fit_with_overlap_is_retried_and_its_worker_r
     round 4 (3 rounds an epoch: not a sync point). The slice comes back from its backup holder (no
     spare slot: Spark resubmits the whole stage), but the worker's own start of round 5 (its carried
     contribution to round 4) went with the executor's disk: the retried task trains round 5 from the
-    round's own start, counts it in ``local_state_resets``, and the fit ends near the undisturbed
-    overlapped one (measured 0.014), not equal to it. A killed Python worker, whose executor keeps
+    round's own start, counts it in ``local_state_resets`` (so does any worker whose new attempt runs
+    on another executor), and the fit ends near the undisturbed overlapped one (measured 0.014), not
+    equal to it. A killed Python worker, whose executor keeps
     the start, ends equal (tests/spark/test_faults.py)."""
     env = {"TEST_MASTER": "local-cluster[3,1,1024]", "TEST_OVERLAP": "1", "TEST_FAULT_ROUND": "4"}
     out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
-    assert out["overlap"] is True and out["resets"] == 1, out
+    # the killed worker's start went with its executor; a worker whose new attempt (a resubmitted stage) runs on
+    # another executor than its last one finds none either (measured: 1 idle, 2 with both cores kept busy)
+    assert out["overlap"] is True and 1 <= out["resets"] <= 3, out
     assert 0 < _difference(out["hit"], out["base"]) < 0.1
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
