@@ -128,7 +128,7 @@ def test_an_executor_jvm_killed_mid_fit_with_overlap_is_retried_and_its_worker_r
     env = {"TEST_MASTER": "local-cluster[3,1,1024]", "TEST_OVERLAP": "1", "TEST_FAULT_ROUND": "4"}
     out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
     # the killed worker's start went with its executor; a worker whose new attempt (a resubmitted stage) runs on
-    # another executor than its last one finds none either (measured: 1 idle, 2 with both cores kept busy)
+    # another executor than its last one finds none either (measured: 2, idle and with both cores kept busy)
     assert out["overlap"] is True and 1 <= out["resets"] <= 3, out
     assert 0 < _difference(out["hit"], out["base"]) < 0.1
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
