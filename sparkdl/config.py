@@ -77,7 +77,7 @@ class FitConfig:
         server_cert_file, server_key_file: your own PEM certificate and key for the server instead.
         keep_local_optimizer: backend ``sharded``: workers keep their optimizer state and send their
             weights alone (always with ``diloco``).
-        overlap: backend ``sharded``: rounds that never block training (the one-round-delayed rule,
+        overlap: backend ``sharded``: rounds that never block training (the eager overlap rule,
             :mod:`sparkdl.core.modes.overlap`).
 
     ``backend="auto"`` is resolved against the session when the fit starts

@@ -19,7 +19,7 @@ momentum). A round g, as the owner sees it:
 
 A lost owner's slice is served again by its retried task: from the previous owner's server when it
 still runs (a stage that ended at an epoch's end), else from the backup its holder keeps (the last
-two versions; three with ``overlap``, whose rounds train from the start before their own); the other workers put their contributions of the open round again. A slice that can
+two versions; three with ``overlap``, whose sender may carry a retried round onto the start before); the other workers put their contributions of the open round again. A slice that can
 be found nowhere fails the fit, naming it (:class:`SliceLost`).
 
 Protocol (Arrow Flight, TLS with a certificate each server makes for itself and registers with the
@@ -175,8 +175,8 @@ class SliceServer(FlightEndpoint):
             called from the applier thread after each apply.
         max_message_bytes: the largest put accepted (bytes); default 4 × a slice + 1 MiB.
         keep_previous: also keep the version before the committed one (and one more version of a
-            slice backed up): with ``overlap`` a round trains from the start before its own
-            (:mod:`sparkdl.core.modes.overlap`), so a retried worker pulls it again.
+            slice backed up): with ``overlap`` a retried worker's sender may still carry its round onto
+            that start (:mod:`sparkdl.core.modes.overlap`).
 
     Raises:
         ServerError: from :meth:`start`, when the port cannot be bound.

@@ -196,9 +196,10 @@ def test_a_retried_owners_look_is_bounded_inside_round_timeout_and_speaks_long_b
 
 
 def test_with_overlap_an_owner_keeps_the_version_before_the_committed_one_and_refuses_one_gone_for_good():
-    """``overlap`` trains a round from the start before its own, so a retried worker pulls it again:
-    the owner keeps it when the next version commits (its backups one version more), and a start
-    older than every version held is refused at once (asking again cannot help), not waited for."""
+    """With ``overlap`` a retried worker's sender may carry its round onto a start the owners have
+    moved past: the owner keeps the version before the committed one when the next commits (its
+    backups one version more), and a start older than every version held is refused at once (asking
+    again cannot help), not waited for."""
     from sparkdl.errors import ServerError
     from sparkdl.server.slices import SliceClient, unavailable
 

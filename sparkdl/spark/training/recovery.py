@@ -149,7 +149,7 @@ class DiskCopies:
         folder: the fit's directory on this executor (Spark's per-application files directory).
         has_optimizer: whether the slices hold optimizer pieces.
         keep: the versions of each slice kept (one more than :data:`KEEP_ON_DISK` with ``overlap``,
-            whose rounds train from the start before their own).
+            whose retried rounds may carry onto the start before).
     """
 
     def __init__(self, folder: str, has_optimizer: bool, keep: int = KEEP_ON_DISK) -> None:

@@ -15,7 +15,7 @@ last)``, once the driver opened it:
 
 With ``overlap`` (:mod:`sparkdl.core.modes.overlap`), steps 1 and 3 leave the critical path: a
 background sender puts round g's pieces, reports, waits for the driver to open round g + 1 and
-pulls its start, while the worker trains round g + 1 from round g's start (pulled during round g);
+pulls its start, while the worker trains round g + 1 from its round-g contribution carried onto round g's start;
 the worker waits only for the sender of the round before (one round in flight) and at a sync point.
 
 When the slice map changes during a round (an owner's task was retried), it puts its pieces of the
