@@ -215,7 +215,9 @@ class SliceServer(FlightEndpoint):
         self._due = threading.Event()
         self.released = threading.Event()  # a new owner took the slice (``release``)
         self.backup_taken = threading.Event()  # a version of a slice this server backs up was served
-        self._to_disk: dict[int, SliceVersion] = {}  # slice -> the newest version the disk writer has not written yet
+        # slice -> version -> what the disk writer has not written yet (the last keep_versions of each: a restore asks for
+        # the version the driver accepted, which may be the one before the newest)
+        self._to_disk: dict[int, dict[int, SliceVersion]] = {}
         self._writing = False
         self._written = threading.Event()
         self._writer: threading.Thread | None = None
@@ -392,11 +394,15 @@ class SliceServer(FlightEndpoint):
             self.on_ready(g + 1, problem)
 
     def _keep_on_disk(self, slice_index: int, version: SliceVersion) -> None:
-        """Hand ``version`` of ``slice_index`` to the disk writer thread (a newer one replaces one not written yet)."""
+        """Hand ``version`` of ``slice_index`` to the disk writer thread (the last :attr:`keep_versions`
+        of each slice not written yet are written, oldest first)."""
         if self.persist is None:
             return
         with self._lock:
-            self._to_disk[slice_index] = version
+            waiting = self._to_disk.setdefault(slice_index, {})
+            waiting[version.version] = version
+            for old in sorted(waiting)[:-self.keep_versions]:
+                waiting.pop(old)
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, name=f"sparkdl-slice-{self.owner}-disk", daemon=True)
                 self._writer.start()
@@ -410,7 +416,7 @@ class SliceServer(FlightEndpoint):
             with self._cond:
                 pending, self._to_disk = self._to_disk, {}
                 self._writing = True
-            for k, version in sorted(pending.items()):
+            for k, version in [(k, versions[v]) for k, versions in sorted(pending.items()) for v in sorted(versions)]:
                 try:
                     self.persist(k, version)
                 except Exception as exc:  # noqa: BLE001 - a full disk costs the local copy, not the fit (the holder has one)
