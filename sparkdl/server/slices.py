@@ -226,23 +226,21 @@ class SliceServer(FlightEndpoint):
 
     # ---- the owner's state ---------------------------------------------------------------------
 
-    def install(self, committed: SliceVersion, candidate: SliceVersion | None = None, previous: SliceVersion | None = None) -> None:
-        """Hold ``committed`` (and a ``candidate`` the previous owner had applied already, and with
-        ``keep_previous`` the ``previous`` version), e.g. at the fit's start or after a restore;
-        reports what is ready."""
+    def install(self, committed: SliceVersion, candidate: SliceVersion | None = None) -> None:
+        """Hold ``committed`` (and a ``candidate`` the previous owner had applied already), e.g. at
+        the fit's start or after a restore; reports what is ready."""
         self.layout.check_slice(committed.master, self.owner)
         with self._cond:
-            for version in (committed, candidate, previous):
+            for version in (committed, candidate):
                 if version is not None and version.start is None:
                     version.start = self._start_of(version)
-            self.committed, self.candidate = committed, candidate
-            self.previous = previous if self.keep_previous else None
+            self.committed, self.candidate, self.previous = committed, candidate, None
             self._begin_round(committed.version)
             self._cond.notify_all()
         if self._applier is None:
             self._applier = threading.Thread(target=self._apply_loop, name=f"sparkdl-slice-{self.owner}", daemon=True)
             self._applier.start()
-        for version in (self.previous, committed, candidate):
+        for version in (committed, candidate):
             if version is not None and self.persist is not None:
                 self.persist(self.owner, version)
         if self.on_ready is not None:

@@ -357,15 +357,11 @@ class ShardedWorker:
         def look() -> tuple | None:
             looks.clear()
             self._take_map(self.coordinator.slice_map())
-            fallback = None
             for source in order:
                 found = self._look(source, version, previous, looks)
-                if found is None:
-                    continue
-                if not self.spec.overlap or found[4] is not None or version <= self.spec.first:
+                if found is not None:
                     return found
-                fallback = fallback or found  # overlap: a source that also holds the version before is worth the asking
-            return fallback
+            return None
 
         holder = holder_of(self.partition, self.owners)
         found = recovery.wait_bounded(look, f"slice {self.partition} (task attempt {self.attempt}) looks for its version {version}",
@@ -381,25 +377,21 @@ class ShardedWorker:
                             f"task attempt {self.attempt}; backup holder: {where}; {'; '.join(map(str, looks)) or 'no source'}). Its "
                             "owner and every copy of it were lost together (two executors at once?): no retry can mend this; "
                             "resume from the fit's checkpointDir")
-        committed, candidate, backups, what, before = found
-        if self.spec.overlap and before is None and version > self.spec.first:
-            log.warning("sparkdl: slice %d restored at version %d without version %d: a worker that has to train round %d "
-                        "again will not find its start", self.partition, version, version - 1, version)
-        self.server.install(committed, candidate, before)
+        committed, candidate, backups, what = found
+        self.server.install(committed, candidate)
         for k, kept in backups:
             self.server.keep_backup(k, kept)
         log.info("sparkdl: slice %d restored at version %d from %s", self.partition, version, what)
 
     def _look(self, source: str, version: int, previous: dict | None, looks: list[Look]) -> tuple | None:
         """Ask one source for this slice's ``version``; returns ``(committed, candidate, backups,
-        what, previous)`` when it holds it (``previous``: version − 1, with ``overlap``, when held),
-        else None (its answer appended to ``looks``)."""
+        what)`` when it holds it, else None (its answer appended to ``looks``)."""
         if source == recovery.DISK:
             committed = self.disk.read(self.partition, version)
             looks.append(Look("this executor's disk", "here", self.disk.versions(self.partition)))
             if committed is None:
                 return None
-            return committed, self.disk.read(self.partition, version + 1), [], "this executor's disk", self._previous_on_disk(version)
+            return committed, self.disk.read(self.partition, version + 1), [], "this executor's disk"
         holder = holder_of(self.partition, self.owners)
         if source == recovery.PREVIOUS:
             asked = [("its previous owner", previous)]
@@ -424,8 +416,6 @@ class ShardedWorker:
                     has_optimizer = self.layout.has_optimizer
                     committed = client.fetch(f"held:{self.partition}:{version}", has_optimizer)
                     candidate = client.fetch(f"held:{self.partition}:{version + 1}", has_optimizer) if version + 1 in versions else None
-                    before = (client.fetch(f"held:{self.partition}:{version - 1}", has_optimizer)
-                              if self.spec.overlap and version - 1 in versions else None)
                     backups = []
                     if source == recovery.PREVIOUS:  # it is on its way out: take what it kept for a neighbour, then release it
                         backups = self._take_backups(client)
@@ -433,14 +423,10 @@ class ShardedWorker:
                             client.release()
                         except Exception:  # noqa: BLE001 - it may be gone already
                             pass
-                return committed, candidate, backups, f"{what} at {registration['location']}", before
+                return committed, candidate, backups, f"{what} at {registration['location']}"
             except Exception as exc:  # noqa: BLE001 - the next source
                 looks.append(Look(what, registration["location"], error=f"{type(exc).__name__}: {str(exc)[:160]}"))
         return None
-
-    def _previous_on_disk(self, version: int) -> SliceVersion | None:
-        """With ``overlap``: this slice's ``version − 1`` on this executor's disk, or None."""
-        return self.disk.read(self.partition, version - 1) if self.spec.overlap and version > 0 else None
 
     def _serve_disk_copies(self) -> None:
         """Serve every copy of another slice this executor's disk holds (a neighbour's backup that a
@@ -561,20 +547,8 @@ class ShardedWorker:
             self._own_state(first)
         if self.delay is not None:
             self._run_overlapped(first, retried)
-        for g in range(first, spec.last) if self.delay is None else ():
-            waited = time.perf_counter()
-            answer = self.wait_open(g)
-            self._waited(waited)
-            if answer["stop"]:
-                self.stopped = True
-                break
-            if answer["late"]:
-                continue
-            self.pending = {}
-            if g in self._slots():
-                if retried and g == first:
-                    self.counts["retrained"] += 1
-                self._train_round(g, answer)
+        else:
+            self._run_blocking(first, retried)
         self.final = not self.stopped
         if not self.stopped:
             self.wait_open(spec.last)  # the driver reads the final slices, then stops
@@ -680,6 +654,24 @@ class ShardedWorker:
             self.counts["pushes"] += 1
             if not answer.get("applied"):
                 self.counts["dropped"] += 1
+
+    def _run_blocking(self, first: int, retried: bool) -> None:
+        """Each round once the driver opened it: pull its start, train, put, report (:meth:`_train_round`)."""
+        slots = self._slots()
+        for g in range(first, self.spec.last):
+            waited = time.perf_counter()
+            answer = self.wait_open(g)
+            self._waited(waited)
+            if answer["stop"]:
+                self.stopped = True
+                return
+            if answer["late"]:
+                continue
+            self.pending = {}
+            if g in slots:
+                if retried and g == first:
+                    self.counts["retrained"] += 1
+                self._train_round(g, answer)
 
     def _waited(self, since: float) -> None:
         """Count the seconds since ``since`` (``time.perf_counter``) as training held up by the exchange."""
