@@ -5,9 +5,9 @@ optimizer pieces of its range, and the mode's state for them (BMUF's block momen
 momentum). A round g, as the owner sees it:
 
 1. every worker that trained in round g puts its contribution to slice j (its state's slice j, or
-   its fp16 difference from the round's start) with ``(round, worker, attempt, rows)``; each
-   worker's contribution is counted once per round (a retried push, or a retried task's, is dropped
-   as a duplicate: :class:`~sparkdl.core.ledger.ApplyLedger` keyed by worker, attempt and round);
+   its encoded difference from the round's start: :mod:`sparkdl.core.piece_codec`) with
+   ``(round, worker, attempt, rows)``; each worker's contribution is counted once per round (a
+   retried push, or a retried task's, is dropped as a duplicate: :class:`~sparkdl.core.ledger.ApplyLedger` keyed by worker, attempt and round);
 2. once every worker with rows in round g has been counted, the owner's applier thread applies the
    mode's policy to its slice (the same pure-numpy code the driver runs for the other backends:
    :mod:`sparkdl.core.modes`, elementwise), checks the new slice is finite, sends it to the slice's
@@ -58,7 +58,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from sparkdl.core.aggregation import WeightedMean
-from sparkdl.core.blockwise import BLOCKWISE, decode_piece
+from sparkdl.core import piece_codec
+from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.compression import decode_mean
 from sparkdl.core.ledger import ApplyLedger
 from sparkdl.core.slices import SliceLayout
@@ -147,8 +148,8 @@ def _parse_command(descriptor: flight.FlightDescriptor) -> dict:
     out = {"kind": meta["kind"], **{k: int_field(meta, k) for k in keys}}
     if meta["kind"] == "contrib":
         encoding = meta.get("encoding")
-        if encoding not in (None, "fp16", *BLOCKWISE):
-            raise CodecError(f"a contribution's encoding must be null, fp16, int8 or int4. Received: {encoding!r:.40}")
+        if encoding not in (None, "fp16", *PIECEWISE):
+            raise CodecError(f"a contribution's encoding must be null, fp16 or one of {list(PIECEWISE)}. Received: {encoding!r:.40}")
         out["encoding"] = encoding
     return out
 
@@ -328,8 +329,8 @@ class SliceServer(FlightEndpoint):
                 self._counts["late_dropped"] += 1
                 return {"applied": False, "dropped": "late"}
             encoding = meta.get("encoding")
-            if encoding in BLOCKWISE:  # dequantized against the round's start, in float32; summed in float64 below
-                state = decode_piece(arrays, self.committed.start, encoding)
+            if encoding in PIECEWISE:  # decoded against the round's start, in float32; summed in float64 below
+                state = piece_codec.decode(arrays, self.committed.start, encoding)
             else:
                 state = arrays if encoding is None else decode_mean(arrays, self.committed.start)
             self.layout.check_slice(state, self.owner)
@@ -619,7 +620,7 @@ class SliceClient(ParameterServerClient):
 
     def put_contribution(self, state: ModelState, *, round_: int, worker: int, attempt: int, rows: int,
                          encoding: str | None = None) -> dict:
-        """Put a worker's contribution to round ``round_`` (``state``: its slice, or its fp16 difference)."""
+        """Put a worker's contribution to round ``round_`` (``state``: its slice, or its encoded difference)."""
         specs, arrays = SliceVersion(round_, state).arrays()
         command = {"kind": "contrib", "round": round_, "worker": worker, "attempt": attempt, "rows": rows, "encoding": encoding}
         return self._put(command, specs, arrays, "contribution")

@@ -88,9 +88,10 @@ def test_auto_picks_sharded_when_the_state_would_crowd_the_driver_on_ps():
     assert choice.backend == "sharded" and "10.2 copies" in choice.reason and "24 GB" in choice.reason
     assert choose_backend(_facts(), FitConfig(num_workers=2), state_bytes=small).backend == "ps"
     assert choose_backend(_facts(), FitConfig(num_workers=8), state_bytes=small).backend == "ps"  # not for speed alone
-    # what sharded does not run stays on ps: validation data, a quantized update, a mode it cannot slice
+    # what sharded does not run stays on ps: validation data, straggler-tolerant rounds, a mode it cannot slice
     assert choose_backend(_facts(), FitConfig(num_workers=2), state_bytes=big, validation=True).backend == "ps"
-    assert choose_backend(_facts(), FitConfig(num_workers=2, compression="1bit"), state_bytes=big).backend == "ps"
+    assert choose_backend(_facts(), FitConfig(num_workers=2, min_workers_per_round=1), state_bytes=big).backend == "ps"
+    assert choose_backend(_facts(), FitConfig(num_workers=2, compression="1bit"), state_bytes=big).backend == "sharded"
     assert choose_backend(_facts(), FitConfig(num_workers=2, mode="easgd"), state_bytes=big).backend == "ps"
     # and dynamic allocation keeps the round modes on rounds whatever the state
     assert choose_backend(_facts(dynamic_allocation=True), FitConfig(num_workers=2), state_bytes=big).backend == "rounds"

@@ -35,7 +35,7 @@ def test_the_backend_params_choices_are_the_registrys_names_and_auto():
     (dict(mode="diloco", backend="ps"), r"mode 'diloco' keeps each worker's optimizer.*Use backend 'sharded' or 'auto'"),
     (dict(mode="gossip", backend="sharded"), r"mode 'gossip' cannot be sliced.*Use backends 'ps' and 'rounds' or 'auto'"),
     (dict(keep_local_optimizer=True, backend="ps"), r"keepLocalOptimizer is a setting of backend 'sharded'\. Received"),
-    (dict(compression="1bit", backend="sharded"), r"full precision, as fp16, or as int8 / int4 blockwise: compression='1bit' runs on backends 'ps' and 'rounds'"),
+    (dict(compression="int8", backend="ps"), r"compression='int8' runs on backend 'sharded'"),
     (dict(min_workers_per_round=1, backend="sharded"), r"minWorkersPerRound \(straggler-tolerant rounds\) runs on backends 'ps' and"),
 ])
 def test_a_fit_its_backend_cannot_run_is_refused_naming_the_rule_and_the_backends_that_can(settings, words):

@@ -7,6 +7,7 @@ refuses before any job."""
 import threading
 import time
 
+import keras
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
@@ -109,6 +110,31 @@ def test_int8_and_int4_contributions_on_sharded_learn_as_full_precision_with_a_q
     assert bytes_per_value / 4 <= ratio <= most
 
 
+@pytest.mark.parametrize(("method", "most"), [("1bit", 0.2), ("threshold", 0.3)])
+def test_1bit_and_threshold_on_sharded_quantize_each_piece_with_error_feedback_and_learn(spark, method, most):
+    """The quantizers of ``ps`` and ``rounds`` through the same seam as int8 / int4
+    (``sparkdl.core.piece_codec``): each worker's piece of each slice quantized against its start
+    with a residual of its own, the weights alone on the wire (the workers keep their optimizer).
+    Measured on this 17,923-parameter MLP: 0.124 (1bit) and 0.147 (threshold, t = 0.01) of the
+    full-precision weights' bytes, the model within 0.003 and 0.012 of that fit's."""
+    df = _unequal_df(spark)
+
+    def wide():  # 17,923 parameters: each payload's Arrow IPC header (about 2 KB) weighs little beside its bits
+        keras.utils.set_random_seed(3)
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(256, activation="tanh"), keras.layers.Dense(64, activation="tanh"),
+                                 keras.layers.Dense(3, activation="softmax")])
+
+    common = dict(numWorkers=2, epochs=3, localSteps=2, shuffle=True, seed=3, backend="sharded")
+    full = _estimator(model=wide(), keepLocalOptimizer=True, **common).fit(df)
+    few = _estimator(model=wide(), compression=method, compressionThreshold=0.01, **common).fit(df)
+    assert few.fitInfo["keep_local_optimizer"] and few.fitInfo["compression"] == method
+    assert all(np.isfinite(few.history["loss"])) and few.history["loss"][-1] < few.history["loss"][0]
+    ratio = few.fitInfo["worker_bytes_pushed"][0] / full.fitInfo["worker_bytes_pushed"][0]  # the same puts, in bytes
+    assert ratio <= most, ratio
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(few.getKerasModel().get_weights(), full.getKerasModel().get_weights()))
+    assert 1e-4 < moved < 0.05, moved  # lossy, yet near the full-precision fit
+
+
 def test_sharded_trains_on_input_out_of_a_shuffle_and_leaves_no_thread(spark):
     x, y = _toy(64, seed=5)
     df = spark.createDataFrame(_rows(x, y), XY).withColumn("k", F.rand(3)).orderBy("k").drop("k")
@@ -124,7 +150,6 @@ def test_sharded_trains_on_input_out_of_a_shuffle_and_leaves_no_thread(spark):
 @pytest.mark.parametrize("settings, words", [
     (dict(mode="async"), "cannot be sliced"),
     (dict(mode="gossip"), "cannot be sliced"),
-    (dict(compression="1bit"), "full precision, as fp16, or as int8"),
     (dict(minWorkersPerRound=1), "minWorkersPerRound"),
 ])
 def test_what_sharded_cannot_slice_is_refused_before_any_job(spark, settings, words):

@@ -39,7 +39,7 @@ from sparkdl.errors import InvariantError
 
 
 @dataclass(frozen=True)
-class DelayedRound:
+class EagerOverlap:
     """Which rounds are sync points, and the carry of a worker's progress (see the module docstring).
 
     Args:

@@ -143,8 +143,8 @@ BACKENDS: dict[str, Backend] = {
                   compressions_text="in full precision, fp16, 1bit or threshold", validation=True, stragglers=True,
                   long_lived=True, hands_over_to="rounds"),
     "sharded": Backend("sharded", "sparkdl.spark.backends.sharded.driver", asynchronous=False, per_worker=False,
-                       elementwise_only=True, local_optimizer=True, compressions=(None, "fp16", "int8", "int4"),
-                       compressions_text="in full precision, as fp16, or as int8 / int4 blockwise", validation=False, stragglers=False, long_lived=True,
+                       elementwise_only=True, local_optimizer=True, compressions=(None, "fp16", "int8", "int4", "1bit", "threshold"),
+                       compressions_text="in full precision, as fp16, as int8 / int4 blockwise, or as 1bit / threshold", validation=False, stragglers=False, long_lived=True,
                        sliced=True, overlap=True),
 }
 

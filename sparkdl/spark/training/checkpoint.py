@@ -37,7 +37,7 @@ import posixpath
 import warnings
 from dataclasses import dataclass
 
-from sparkdl.core.blockwise import BLOCKWISE
+from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.state import FitState
 from sparkdl.errors import ConfigError
 from sparkdl.spark import persistence
@@ -65,7 +65,7 @@ def fit_identity(job, policy) -> dict:
                      "shuffle": config.shuffle, "keep_partitioning": config.keep_partitioning},
         "compression": {"method": config.compression,
                         "threshold": config.compression_threshold if config.compression == "threshold" else None},
-        "keep_local_optimizer": bool(config.keep_local_optimizer or policy.local_optimizer or config.compression in BLOCKWISE),
+        "keep_local_optimizer": bool(config.keep_local_optimizer or policy.local_optimizer or config.compression in PIECEWISE),
         "overlap": bool(config.overlap),
         "min_workers_per_round": config.min_workers(job.workers),
         "data": {"partition_rows": [int(n) for n in job.plan.partition_rows]},

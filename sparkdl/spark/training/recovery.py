@@ -5,8 +5,9 @@ and the one place a ``sharded`` owner takes its slice back from.
 The decisions:
 
 * :func:`supersession`: go on, hand the slice off and end (a later attempt of this worker took
-  over), or end at once (Spark resubmitted the stage: its new tasks need this task's slot, and no
-  replacement of this worker registered yet to hand off to).
+  over), or end soon (Spark resubmitted the stage: its new tasks need this task's slot, and no
+  replacement of this worker registered yet to hand off to), once its slice's versions reached an
+  owner of the newer stage attempt.
 * :func:`restore_order`: where a retried owner takes its slice from: the fit's start (the driver
   or a checkpoint), its previous owner while it answers, this executor's disk, the slice's backup
   holder, or any other owner that holds a copy.
@@ -16,10 +17,14 @@ Where copies live (``sharded``): owner j keeps its slice in memory and on its ex
 (j + 1), which keeps it in memory **and on its own executor's disk** as well. A Python worker ends
 with its task when Spark resubmits the stage (its slice server with it), but its executor's disk
 stays: every new owner that starts on an executor loads every copy found on that disk, its
-neighbours' included, and serves them to whoever asks. So a slice and the backups its owner kept
-survive any single executor loss, with or without a stage resubmission: the lost executor took one
-copy of two slices (its own and the one it backed up), and the other copy of each sits on a live
-executor's disk and in its new owner's server. A slice found nowhere within :data:`RESTORE_WAIT_S`
+neighbours' included, and serves them to whoever asks. Spark may run the resubmitted tasks on a
+replacement executor and leave a live one idle, so a disk alone is not enough: before an attempt of
+the superseded stage ends, it puts its own slice's versions to an owner of the new stage attempt (its
+holder, else any), and one that holds the only live copy of its neighbour's slice serves it until
+that slice's new owner took it. So a slice and the backups its owner kept survive any single
+executor loss, with or without a stage resubmission: the lost executor took one copy of two slices
+(its own and the one it backed up), and the other copy of each reaches a live owner of the new
+stage attempt. A slice found nowhere within :data:`RESTORE_WAIT_S`
 is a loss no retry can mend: :class:`~sparkdl.server.slices.SliceLost`, reported to the driver,
 which fails the fit at once naming the slice, its owner and its holder.
 
@@ -65,9 +70,10 @@ def supersession(*, later_attempt: bool, newer_stage: bool, only_copy: bool = Fa
         newer stage attempt registered and this server holds the only copy of its neighbour's
         slice: stop training, serve that copy until the neighbour's new owner took it (or this
         worker's own replacement did), bounded, then end; :data:`END_NOW` when only a newer stage
-        attempt registered: end at once, freeing this task's slot for the resubmitted tasks (its
-        copies are on this executor's disk for whichever new owner starts here); :data:`GO_ON`
-        otherwise.
+        attempt registered: end soon, freeing this task's slot for the resubmitted tasks. Before
+        either of the last two ends, its own slice's versions reach an owner of the newer stage
+        attempt (bounded; its copies are on this executor's disk as well, for whichever new owner
+        starts here). :data:`GO_ON` otherwise.
     """
     if later_attempt:
         return HAND_OFF

@@ -34,7 +34,7 @@ fit naming it; a worker silent for ``workerTimeout`` fails the fit naming its pa
 **Not sliced**: what the registry (:mod:`sparkdl.spark.backends`) does not declare for this
 backend is refused before any job, naming what to use instead: the asynchronous modes (their rule
 runs push by push on one server: backend ``ps``), ``easgd`` and ``gossip`` (a model per worker),
-1bit/threshold compression, straggler-tolerant rounds and validation data.
+straggler-tolerant rounds and validation data.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
-from sparkdl.core.blockwise import BLOCKWISE
+from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.board import SliceBoard
 from sparkdl.core.slices import SliceLayout, mode_slice
 from sparkdl.core.state import FitState, ModelState, RoundUpdates
@@ -127,9 +127,9 @@ class ShardedTransport:
         config = job.config
         self.rounds_per_epoch = job.plan.rounds_per_epoch
         self.total_slots = config.epochs * self.rounds_per_epoch
-        # int8 / int4 send the weights' update alone: the workers keep their optimizer state (Adam's second moment,
+        # int8 / int4 / 1bit / threshold send the weights' update alone: the workers keep their optimizer state (Adam's second moment,
         # quantized against its start, can land below zero and the next step divides by its root)
-        self.keep_local = config.keep_local_optimizer or policy.local_optimizer or config.compression in BLOCKWISE
+        self.keep_local = config.keep_local_optimizer or policy.local_optimizer or config.compression in PIECEWISE
         self.bind, self.advertise = job.cluster.server_addresses()
         self.identity = tls_identity(config.server_cert_file, config.server_key_file, config.server_tls)
         self.coordinator: Coordinator | None = None

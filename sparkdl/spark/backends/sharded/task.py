@@ -41,11 +41,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from sparkdl.core.blockwise import BLOCKWISE, encode_piece
+from sparkdl.core import piece_codec
+from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import encode_update
 from sparkdl.core.modes import get_policy, policy_class
-from sparkdl.core.modes.overlap import DelayedRound
+from sparkdl.core.modes.overlap import EagerOverlap
 from sparkdl.core.slices import SliceLayout
 from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import RoundTimeoutError
@@ -87,12 +88,13 @@ class ShardedTaskSpec:
     (the driver never builds it);
     ``keep_local_optimizer``: workers keep their optimizer state and put their weights alone;
     ``encoding``: None, ``"fp16"`` (contributions as float16 differences from the round's start), or
-    ``"int8"`` / ``"int4"`` (blockwise integer differences with error feedback: :mod:`sparkdl.core.blockwise`);
+    ``"int8"`` / ``"int4"`` / ``"1bit"`` / ``"threshold"`` (differences with error feedback, each piece
+    against its start: :mod:`sparkdl.core.piece_codec`);
     ``checkpoint``: a sharded checkpoint's slices to start from (``{"uris": [...], "sha256": [...],
     "version": int}``), or None;
     ``overlap``: rounds that never block training, with sync points at the stage's first round and,
     with ``snapshots``, at each epoch's start and after each ``snapshot_every`` rounds
-    (:class:`~sparkdl.core.modes.overlap.DelayedRound`).
+    (:class:`~sparkdl.core.modes.overlap.EagerOverlap`).
     """
 
     task: TaskSpec
@@ -225,7 +227,7 @@ class ShardedWorker:
         self.fresh: list[np.ndarray] | None = None  # the replica's fresh optimizer state (fresh_optimizer)
         self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "retrained": 0, "local_resets": 0,
                        "bytes_pushed": 0, "bytes_pulled": 0, "train_ms": 0, "wait_ms": 0}
-        self.delay = DelayedRound(spec.first, self.plan.rounds_per_epoch if spec.snapshots else None,
+        self.eager = EagerOverlap(spec.first, self.plan.rounds_per_epoch if spec.snapshots else None,
                                   spec.snapshot_every) if spec.overlap else None
         self.starts: dict[int, ModelState] = {}  # overlap: round -> its start, pulled ahead by the sender
         self._starts_lock = threading.Lock()  # overlap: one pull of a start at a time (the worker or its sender)
@@ -242,7 +244,7 @@ class ShardedWorker:
         self.stopped = False
         self.final = False
         self.own_optimizer: list[np.ndarray] | None = None
-        self.residual: dict[int, ModelState] = {}  # int8/int4: what quantization left of this worker's piece j (error feedback)
+        self.residual: dict[int, ModelState] = {}  # int8/int4/1bit/threshold: what quantization left of this worker's piece j
         self.disk = DiskCopies(spill_dir(task.fit_id), self.layout.has_optimizer, KEEP_ON_DISK + int(spec.overlap))
 
     # ---- the slice server and the slice map ----------------------------------------------------
@@ -543,9 +545,9 @@ class ShardedWorker:
         reply = self.start_server()
         first = max(spec.first, reply["version"])
         retried = reply["registrations"] > 1
-        if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:
+        if spec.keep_local_optimizer or spec.encoding in PIECEWISE:
             self._own_state(first)
-        if self.delay is not None:
+        if self.eager is not None:
             self._run_overlapped(first, retried)
         else:
             self._run_blocking(first, retried)
@@ -562,7 +564,7 @@ class ShardedWorker:
     def _own_state(self, first: int) -> None:
         """What this worker keeps of its own as of its last round before ``first`` (this Python
         worker or this executor's disk): its optimizer state (``keepLocalOptimizer``) and its
-        quantization residual (``int8``/``int4``); fresh (counted) when it trained before and it is lost."""
+        quantization residual (:data:`~sparkdl.core.piece_codec.PIECEWISE`); fresh (counted) when it trained before and it is lost."""
         before = [g for g in range(first) if self.plan.row_range(self.partition, g % self.plan.rounds_per_epoch)[1]
                   > self.plan.row_range(self.partition, g % self.plan.rounds_per_epoch)[0]]
         if not before:
@@ -573,7 +575,7 @@ class ShardedWorker:
             lost = lost or local.optimizer is None
             if not lost:
                 self.own_optimizer = local.optimizer
-        if self.spec.encoding in BLOCKWISE:
+        if self.spec.encoding in PIECEWISE:
             lost = lost or local.residual is None
             if not lost:
                 self.residual = _unflatten(local.residual)
@@ -682,7 +684,7 @@ class ShardedWorker:
         waited = time.perf_counter()
         start = self._pull_start(g)
         self._waited(waited)
-        base = start if self.spec.encoding is not None else None  # what fp16, int8 and int4 differences are taken from
+        base = start if self.spec.encoding is not None else None  # what the encoded differences are taken from
         state, rows, steps, metrics = self._train(g, start, answer.get("learning_rate"))
         del start  # the replica holds its copy: the pulled arrays are not kept through training and the puts
         waited = time.perf_counter()
@@ -714,7 +716,7 @@ class ShardedWorker:
         (:meth:`_send`) carried it; the sender then puts it and pulls the next start while this
         worker trains. At a sync point (or when the kept start is lost) the worker waits for the
         round to open and pulls its start. At most one round in flight; raises what the sender raised."""
-        spec, delay, task = self.spec, self.delay, self.spec.task
+        spec, eager, task = self.spec, self.eager, self.spec.task
         slots = self._slots()
         sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sparkdl-send-{self.partition}")
         in_flight: tuple[Future, Future] | None = None  # (the sender's job of the round before, its carried start)
@@ -723,7 +725,7 @@ class ShardedWorker:
                 if g not in slots:
                     continue
                 waited = time.perf_counter()
-                follows = not delay.synchronous(g) and g - 1 in slots
+                follows = not eager.synchronous(g) and g - 1 in slots
                 start = rate = None
                 if follows and in_flight is not None:
                     carried = in_flight[1].result()
@@ -760,7 +762,7 @@ class ShardedWorker:
                 self._waited(waited)
                 if self.stopped:
                     break
-                carried = Future() if g + 1 in slots and not delay.synchronous(g + 1) else None
+                carried = Future() if g + 1 in slots and not eager.synchronous(g + 1) else None
                 job = sender.submit(self._send, g, start, state, rows, steps, metrics, self.own_optimizer, carried)
                 in_flight = (job, carried if carried is not None else job)
                 del start, state
@@ -787,7 +789,7 @@ class ShardedWorker:
     def _send(self, g: int, base: ModelState, state: ModelState, rows: int, steps: int, metrics, own_optimizer,
               carried: Future | None) -> None:
         """The sender of an overlapped round ``g``, trained from ``base``: once the driver opened
-        round g, carry the state onto round g's start (:meth:`DelayedRound.carry`), keep it on this
+        round g, carry the state onto round g's start (:meth:`EagerOverlap.carry`), keep it on this
         executor and hand it to ``carried`` (with round g's learning rate): the start of this
         worker's next round; then put its pieces and report (unless round g closed already: a
         retried attempt's round), and pull round g + 1's start ahead when this worker trains it."""
@@ -800,7 +802,7 @@ class ShardedWorker:
                 return
             start = self._start(g)
             if start is not base:
-                state = DelayedRound.carry(state, base, start)
+                state = EagerOverlap.carry(state, base, start)
             if carried is not None:
                 worker_state.save_start(self.spec.task.fit_id, self.partition, g, state)
                 carried.set_result((state, answer.get("learning_rate")))
@@ -824,18 +826,20 @@ class ShardedWorker:
         encoding), keep what the worker keeps of its own, and report the round to the coordinator."""
         spec, task = self.spec, self.spec.task
         meta = {"round": g, "worker": self.partition, "attempt": self.attempt, "rows": rows, "encoding": spec.encoding}
-        if spec.encoding in BLOCKWISE:  # each piece quantized against its own start, with its own residual
+        if spec.encoding in PIECEWISE:  # each piece quantized against its own start, with its own residual
             starts = self.layout.split(base if state.optimizer is not None else ModelState(base.weights, None))
             pieces = []
             for j, (piece, piece_start) in enumerate(zip(self.layout.split(state), starts, strict=True)):
-                wire, self.residual[j] = encode_piece(piece, piece_start, self.residual.get(j), spec.encoding)
+                exact = [not t for t in self.layout.per_piece(list(spec.trainable), j)]  # non-trainable weights travel exactly
+                wire, self.residual[j] = piece_codec.encode(piece, piece_start, self.residual.get(j), spec.encoding, task.threshold,
+                                                            exact=exact)
                 pieces.append(wire)
             del starts
         else:
             pieces = self.layout.split(encode_update(state, base, "fp16") if spec.encoding == "fp16" else state)
         del base
-        if spec.keep_local_optimizer or spec.encoding in BLOCKWISE:  # kept for a retried task on this executor
-            residual = _flatten(self.residual) if spec.encoding in BLOCKWISE else None
+        if spec.keep_local_optimizer or spec.encoding in PIECEWISE:  # kept for a retried task on this executor
+            residual = _flatten(self.residual) if spec.encoding in PIECEWISE else None
             worker_state.save(task.fit_id, self.partition, WorkerLocal(g, residual, own_optimizer))
         self.pending = {j: (pieces[j], meta) for j in range(self.owners)}
         list(self.pool.map(lambda j: self._put(j, pieces[j], meta), range(self.owners)))
@@ -854,16 +858,19 @@ class ShardedWorker:
         """This attempt was superseded (:func:`recovery.supersession`). First its copies (its slice
         and the backups it keeps) reach this executor's disk, where the next owner started here
         finds them. Then: a later attempt of this worker registered: serve it the slice and the
-        backups until it took them (at most :data:`HANDOFF_S`); only a newer stage attempt, with
-        this server holding the only live copy of its neighbour's slice: serve that copy until the
-        neighbour's new owner (or this worker's replacement) took it, at most :data:`HANDOFF_S`
-        (a single lost executor leaves at most one such holder, so the wait never holds the slot
-        every other new owner needs); else end at once."""
+        backups until it took them (at most :data:`HANDOFF_S`). Only a newer stage attempt: put its
+        own slice's versions to an owner of that stage attempt first (:meth:`_hand_copies`: no new
+        owner may ever start on this executor), and, with this server holding the only live copy
+        of its neighbour's slice, serve that copy until the neighbour's new owner (or this worker's
+        replacement) took it, at most :data:`HANDOFF_S` (a single lost executor leaves at most one
+        such holder, so the wait never holds the slot every other new owner needs); then end."""
         if self.server is None:
             return
         if not self.server.flush_disk(FLUSH_S):
             log.warning("sparkdl: slice %d: its copies did not reach this executor's disk within %g s", self.partition, FLUSH_S)
         later = self.heartbeat.superseded.is_set() or self.replaced()
+        if not later and self.newer_stage is not None:
+            later = self._hand_copies() == "replaced"
         decision = recovery.supersession(later_attempt=later, newer_stage=self.newer_stage is not None,
                                          only_copy=not later and self._only_copy())
         if decision == recovery.HAND_OFF and self.server.committed is not None:
@@ -875,6 +882,56 @@ class ShardedWorker:
                 f"{self._backed()} until its new owner takes it", HANDOFF_S, 0.5, lambda: f"backups held {sorted(self.server.backups)}")
             log.info("sparkdl: slice server %d (task attempt %d) ends: slice %s's copy %s", self.partition, self.attempt,
                      self._backed(), "taken" if taken else f"not taken within {HANDOFF_S:g} s")
+
+    def _hand_copies(self) -> str | None:
+        """Put this slice's versions (committed, candidate and, with ``overlap``, the one before) to
+        an owner of the newer stage attempt before this superseded attempt ends: its backup holder
+        when that one registered, else any other owner of that stage attempt (a new owner looks
+        there too: :data:`recovery.PEERS`). Its holder's copy may have gone with a lost executor, and
+        Spark may run the resubmitted tasks on a replacement executor, so that no new owner ever
+        reads this executor's disk. Asks every 0.5 s, at most :data:`HANDOFF_S`.
+
+        Returns:
+            ``"sent"``, ``"replaced"`` (this worker's own later attempt registered meanwhile: it
+            takes the slice from this server), or None (nobody took them in time: a warning).
+        """
+        versions = [v for v in (self.server.previous, self.server.committed, self.server.candidate) if v is not None]
+        if not versions:
+            return "sent"
+        holder = holder_of(self.partition, self.owners)
+        told: list[str] = []
+
+        def attempt() -> str | None:
+            try:
+                self._take_map(self.coordinator.slice_map())
+            except Exception as exc:  # noqa: BLE001 - the driver is busy or gone: ask again (bounded)
+                told[:] = [f"the slice map could not be read: {exc}"[:200]]
+                return None
+            if self.replaced():
+                return "replaced"
+            with self._clients_lock:
+                newer = [j for j in range(self.owners) if j != self.partition and self.registrations[j] is not None
+                         and self.registrations[j].get("stage") is not None and self.stage is not None
+                         and tuple(self.registrations[j]["stage"]) > self.stage]
+            for j in sorted(newer, key=lambda j: j != holder):
+                try:
+                    for version in versions:
+                        self.client(j).put_backup(self.partition, version, self.attempt)
+                    log.info("sparkdl: superseded slice server %d (task attempt %d) put its versions %s to worker %d of the "
+                             "newer stage attempt", self.partition, self.attempt, [v.version for v in versions], j)
+                    return "sent"
+                except Exception as exc:  # noqa: BLE001 - that owner is starting or gone: the next one, or ask again
+                    told[:] = [f"worker {j}: {type(exc).__name__}: {str(exc)[:200]}"]
+            return None
+
+        found = recovery.wait_bounded(attempt, f"superseded slice server {self.partition} (task attempt {self.attempt}) puts its "
+                                      "versions to an owner of the newer stage attempt", HANDOFF_S, 0.5,
+                                      lambda: told[0] if told else "no owner of the newer stage attempt registered yet")
+        if found is None:
+            log.warning("sparkdl: superseded slice server %d (task attempt %d) ends before any owner of the newer stage attempt took "
+                        "its versions %s (%s): they stay on this executor's disk", self.partition, self.attempt,
+                        [v.version for v in versions], told[0] if told else "none registered")
+        return found
 
     def _backed(self) -> int | None:
         """The slice whose backup this worker keeps (None with a single owner)."""
