@@ -60,16 +60,21 @@ RUNS = {  # name -> (config file, extra fit settings)
     "sharded": ("conf/mnist_cnn_sharded.yaml", {}),
     "sharded_lean": ("conf/mnist_cnn_sharded.yaml", {"keepLocalOptimizer": True, "compression": "fp16"}),
     "diloco": ("conf/mnist_cnn_diloco.yaml", {}),
-    # issue 43: rounds that never block (overlap) and few bits (int8 / int4) on backend sharded, each mode beside its blocking run
-    **{f"{prefix}{suffix}": (path, {**base, **extra})
-       for prefix, path, base in (("sharded", "conf/mnist_cnn_sharded.yaml", {}),
-                                  ("bmuf_sharded", "conf/mnist_cnn_bmuf.yaml", {"backend": "sharded"}),
-                                  ("diloco", "conf/mnist_cnn_diloco.yaml", {}))
-       for suffix, extra in (("_overlap", {"overlap": True}), ("_int8", {"compression": "int8"}), ("_int4", {"compression": "int4"}),
-                             ("_overlap_int8", {"overlap": True, "compression": "int8"}),
-                             ("_overlap_int4", {"overlap": True, "compression": "int4"}))},
     "bmuf_sharded": ("conf/mnist_cnn_bmuf.yaml", {"backend": "sharded"}),
 }
+# issue 43: rounds that never block (overlap) and few bits (int8 / int4 / 1bit) on backend sharded, each mode beside its
+# blocking run; not in the default --modes
+SHARDED_VARIANTS = {
+    f"{prefix}{suffix}": (path, {**base, **extra})
+    for prefix, path, base in (("sharded", "conf/mnist_cnn_sharded.yaml", {}),
+                               ("bmuf_sharded", "conf/mnist_cnn_bmuf.yaml", {"backend": "sharded"}),
+                               ("diloco", "conf/mnist_cnn_diloco.yaml", {}))
+    for suffix, extra in (("_overlap", {"overlap": True}), ("_int8", {"compression": "int8"}), ("_int4", {"compression": "int4"}),
+                          ("_1bit", {"compression": "1bit"}), ("_overlap_int8", {"overlap": True, "compression": "int8"}),
+                          ("_overlap_int4", {"overlap": True, "compression": "int4"}),
+                          ("_overlap_1bit", {"overlap": True, "compression": "1bit"}))
+}
+RUNS.update(SHARDED_VARIANTS)
 
 
 def test_accuracy_callback(test):
@@ -151,6 +156,8 @@ def run(spark, name: str, epochs: int) -> dict:
 
 
 def plot(results: list[dict], path: str) -> bool:
+    if not path:  # --plot '': no figure
+        return False
     try:
         import matplotlib
 
@@ -182,7 +189,7 @@ def plot(results: list[dict], path: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--modes", default=",".join(r for r in RUNS if not r.endswith(("overlap", "int8", "int4")) and r != "bmuf_sharded"))
+    parser.add_argument("--modes", default=",".join(r for r in RUNS if r not in SHARDED_VARIANTS and r != "bmuf_sharded"))
     parser.add_argument("--plot", default=os.path.join(ROOT, "benchmarks", "compare_modes.png"))
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args()
