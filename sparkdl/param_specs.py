@@ -397,7 +397,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         "relative to the round's start as float16, half the bytes, summed in float64 and averaged in float32), `1bit` "
         "(one bit per value plus two float32 values per column, the quantization error kept by the worker and added "
         "to its next update; Seide et al. 2014) or `threshold` (±`compressionThreshold` at sparse uint32 indices, "
-        "error feedback; Strom 2015), on every backend (on `sharded` each worker's piece of each slice on its own); or, on backend `sharded`, `int8` / `int4` (the "
+        "error feedback; Strom 2015), on every backend (on `sharded` each worker's piece of each slice on its own, one pair of values per piece of an array); or, on backend `sharded`, `int8` / `int4` (the "
         "update relative to the round's start in blocks of 256 values, one float32 scale a block and a byte or half a "
         "byte a value, the rounding error kept by the worker and added to its next update; 1.02 and 0.52 bytes a "
         "value; the weights' update alone travels: each worker keeps its optimizer state, as with `keepLocalOptimizer`). The asynchronous modes compress every push but each worker's last. With "

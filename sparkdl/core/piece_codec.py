@@ -12,9 +12,10 @@ the update, float32 arithmetic) before the row-weighted mean. So every mode's ru
 ``1bit`` and ``threshold`` carry weights only (the optimizer state stays on the workers:
 ``keepLocalOptimizer`` is implied, as with ``int8``/``int4``). On the wire a piece is one 1-d uint8
 array, the Arrow IPC payload of :func:`sparkdl.core.compression.quantize` (nothing is pickled).
-Bytes per float32 value, each piece on its own: ``1bit`` 1/8 + 8 per column of the piece's arrays
-(an array split between owners is a vector on each: one column); ``threshold`` about 4.1 per value
-at or above t, none for the others.
+Bytes per float32 value, each piece on its own: ``1bit`` 1/8, plus 8 per piece of an array (the
+layout flattens every array, so a piece is a vector: one pair of reconstruction values for the whole
+piece, where ``ps`` and ``rounds`` keep one per column); ``threshold`` about 4.1 per value at or above
+t, none for the others.
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core import piece_codec
+from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.compression import decode_mean
 from sparkdl.core.ledger import ApplyLedger
@@ -215,7 +215,7 @@ class SliceServer(FlightEndpoint):
                         "bytes_out": 0, "backups_in": 0, "applied": 0, "apply_s": 0.0}
         self._due = threading.Event()
         self.released = threading.Event()  # a new owner took the slice (``release``)
-        self.backup_taken = threading.Event()  # a version of a slice this server backs up was served
+        self.backup_taken = threading.Event()  # a version of the slice this server backs up (its neighbour's) was served
         # slice -> version -> what the disk writer has not written yet (the last keep_versions of each: a restore asks for
         # the version the driver accepted, which may be the one before the newest)
         self._to_disk: dict[int, dict[int, SliceVersion]] = {}
@@ -258,12 +258,17 @@ class SliceServer(FlightEndpoint):
         self._weights, self._optimizer = WeightedMean(), WeightedMean()
 
     def _commit(self, version: int) -> None:
-        """Under the lock: make the candidate of ``version`` the committed one (the driver opened it)."""
+        """Under the lock: make the candidate of ``version`` the committed one (the driver opened it),
+        and forget the copies of other slices than the neighbour's that a superseded owner handed
+        here and that are older than ``version`` (no restore asks for them any more)."""
         if self.candidate is not None and self.candidate.version == version:
             if self.keep_previous:
                 self.previous = self.committed
             self.committed, self.candidate = self.candidate, None
             self._begin_round(version)
+            for k in [k for k, held in self.backups.items() if holder_of(k, self.layout.owners) != self.owner
+                      and max(held, default=-1) < version]:
+                del self.backups[k]
 
     def held(self, version: int) -> SliceVersion | None:
         """This slice's version ``version`` when held (-1: the newest)."""
@@ -481,7 +486,7 @@ class SliceServer(FlightEndpoint):
             if found is None:
                 raise flight.FlightServerError(f"slice server {self.owner} holds no version {v} of slice {k}")
             stream = self._serve(found)
-            if k != self.owner:  # a backup served: the slice's new owner (or this one's replacement) has it
+            if k != self.owner and holder_of(k, self.layout.owners) == self.owner:  # the neighbour's new owner has it
                 self.backup_taken.set()
             return stream
         raise flight.FlightServerError(f"ticket must be start:<g>, master:<v>, weights:<v>, optimizer:<v> or held:<k>:<v>. "
@@ -505,7 +510,7 @@ class SliceServer(FlightEndpoint):
             state = SliceVersion.from_arrays(meta["round"], received, arrays, any(s.role == "optimizer" for s in received)).master
             try:
                 answer = self.contribute(meta, state)
-            except InvariantError as exc:
+            except (CodecError, InvariantError) as exc:
                 raise self._reject(f"{exc}; the slice is unchanged") from None
         writer.write(pa.py_buffer(json.dumps(answer).encode()))
 

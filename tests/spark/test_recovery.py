@@ -234,3 +234,39 @@ def test_with_overlap_an_owner_keeps_the_version_before_the_committed_one_and_re
     finally:
         plain.shutdown()
         kept.shutdown()
+
+
+def test_a_copy_handed_by_a_superseded_owner_is_served_then_forgotten_once_a_newer_version_commits():
+    """A superseded owner of an old stage attempt puts its copies to any owner of the new one (its
+    holder may be the lost executor's): that owner serves them to the slice's new owner (without
+    taking them for its neighbour's backup), and forgets them once it commits a newer version (no
+    restore asks for them then); its neighbour's backup stays."""
+    from sparkdl.server.slices import SliceClient
+
+    weights = [np.zeros((3, 2), np.float32), np.zeros(4, np.float32)]
+    layout = SliceLayout.of(ModelState(weights), 3)  # owner 1 backs up slice 0; slice 2 is not its neighbour's
+
+    def version(v, owner):
+        return SliceVersion(v, layout.take(ModelState([w + v for w in weights]), owner))
+
+    server = SliceServer(1, layout, get_policy("sync"), lambda g: {0, 1, 2}, names=["w0", "w1"], token="t", tls=None)
+    try:
+        server.install(version(3, 1), version(4, 1))
+        for v in (3, 4):
+            server.keep_backup(0, version(v, 0), to_disk=False)  # its neighbour's backup
+            server.keep_backup(2, version(v, 2), to_disk=False)  # handed by slice 2's superseded owner
+        server.start()
+        with SliceClient(server.location, "t", timeout_s=10.0, retries=0) as client:
+            assert client.held(2) == [3, 4]
+            assert _same(client.fetch("held:2:3", False), version(3, 2))
+            assert not server.backup_taken.is_set()  # slice 2's copy served: not the neighbour's
+            client.fetch("held:0:3", False)
+            assert server.backup_taken.is_set()
+        server.start_of(4, 5.0)  # the driver opened round 4: version 4 commits, and so may copies up to it
+        assert sorted(server.backups) == [0, 2]  # slice 2's copy holds version 4: still the accepted one
+        server.install(version(5, 1), version(6, 1))
+        server.keep_backup(0, version(5, 0), to_disk=False)
+        server.start_of(6, 5.0)  # version 6 commits: slice 2's copy (version 4) is no restore's any more
+        assert sorted(server.backups) == [0] and sorted(server.backups[0]) == [4, 5]
+    finally:
+        server.shutdown()

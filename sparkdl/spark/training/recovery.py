@@ -19,9 +19,9 @@ with its task when Spark resubmits the stage (its slice server with it), but its
 stays: every new owner that starts on an executor loads every copy found on that disk, its
 neighbours' included, and serves them to whoever asks. Spark may run the resubmitted tasks on a
 replacement executor and leave a live one idle, so a disk alone is not enough: before an attempt of
-the superseded stage ends, it puts its own slice's versions to an owner of the new stage attempt (its
-holder, else any), and one that holds the only live copy of its neighbour's slice serves it until
-that slice's new owner took it. So a slice and the backups its owner kept survive any single
+the superseded stage ends, it puts its own slice's versions and the backups it keeps for its
+neighbour to owners of the new stage attempt (bounded), and, where that fails, one that holds the
+only live copy of its neighbour's slice serves it until that slice's new owner took it. So a slice and the backups its owner kept survive any single
 executor loss, with or without a stage resubmission: the lost executor took one copy of two slices
 (its own and the one it backed up), and the other copy of each reaches a live owner of the new
 stage attempt. A slice found nowhere within :data:`RESTORE_WAIT_S`
@@ -73,7 +73,7 @@ def supersession(*, later_attempt: bool, newer_stage: bool, only_copy: bool = Fa
         attempt registered: end soon, freeing this task's slot for the resubmitted tasks. Before
         either of the last two ends, its own slice's versions reach an owner of the newer stage
         attempt (bounded; its copies are on this executor's disk as well, for whichever new owner
-        starts here). :data:`GO_ON` otherwise.
+        starts here), and so do the backups it keeps for its neighbour. :data:`GO_ON` otherwise.
     """
     if later_attempt:
         return HAND_OFF

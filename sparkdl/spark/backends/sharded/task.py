@@ -42,11 +42,11 @@ from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.core import piece_codec
-from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.board import encode_metric_sums
 from sparkdl.core.compression import encode_update
 from sparkdl.core.modes import get_policy, policy_class
 from sparkdl.core.modes.overlap import EagerOverlap
+from sparkdl.core.piece_codec import PIECEWISE
 from sparkdl.core.slices import SliceLayout
 from sparkdl.core.state import ModelState, WorkerLocal
 from sparkdl.errors import RoundTimeoutError
@@ -859,20 +859,21 @@ class ShardedWorker:
         and the backups it keeps) reach this executor's disk, where the next owner started here
         finds them. Then: a later attempt of this worker registered: serve it the slice and the
         backups until it took them (at most :data:`HANDOFF_S`). Only a newer stage attempt: put its
-        own slice's versions to an owner of that stage attempt first (:meth:`_hand_copies`: no new
-        owner may ever start on this executor), and, with this server holding the only live copy
-        of its neighbour's slice, serve that copy until the neighbour's new owner (or this worker's
-        replacement) took it, at most :data:`HANDOFF_S` (a single lost executor leaves at most one
-        such holder, so the wait never holds the slot every other new owner needs); then end."""
+        copies (its own slice's and its neighbour's) to owners of that stage attempt first
+        (:meth:`_hand_copies`: no new owner may ever start on this executor); when they could not
+        be handed and this server holds the only live copy of its neighbour's slice, serve that
+        copy until the neighbour's new owner (or this worker's replacement) took it, at most
+        :data:`HANDOFF_S` (a single lost executor leaves at most one such holder, so the wait never
+        holds the slot every other new owner needs); then end."""
         if self.server is None:
             return
         if not self.server.flush_disk(FLUSH_S):
             log.warning("sparkdl: slice %d: its copies did not reach this executor's disk within %g s", self.partition, FLUSH_S)
         later = self.heartbeat.superseded.is_set() or self.replaced()
-        if not later and self.newer_stage is not None:
-            later = self._hand_copies() == "replaced"
+        handed = self._hand_copies() if not later and self.newer_stage is not None else None
+        later = later or handed == "replaced"
         decision = recovery.supersession(later_attempt=later, newer_stage=self.newer_stage is not None,
-                                         only_copy=not later and self._only_copy())
+                                         only_copy=not later and handed != "sent" and self._only_copy())
         if decision == recovery.HAND_OFF and self.server.committed is not None:
             self.server.released.wait(HANDOFF_S)
         elif decision == recovery.SERVE_BACKUP:
@@ -884,24 +885,34 @@ class ShardedWorker:
                      self._backed(), "taken" if taken else f"not taken within {HANDOFF_S:g} s")
 
     def _hand_copies(self) -> str | None:
-        """Put this slice's versions (committed, candidate and, with ``overlap``, the one before) to
-        an owner of the newer stage attempt before this superseded attempt ends: its backup holder
-        when that one registered, else any other owner of that stage attempt (a new owner looks
-        there too: :data:`recovery.PEERS`). Its holder's copy may have gone with a lost executor, and
-        Spark may run the resubmitted tasks on a replacement executor, so that no new owner ever
-        reads this executor's disk. Asks every 0.5 s, at most :data:`HANDOFF_S`.
+        """Before this superseded attempt ends, put the copies it holds to owners of the newer stage
+        attempt: its own slice's committed version and candidate (to its backup holder when that one
+        registered, else the next owner round the ring) and the versions it backs up for its
+        neighbour (to any owner but the neighbour's and its own). The other copy of either may have
+        gone with a lost executor, and Spark may run the resubmitted tasks on a replacement executor,
+        so that no new owner ever reads this executor's disk. A new owner looks at every owner
+        (:data:`recovery.PEERS`); one forgets such a copy once it commits a newer version. Asks every
+        0.5 s for at most :data:`HANDOFF_S` (one more put may run past it, bounded by its own call
+        timeout).
 
         Returns:
-            ``"sent"``, ``"replaced"`` (this worker's own later attempt registered meanwhile: it
-            takes the slice from this server), or None (nobody took them in time: a warning).
+            ``"sent"``, ``"replaced"`` (this worker's own later attempt registered meanwhile, or took
+            the slice: it takes the copies from this server), or None (not every copy was taken in
+            time: a warning; they stay on this executor's disk).
         """
-        versions = [v for v in (self.server.previous, self.server.committed, self.server.candidate) if v is not None]
-        if not versions:
-            return "sent"
-        holder = holder_of(self.partition, self.owners)
+        p, n = self.partition, self.owners
+        parcels = {p: [v for v in (self.server.committed, self.server.candidate) if v is not None]}
+        backed = self._backed()
+        if backed is not None:
+            kept = dict(self.server.backups.get(backed, {}))
+            parcels[backed] = [kept[v] for v in sorted(kept)]
+        parcels = {k: versions for k, versions in parcels.items() if versions}
+        deadline = time.monotonic() + HANDOFF_S
         told: list[str] = []
 
         def attempt() -> str | None:
+            if self.server.released.is_set():
+                return "replaced"
             try:
                 self._take_map(self.coordinator.slice_map())
             except Exception as exc:  # noqa: BLE001 - the driver is busy or gone: ask again (bounded)
@@ -910,27 +921,32 @@ class ShardedWorker:
             if self.replaced():
                 return "replaced"
             with self._clients_lock:
-                newer = [j for j in range(self.owners) if j != self.partition and self.registrations[j] is not None
-                         and self.registrations[j].get("stage") is not None and self.stage is not None
+                newer = [j for j in range(n) if self.registrations[j] is not None and self.registrations[j].get("stage") is not None
                          and tuple(self.registrations[j]["stage"]) > self.stage]
-            for j in sorted(newer, key=lambda j: j != holder):
-                try:
-                    for version in versions:
-                        self.client(j).put_backup(self.partition, version, self.attempt)
-                    log.info("sparkdl: superseded slice server %d (task attempt %d) put its versions %s to worker %d of the "
-                             "newer stage attempt", self.partition, self.attempt, [v.version for v in versions], j)
-                    return "sent"
-                except Exception as exc:  # noqa: BLE001 - that owner is starting or gone: the next one, or ask again
-                    told[:] = [f"worker {j}: {type(exc).__name__}: {str(exc)[:200]}"]
-            return None
+            for k in sorted(parcels):
+                preferred = holder_of(k, n)
+                for j in sorted((j for j in newer if j not in (p, k)), key=lambda j: (j - preferred) % n):
+                    if time.monotonic() >= deadline:
+                        return None
+                    try:
+                        for version in parcels[k]:
+                            self.client(j).put_backup(k, version, self.attempt)
+                    except Exception as exc:  # noqa: BLE001 - that owner is starting or gone: the next one, or ask again
+                        told[:] = [f"slice {k} to worker {j}: {type(exc).__name__}: {str(exc)[:200]}"]
+                        continue
+                    log.info("sparkdl: superseded slice server %d (task attempt %d) put slice %d's versions %s to worker %d of "
+                             "the newer stage attempt", p, self.attempt, k, [v.version for v in parcels.pop(k)], j)
+                    break
+            return "sent" if not parcels else None
 
-        found = recovery.wait_bounded(attempt, f"superseded slice server {self.partition} (task attempt {self.attempt}) puts its "
-                                      "versions to an owner of the newer stage attempt", HANDOFF_S, 0.5,
-                                      lambda: told[0] if told else "no owner of the newer stage attempt registered yet")
+        found = recovery.wait_bounded(attempt, f"superseded slice server {p} (task attempt {self.attempt}) puts its copies to owners "
+                                      "of the newer stage attempt", HANDOFF_S, 0.5,
+                                      lambda: f"slices {sorted(parcels)} not handed yet; " + (told[0] if told else
+                                                                                            "no owner of the newer stage attempt registered yet"))
         if found is None:
-            log.warning("sparkdl: superseded slice server %d (task attempt %d) ends before any owner of the newer stage attempt took "
-                        "its versions %s (%s): they stay on this executor's disk", self.partition, self.attempt,
-                        [v.version for v in versions], told[0] if told else "none registered")
+            log.warning("sparkdl: superseded slice server %d (task attempt %d) ends before owners of the newer stage attempt took "
+                        "slices %s (%s): they stay on this executor's disk", p, self.attempt, sorted(parcels),
+                        told[0] if told else "none registered")
         return found
 
     def _backed(self) -> int | None:
