@@ -270,3 +270,12 @@ def test_a_copy_handed_by_a_superseded_owner_is_served_then_forgotten_once_a_new
         assert sorted(server.backups) == [0] and sorted(server.backups[0]) == [4, 5]
     finally:
         server.shutdown()
+
+
+def test_a_superseded_attempt_offers_each_copy_to_the_slices_holder_first_then_round_the_ring():
+    # slice 1's own new owner and the attempt itself are never offered it; the holder (2) comes first
+    assert recovery.hand_order(1, [0, 1, 2, 3], owner=1, owners=4) == [2, 3, 0]
+    # the neighbour's backup (slice 0, held by owner 1, the attempt itself): owners 2 and 3, from slice 0's holder on
+    assert recovery.hand_order(0, [3, 2, 0], owner=1, owners=4) == [2, 3]
+    assert recovery.hand_order(0, [0], owner=1, owners=2) == []  # nobody but the slice's own owner registered yet
+    assert recovery.hand_order(2, [], owner=2, owners=3) == []

@@ -8,6 +8,7 @@ The decisions:
   over), or end soon (Spark resubmitted the stage: its new tasks need this task's slot, and no
   replacement of this worker registered yet to hand off to), once its slice's versions reached an
   owner of the newer stage attempt.
+* :func:`hand_order`: to whom a superseded attempt hands its copies before it ends.
 * :func:`restore_order`: where a retried owner takes its slice from: the fit's start (the driver
   or a checkpoint), its previous owner while it answers, this executor's disk, the slice's backup
   holder, or any other owner that holds a copy.
@@ -40,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkdl.server.slices import SliceVersion, read_slice, write_slice
+from sparkdl.server.slices import SliceVersion, holder_of, read_slice, write_slice
 
 log = logging.getLogger("sparkdl")
 KEEP_ON_DISK = 2  # versions of each slice an executor's disk keeps (the accepted one and its candidate)
@@ -139,6 +140,17 @@ def restore_order(*, first_registration: bool, at_fit_start: bool, checkpoint: b
     if on_disk:
         return (DISK, HOLDER, PEERS, PREVIOUS)
     return (HOLDER, PEERS, PREVIOUS)
+
+
+def hand_order(slice_index: int, newer: list[int], owner: int, owners: int) -> list[int]:
+    """To whom a superseded attempt (owner ``owner`` of the old stage attempt) offers its copy of
+    slice ``slice_index`` before it ends, in order: the owners of the newer stage attempt
+    (``newer``) but the slice's own and its own (a new owner serves its own slice from what it
+    installs, not from its backups, and this attempt's replacement takes everything from it
+    directly), starting with the slice's backup holder and going round the ring, so that the copies
+    of several slices spread over several owners."""
+    preferred = holder_of(slice_index, owners) or 0
+    return sorted((j for j in set(newer) if j not in (owner, slice_index)), key=lambda j: (j - preferred) % owners)
 
 
 # ---- copies on this executor's disk ------------------------------------------------------------

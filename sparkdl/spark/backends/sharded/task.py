@@ -924,8 +924,7 @@ class ShardedWorker:
                 newer = [j for j in range(n) if self.registrations[j] is not None and self.registrations[j].get("stage") is not None
                          and tuple(self.registrations[j]["stage"]) > self.stage]
             for k in sorted(parcels):
-                preferred = holder_of(k, n)
-                for j in sorted((j for j in newer if j not in (p, k)), key=lambda j: (j - preferred) % n):
+                for j in recovery.hand_order(k, newer, p, n):
                     if time.monotonic() >= deadline:
                         return None
                     try:
