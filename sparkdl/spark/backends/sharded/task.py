@@ -896,9 +896,10 @@ class ShardedWorker:
         timeout).
 
         Returns:
-            ``"sent"``, ``"replaced"`` (this worker's own later attempt registered meanwhile, or took
-            the slice: it takes the copies from this server), or None (not every copy was taken in
-            time: a warning; they stay on this executor's disk).
+            ``"sent"``, ``"partly"`` (with two owners the neighbour's backup has nobody to go to but
+            this worker's replacement: the rest was sent), ``"replaced"`` (this worker's own later
+            attempt registered meanwhile, or took the slice: it takes the copies from this server),
+            or None (not every copy was taken in time: a warning; they stay on this executor's disk).
         """
         p, n = self.partition, self.owners
         parcels = {p: [v for v in (self.server.committed, self.server.candidate) if v is not None]}
@@ -906,7 +907,9 @@ class ShardedWorker:
         if backed is not None:
             kept = dict(self.server.backups.get(backed, {}))
             parcels[backed] = [kept[v] for v in sorted(kept)]
-        parcels = {k: versions for k, versions in parcels.items() if versions}
+        # a copy only this attempt's own replacement could take (two owners: the neighbour's backup) is not waited for
+        skipped = [k for k, versions in parcels.items() if versions and not recovery.hand_order(k, list(range(n)), p, n)]
+        parcels = {k: versions for k, versions in parcels.items() if versions and k not in skipped}
         deadline = time.monotonic() + HANDOFF_S
         told: list[str] = []
 
@@ -936,7 +939,7 @@ class ShardedWorker:
                     log.info("sparkdl: superseded slice server %d (task attempt %d) put slice %d's versions %s to worker %d of "
                              "the newer stage attempt", p, self.attempt, k, [v.version for v in parcels.pop(k)], j)
                     break
-            return "sent" if not parcels else None
+            return None if parcels else "partly" if skipped else "sent"
 
         found = recovery.wait_bounded(attempt, f"superseded slice server {p} (task attempt {self.attempt}) puts its copies to owners "
                                       "of the newer stage attempt", HANDOFF_S, 0.5,
