@@ -7,7 +7,8 @@ momentum). A round g, as the owner sees it:
 1. every worker that trained in round g puts its contribution to slice j (its state's slice j, or
    its encoded difference from the round's start: :mod:`sparkdl.core.piece_codec`) with
    ``(round, worker, attempt, rows)``; each worker's contribution is counted once per round (a
-   retried push, or a retried task's, is dropped as a duplicate: :class:`~sparkdl.core.ledger.ApplyLedger` keyed by worker, attempt and round);
+   retried push, or a retried task's, is dropped as a duplicate:
+   :class:`~sparkdl.core.ledger.ApplyLedger` keyed by worker, attempt and round);
 2. once every worker with rows in round g has been counted, the owner's applier thread applies the
    mode's policy to its slice (the same pure-numpy code the driver runs for the other backends:
    :mod:`sparkdl.core.modes`, elementwise), checks the new slice is finite, sends it to the slice's

@@ -22,10 +22,10 @@ neighbours' included, and serves them to whoever asks. Spark may run the resubmi
 replacement executor and leave a live one idle, so a disk alone is not enough: before an attempt of
 the superseded stage ends, it puts its own slice's versions and the backups it keeps for its
 neighbour to owners of the new stage attempt (bounded), and, where that fails, one that holds the
-only live copy of its neighbour's slice serves it until that slice's new owner took it. So a slice and the backups its owner kept survive any single
-executor loss, with or without a stage resubmission: the lost executor took one copy of two slices
-(its own and the one it backed up), and the other copy of each reaches a live owner of the new
-stage attempt. A slice found nowhere within :data:`RESTORE_WAIT_S`
+only live copy of its neighbour's slice serves it until that slice's new owner took it. So a slice
+and the backups its owner kept survive any single executor loss, with or without a stage
+resubmission: the lost executor took one copy of two slices (its own and the one it backed up), and
+the other copy of each reaches a live owner of the new stage attempt. A slice found nowhere within :data:`RESTORE_WAIT_S`
 is a loss no retry can mend: :class:`~sparkdl.server.slices.SliceLost`, reported to the driver,
 which fails the fit at once naming the slice, its owner and its holder.
 
