@@ -1,32 +1,28 @@
-"""Validated, frozen settings of one fit. Units are in the names (``round_timeout_s``)."""
+"""Validated, frozen settings of one fit. Units are in the names (``round_timeout_s``).
+
+Each field is a Param of :mod:`sparkdl.param_specs`, which declares its default and its range once:
+``FitConfig`` checks every field against its Param's :meth:`~sparkdl.param_specs.ParamSpec.check`
+(the rule the Param's setter, the job config and the docs use), then the relations between them.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
-from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
-from sparkdl.errors import ConfigError, did_you_mean
+from sparkdl.core.modes import ASYNC_MODES, ROUND_MODES
+from sparkdl.errors import ConfigError
+from sparkdl.param_specs import BY_NAME, HEARTBEAT_FRACTION, HEARTBEAT_MAX_S
 
-BACKENDS = ("rounds", "ps", "sharded", "auto")  # the backend Param's choices: the registry's names (sparkdl.spark.backends) and auto
 # τ (local steps between a worker's push and its next pull) when ``localSteps`` is None in an
 # asynchronous mode; measured on the MNIST CNN of conf/mnist_cnn.yaml with 2 workers (README).
 ASYNC_DEFAULT_LOCAL_STEPS = {"async": 4, "hogwild": 4, "staleness_aware": 4, "ssp": 4}
-DEFAULT_STALENESS = 2
-# Liveness: a worker's heartbeat thread beats every HEARTBEAT_FRACTION of workerTimeout (at most
-# HEARTBEAT_MAX_S), so a timeout holds many beats and one late beat on a loaded machine is no alarm;
-# a workerTimeout under MIN_WORKER_TIMEOUT_S cannot be honoured that way and is refused.
-HEARTBEAT_FRACTION = 0.1
-HEARTBEAT_MAX_S = 2.0
-MIN_WORKER_TIMEOUT_S = 5.0
-MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")  # besides None: Keras dtype policies of the replicas
+DEFAULT_STALENESS = BY_NAME["staleness"].default
 
 
-def _positive_int(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer. Received: {name}={value!r}")
+def _param(name: str):
+    """A field holding Param ``name``: its declared default, and the Param's name for the checks."""
+    return field(default=BY_NAME[name].default, metadata={"param": name})
 
 
 @dataclass(frozen=True)
@@ -39,8 +35,8 @@ class FitConfig:
         batch_size: rows per local step (>= 1).
         local_steps: τ, local steps between two averaging rounds; ``None`` means one pass
             over each worker's partition, i.e. one round per epoch.
-        mode: training mode, one of ``MODES``.
-        backend: round transport, one of ``BACKENDS``.
+        mode: training mode, one of ``sparkdl.core.modes.MODES``.
+        backend: round transport, one of ``param_specs.BACKENDS``.
         seed: seed of the per-epoch shuffles and of the replicas' random layers.
         shuffle: shuffle each partition's rows at every epoch, as ``keras.Model.fit(shuffle=True)``.
         verbose: 0 silent, 1 a live progress bar on the driver (a line per epoch when stdout is not a
@@ -51,7 +47,7 @@ class FitConfig:
         staleness: SSP's bound s (clocks, >= 0): a worker more than s clocks ahead of the slowest waits.
         server_port: TCP port of the driver's server: ``ps``' parameter server, ``sharded``'s coordinator (0: a free port).
         worker_timeout_s: seconds a ``ps`` or ``sharded`` worker may stay silent (no push, pull or
-            heartbeat) before its task attempt is killed and retried (>= ``MIN_WORKER_TIMEOUT_S``);
+            heartbeat) before its task attempt is killed and retried (>= ``param_specs.MIN_WORKER_TIMEOUT_S``);
             its heartbeat thread beats every :attr:`heartbeat_s`. A stage short of task slots waits
             :func:`~sparkdl.spark.training.nodes.node_wait_s` of it for a replacement.
         compression: how updates travel: None (full state), ``"fp16"`` (float16 updates), ``"1bit"``
@@ -89,33 +85,33 @@ class FitConfig:
         ConfigError: when a value is outside its range.
     """
 
-    num_workers: int = 2
-    epochs: int = 1
-    batch_size: int = 32
-    local_steps: int | None = None
-    mode: str = "sync"
-    backend: str = "auto"
-    seed: int = 0
-    shuffle: bool = True
-    verbose: int = 1
-    round_timeout_s: float = 3600.0
-    keep_partitioning: bool = False
-    staleness: int = DEFAULT_STALENESS
-    server_port: int = 0
-    worker_timeout_s: float = 600.0
-    compression: str | None = None
-    compression_threshold: float = 0.01
-    min_workers_per_round: int | float | None = None
-    round_deadline_s: float = 0.0
-    mixed_precision: str | None = None
-    data_timeout_s: float = 86400.0
-    checkpoint_dir: str | None = None
-    checkpoint_every: int | None = None
-    server_tls: bool = True
-    server_cert_file: str | None = None
-    server_key_file: str | None = None
-    keep_local_optimizer: bool = False
-    overlap: bool = False
+    num_workers: int = _param('numWorkers')
+    epochs: int = _param('epochs')
+    batch_size: int = _param('batchSize')
+    local_steps: int | None = _param('localSteps')
+    mode: str = _param('mode')
+    backend: str = _param('backend')
+    seed: int = _param('seed')
+    shuffle: bool = _param('shuffle')
+    verbose: int = _param('verbose')
+    round_timeout_s: float = _param('roundTimeout')
+    keep_partitioning: bool = _param('keepPartitioning')
+    staleness: int = _param('staleness')
+    server_port: int = _param('serverPort')
+    worker_timeout_s: float = _param('workerTimeout')
+    compression: str | None = _param('compression')
+    compression_threshold: float = _param('compressionThreshold')
+    min_workers_per_round: int | float | None = _param('minWorkersPerRound')
+    round_deadline_s: float = _param('roundDeadline')
+    mixed_precision: str | None = _param('mixedPrecision')
+    data_timeout_s: float = _param('dataTimeout')
+    checkpoint_dir: str | None = _param('checkpointDir')
+    checkpoint_every: int | None = _param('checkpointEvery')
+    server_tls: bool = _param('serverTls')
+    server_cert_file: str | None = _param('serverCertFile')
+    server_key_file: str | None = _param('serverKeyFile')
+    keep_local_optimizer: bool = _param('keepLocalOptimizer')
+    overlap: bool = _param('overlap')
 
     @property
     def heartbeat_s(self) -> float:
@@ -133,62 +129,14 @@ class FitConfig:
         return max(1, min(workers, value))
 
     def __post_init__(self) -> None:
-        _positive_int("numWorkers", self.num_workers)
-        _positive_int("epochs", self.epochs)
-        _positive_int("batchSize", self.batch_size)
-        _positive_int("localSteps", self.local_steps, allow_none=True)
-        if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}.{did_you_mean(self.mode, MODES)} Received: mode={self.mode!r}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"backend must be one of {BACKENDS}.{did_you_mean(self.backend, BACKENDS)} "
-                              f"Received: backend={self.backend!r}")
-        from sparkdl.core.compression import check_compression, check_threshold  # pyarrow: not for sparkdl.keras alone
-
-        check_compression(self.compression)
-        if self.compression == "threshold":
-            check_threshold(self.compression_threshold)
+        for f in fields(self):  # each field against its Param's declared range and choices
+            BY_NAME[f.metadata["param"]].check(getattr(self, f.name))
         value = self.min_workers_per_round
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or (isinstance(value, int) and value < 1)
-                                  or (isinstance(value, float) and not 0.0 < value <= 1.0)):
-            raise ConfigError(
-                "minWorkersPerRound must be None (wait for every worker), a count >= 1 (int) or a fraction in (0, 1] "
-                f"(float). Received: minWorkersPerRound={value!r}"
-            )
-        if not (isinstance(self.round_deadline_s, (int, float)) and math.isfinite(self.round_deadline_s) and self.round_deadline_s >= 0):
-            raise ConfigError(f"roundDeadline must be a number of seconds >= 0. Received: roundDeadline={self.round_deadline_s!r}")
         if value is not None and self.mode in ASYNC_MODES:
             raise ConfigError(
                 f"minWorkersPerRound closes the rounds of the round modes {list(ROUND_MODES)}; the asynchronous modes have no "
                 f"rounds to wait for. Received: minWorkersPerRound={value!r} with mode {self.mode!r}"
             )
-        if isinstance(self.staleness, bool) or not isinstance(self.staleness, int) or self.staleness < 0:
-            raise ConfigError(f"staleness must be an integer >= 0 (clocks). Received: staleness={self.staleness!r}")
-        if isinstance(self.server_port, bool) or not isinstance(self.server_port, int) or not 0 <= self.server_port <= 65535:
-            raise ConfigError(f"serverPort must be an integer in [0, 65535] (0 picks a free port). Received: serverPort={self.server_port!r}")
-        if not (isinstance(self.worker_timeout_s, (int, float)) and self.worker_timeout_s >= MIN_WORKER_TIMEOUT_S):
-            raise ConfigError(
-                f"workerTimeout must be a number of seconds >= {MIN_WORKER_TIMEOUT_S:g}: each worker sends a heartbeat every "
-                f"{HEARTBEAT_FRACTION:g} of it (at most every {HEARTBEAT_MAX_S:g} s), and a shorter timeout would take a late "
-                f"beat on a busy machine for a dead worker. Received: workerTimeout={self.worker_timeout_s!r}"
-            )
-        if not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an integer. Received: seed={self.seed!r}")
-        if isinstance(self.verbose, bool) or self.verbose not in (0, 1, 2):
-            raise ConfigError(f"verbose must be 0, 1 or 2. Received: verbose={self.verbose!r}")
-        if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISION:
-            raise ConfigError(
-                f"mixedPrecision must be None, {MIXED_PRECISION[0]!r} or {MIXED_PRECISION[1]!r}. Received: mixedPrecision={self.mixed_precision!r}"
-            )
-        if not self.round_timeout_s > 0:
-            raise ConfigError(
-                f"roundTimeout must be a positive number of seconds. Received: {self.round_timeout_s!r}"
-            )
-        if not (isinstance(self.data_timeout_s, (int, float)) and self.data_timeout_s > 0):
-            raise ConfigError(f"dataTimeout must be a positive number of seconds. Received: {self.data_timeout_s!r}")
-        _positive_int("checkpointEvery", self.checkpoint_every, allow_none=True)
-        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str) or not self.checkpoint_dir.strip()):
-            raise ConfigError(f"checkpointDir must be a folder path or URI, or None. Received: {self.checkpoint_dir!r}")
         if (self.server_cert_file is None) != (self.server_key_file is None):
             raise ConfigError("serverCertFile and serverKeyFile must be given together. Received: "
                               f"serverCertFile={self.server_cert_file!r}, serverKeyFile={self.server_key_file!r}")

@@ -9,9 +9,12 @@ generated from :data:`PARAMS`:
   raised as :class:`~sparkdl.errors.ConfigError` naming the Param);
 - ``KerasEstimator``: its keywords (an unknown one is refused naming the closest) and the Args of
   its docstring (:func:`args_docstring`);
-- the docs' Params table, docs/reference/params.md (:func:`params_markdown`; ``python -m sparkdl.param_specs``
-  prints it, a test keeps the page equal to it);
-- the ``fit`` and ``data`` keys of the job config (:mod:`sparkdl.cli.config`, snake_case).
+- the docs' Params table, docs/reference/params.md (:func:`params_markdown`, with each Param's rule;
+  ``python -m sparkdl.param_specs`` prints it, a test keeps the page equal to it);
+- the ``fit`` and ``data`` keys of the job config (:mod:`sparkdl.cli.config`, snake_case);
+- each Param's range (a :class:`Rule`, as pyspark's ``ParamValidators``): checked when the Param is
+  set, by the job config and by :class:`sparkdl.config.FitConfig` (whose fields and defaults come
+  from here too), and stated in the errors and in both docs tables.
 
 Pure Python: importing this module loads neither Spark nor Keras.
 """
@@ -19,13 +22,25 @@ Pure Python: importing this module loads neither Spark nor Keras.
 from __future__ import annotations
 
 import inspect
+import math
+import numbers as _numbers
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparkdl.config import BACKENDS, MIXED_PRECISION, MODES
+from sparkdl.core.modes import MODE_NAMES as MODES
 from sparkdl.errors import ConfigError, did_you_mean
+
+BACKENDS = ("rounds", "ps", "sharded", "auto")  # the backend Param's choices: the registry's names (sparkdl.spark.backends) and auto
+MIXED_PRECISION = ("mixed_float16", "mixed_bfloat16")  # besides None: Keras dtype policies of the replicas
+# Liveness: a worker's heartbeat thread beats every HEARTBEAT_FRACTION of workerTimeout (at most
+# HEARTBEAT_MAX_S), so a timeout holds many beats and one late beat on a loaded machine is no alarm;
+# a workerTimeout under MIN_WORKER_TIMEOUT_S cannot be honoured that way and is refused.
+HEARTBEAT_FRACTION = 0.1
+HEARTBEAT_MAX_S = 2.0
+MIN_WORKER_TIMEOUT_S = 5.0
 
 #: the stage that sets a Param: both (``fit`` copies the estimator's value into the model) ...
 SHARED = "shared"
@@ -40,6 +55,68 @@ class _NoDefault:
 
 #: the default of a Param that is undefined until set (``loss``)
 NO_DEFAULT = _NoDefault()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The values a Param takes beyond its kind, as pyspark's ``ParamValidators``: a test and its words.
+
+    Declared once, on the Param's :class:`ParamSpec`: the Param's converter checks it when the Param
+    is set (:mod:`sparkdl.spark.params`), the job config when it is read (:mod:`sparkdl.cli.config`),
+    :class:`sparkdl.config.FitConfig` and the mode classes when they are built, and the errors and
+    both docs tables state its ``text``.
+
+    Attributes:
+        text: the rule in words, e.g. ``"a positive integer"``.
+        test: value -> whether it keeps the rule (a value of the Param's kind; never raises).
+        reason: why the rule holds, appended to the error (``workerTimeout``'s heartbeats), or ``""``.
+    """
+
+    text: str
+    test: Callable[[Any], bool]
+    reason: str = ""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, _numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, _numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def integers(text: str, low: int | None = None, high: int | None = None) -> Rule:
+    """Integers (not bools) in ``[low, high]`` (either bound may be None)."""
+    return Rule(text, lambda v: _is_int(v) and (low is None or v >= low) and (high is None or v <= high))
+
+
+def numbers(text: str, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+            high_open: bool = False, finite: bool = False, reason: str = "") -> Rule:
+    """Numbers (int or float, not bool, not NaN) from ``low`` to ``high``, each bound closed unless
+    ``*_open``; ``finite``: not ±inf either."""
+    def test(v) -> bool:
+        if not _is_number(v) or (finite and math.isinf(v)):
+            return False
+        if low is not None and (v <= low if low_open else v < low):
+            return False
+        return high is None or (v < high if high_open else v <= high)
+
+    return Rule(text, test, reason)
+
+
+def optional(rule: Rule) -> Rule:
+    """``rule``, or None."""
+    return Rule(f"None or {rule.text}", lambda v: v is None or rule.test(v), rule.reason)
+
+
+POSITIVE_INT = integers("a positive integer", low=1)
+POSITIVE_SECONDS = numbers("a positive number of seconds", low=0, low_open=True)
+POSITIVE_NUMBER = numbers("a number > 0", low=0, low_open=True)
+MOMENTUM = numbers("a number in [0, 1)", low=0, high=1, high_open=True)
+FOLDER = Rule("None or a folder path or URI", lambda v: v is None or (isinstance(v, str) and bool(v.strip())))
+WORKERS_PER_ROUND = Rule(
+    "None, a count >= 1 (int) or a fraction in (0, 1] (float)",
+    lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0.0 < v <= 1.0))
 
 
 @dataclass(frozen=True)
@@ -68,12 +145,7 @@ KINDS: dict[str, Kind] = {
     "str": Kind("a string", ("str",), "str"),
     "str?": Kind("None or a string", ("str", "null"), "str | None"),
     "choice": Kind("one of the choices", ("str",), "str"),  # the choices are checked when the Param is set
-    "fraction": Kind("a fraction in [0, 1)", ("float",), "float"),
-    "rows?": Kind("None or a positive number of rows", ("int", "null"), "int | None"),
-    "megabytes?": Kind("None or a number of MB > 0", ("float", "null"), "float | None"),
-    "rate?": Kind("None or a finite number > 0", ("float", "null"), "float | None"),
-    "workers?": Kind("None, a count >= 1 (int) or a fraction in (0, 1] (float)", ("int", "float", "null"),
-                     "int | float | None"),
+    "workers?": Kind("None, an int or a float", ("int", "float", "null"), "int | float | None"),
     "features_cols": Kind("None, a list of column names or a dict model input name -> column(s)", ("list", "dict", "null"),
                           "list | dict | None"),
     "label_cols": Kind("None, a list of column names or a dict output name -> column", ("list", "dict", "null"),
@@ -107,8 +179,8 @@ class ParamSpec:
             estimator; the fitted model carries the value, read-only).
         choices: the values it takes, where they are few (the job config checks them; kind
             ``"choice"`` also checks them when the Param is set; the others at ``fit``).
-        rule: the rule error messages state, when more precise than the kind's (``"a positive
-            integer"``); ranges that the kind does not check are checked at ``fit``.
+        rule: the values it takes beyond its kind (a :class:`Rule`: ``"a positive integer"``),
+            checked wherever the value enters (set, job config, ``FitConfig``), or None.
         config: the job config section that holds it as a snake_case key (``"fit"``, ``"data"``), or None.
         example: an example value for the job config docs.
         fit_choices: the values ``fit`` accepts, when fewer than ``choices`` (the others are for
@@ -121,7 +193,7 @@ class ParamSpec:
     doc: str
     stage: str = TRAINING
     choices: tuple | None = None
-    rule: str | None = None
+    rule: Rule | None = None
     config: str | None = None
     example: Any = None
     fit_choices: tuple | None = None
@@ -141,10 +213,25 @@ class ParamSpec:
     def type_rule(self) -> str:
         """The rule a converter's error states, e.g. ``"a positive integer"``, ``"one of ['vector', 'array']"``."""
         if self.rule is not None:
-            return self.rule
-        if self.kind == "choice":
+            return self.rule.text
+        if self.choices is not None:
             return f"one of {list(self.choices)}"
         return KINDS[self.kind].rule
+
+    def check(self, value) -> None:
+        """Refuse a value outside this Param's :attr:`rule` or :attr:`choices` (its kind already
+        converted it: ``2`` for ``2.0`` is the converter's business).
+
+        Raises:
+            ConfigError: ``"<name> must be <rule>[: <reason>]. Received: <name>=<value>"``, with the
+                closest choice for a misspelt one.
+        """
+        if self.rule is not None and not self.rule.test(value):
+            reason = f": {self.rule.reason}" if self.rule.reason else ""
+            raise ConfigError(f"{self.name} must be {self.rule.text}{reason}. Received: {self.name}={value!r}")
+        if self.choices is not None and not any(value == c and type(value) is type(c) for c in self.choices):
+            hint = did_you_mean(value, [c for c in self.choices if isinstance(c, str)]) if isinstance(value, str) else ""
+            raise ConfigError(f"{self.name} must be one of {list(self.choices)}.{hint} Received: {self.name}={value!r}")
 
     @property
     def suffix(self) -> str:
@@ -255,17 +342,17 @@ PARAMS: tuple[ParamSpec, ...] = (
            "prediction, rawPrediction and probability column (`fit` refuses it before any job: set it on the fitted "
            "model). The fitted model gets the estimator's value")),
     # --- batches and compile arguments ---
-    _P("batchSize", "int", 32, stage=SHARED, rule="a positive integer", config="fit", example=64, doc=(
+    _P("batchSize", "int", 32, stage=SHARED, rule=POSITIVE_INT, config="fit", example=64, doc=(
         "rows per local training step; the smallest `transform` batch when `inferenceBatchSize` is None, and "
         "`evaluate`'s default")),
-    _P("inferenceBatchSize", "rows?", None, stage=SHARED, doc=(
+    _P("inferenceBatchSize", "int?", None, rule=optional(integers("a positive number of rows", low=1)), stage=SHARED, doc=(
         "rows per predict call in `transform` (> 0); None: as many rows as make about 4 MiB of input, between "
         "`batchSize` and 2,048 (1,337 rows for mnist's 784 float32 pixels)")),
     _P("optimizer", "optimizer", "adam", stage=SHARED, config="fit",
        example={"class_name": "Adam", "config": {"learning_rate": 0.002}}, doc=(
            "Keras optimizer: a name (`\"adam\"`), an object (`Adam(1e-3)`) or a config dict `{class_name, config}`; "
            "a compiled `model` supplies it when it is not given")),
-    _P("learningRate", "rate?", None, config="fit", example=0.002, doc=(
+    _P("learningRate", "float?", None, rule=optional(numbers("a finite number > 0", low=0, low_open=True, finite=True)), config="fit", example=0.002, doc=(
         "the optimizer's learning rate for the fit (> 0): it replaces the rate (or schedule) of `optimizer`, of the "
         "compiled `model`'s optimizer when `optimizer` is not given, or of Keras' `adam` default; every replica trains "
         "with it and the fitted model's `optimizer` and optimizer state record it. None keeps the optimizer's own. "
@@ -290,10 +377,10 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`keras.Model.compile`'s `jit_compile`: True, False or `\"auto\"` (XLA compilation of the train step); a "
         "compiled model does not supply it (Keras keeps only the value it resolved on the driver's devices)")),
     # --- the training loop ---
-    _P("numWorkers", "int", 2, rule="a positive integer", config="fit", example=4, doc=(
+    _P("numWorkers", "int", 2, rule=POSITIVE_INT, config="fit", example=4, doc=(
         "model replicas, one Spark task and one partition each (a warning when larger than the row count)")),
-    _P("epochs", "int", 1, rule="a positive integer", config="fit", example=8, doc="passes over the data"),
-    _P("localSteps", "int?", None, rule="None or a positive integer", config="fit", example=16, doc=(
+    _P("epochs", "int", 1, rule=POSITIVE_INT, config="fit", example=8, doc="passes over the data"),
+    _P("localSteps", "int?", None, rule=optional(POSITIVE_INT), config="fit", example=16, doc=(
         "τ: local steps of each worker between averaging rounds (round modes) or between a push and the next pull "
         "(asynchronous modes); None: one pass over each partition per round, i.e. one round per epoch, in the round "
         "modes, and 4 steps in the asynchronous ones (`sparkdl.config.ASYNC_DEFAULT_LOCAL_STEPS`)")),
@@ -317,27 +404,27 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`fitInfo['backend_reason']` says why), or `sharded` (the state in one slice per worker, owned and served by the "
         "workers' own tasks, the driver coordinating: `sync`, `bmuf` and `diloco`; for models whose state the driver "
         "should not hold, and many workers; needs a task slot per worker, no validation data)")),
-    _P("seed", "int", 0, config="fit", example=1, doc=(
+    _P("seed", "int", 0, rule=integers("an integer"), config="fit", example=1, doc=(
         "seed of the shuffles, of `validationSplit` and of the replicas' random layers")),
     _P("shuffle", "bool", True, config="fit", example=False, doc=(
         "reshuffle each partition's rows every epoch with a seeded permutation, as `keras.Model.fit(shuffle=True)`")),
-    _P("verbose", "int", 1, choices=(0, 1, 2), config="fit", example=0, doc=(
+    _P("verbose", "int", 1, choices=(0, 1, 2), rule=Rule("0, 1 or 2", lambda v: _is_int(v) and v in (0, 1, 2)), config="fit", example=0, doc=(
         "as Keras: 0 silent; 1 a live progress bar on the driver (epoch, round, running loss and metrics, samples/s, "
         "time left) in a terminal or notebook, else one line per epoch (`Epoch 3/8 - 2.4s - 3,266 samples/s - loss: "
         "0.1151 - accuracy: 0.9653`); 2 one such line per epoch. Each line also goes to the `sparkdl` logger (DEBUG)")),
-    _P("roundTimeout", "float", 3600.0, rule="a positive number of seconds", config="fit", example=1800, doc=(
+    _P("roundTimeout", "float", 3600.0, rule=POSITIVE_SECONDS, config="fit", example=1800, doc=(
         "seconds a round may run before its Spark jobs are cancelled (`RoundTimeoutError`)")),
-    _P("dataTimeout", "float", 86400.0, rule="a positive number of seconds", config="fit", example=7200, doc=(
+    _P("dataTimeout", "float", 86400.0, rule=POSITIVE_SECONDS, config="fit", example=7200, doc=(
         "seconds a data job may run before it is cancelled: the check and caching passes over the whole input, and each "
         "validation pass (they read all the rows, so `roundTimeout` does not bound them)")),
     # --- checkpoints ---
-    _P("checkpointDir", "str?", None, config="fit", example="hdfs://nn/ckpt/mnist", doc=(
+    _P("checkpointDir", "str?", None, rule=FOLDER, config="fit", example="hdfs://nn/ckpt/mnist", doc=(
         "a folder (local, or any Hadoop URI the session reaches) for snapshots of the fit's whole state, written at "
         "every epoch's end (data first, then a marker; the last 2 kept). A fit of the same model, mode, schedule and "
         "data with the same folder (the same job run again after its driver was lost) continues from the newest one; "
         "a snapshot of another fit is refused, naming the difference; a finished fit's folder makes a new fit return "
         "at once")),
-    _P("checkpointEvery", "int?", None, rule="None or a positive integer", config="fit", example=50, doc=(
+    _P("checkpointEvery", "int?", None, rule=optional(POSITIVE_INT), config="fit", example=50, doc=(
         "with `checkpointDir`: also a snapshot after every this many rounds (None: at epoch ends only; the "
         "asynchronous modes snapshot at epoch ends only, where every worker stands at the same place)")),
     _P("keepPartitioning", "bool", False, config="fit", example=True, doc=(
@@ -346,12 +433,14 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`df.rdd.getNumPartitions()` shows; a warning names it), instead of spreading the rows round-robin over "
         "`numWorkers` partitions (so that label-sorted files do not give workers label-sorted shards)")),
     # --- backends ps and sharded ---
-    _P("staleness", "int", 2, rule="an integer >= 0", config="fit", example=3, doc=(
+    _P("staleness", "int", 2, rule=integers("an integer >= 0", low=0), config="fit", example=3, doc=(
         "`ssp`: a worker more than this many clocks (pushes) ahead of the slowest waits")),
-    _P("serverPort", "int", 0, rule="an integer in [0, 65535]", config="fit", example=7078, doc=(
+    _P("serverPort", "int", 0, rule=integers("an integer in [0, 65535]", low=0, high=65535), config="fit", example=7078, doc=(
         "`ps`: the parameter server's TCP port on the driver; `sharded`: the coordinator's (its workers' slice servers "
         "take free ports on their executors). 0: a free port; a taken port fails with `ServerError` naming it")),
-    _P("workerTimeout", "float", 600.0, rule="a number of seconds >= 5", config="fit", example=900, doc=(
+    _P("workerTimeout", "float", 600.0, rule=numbers(f"a number of seconds >= {MIN_WORKER_TIMEOUT_S:g}", low=MIN_WORKER_TIMEOUT_S, reason=(
+       f"each worker sends a heartbeat every {HEARTBEAT_FRACTION:g} of it (at most every {HEARTBEAT_MAX_S:g} s), and a "
+       "shorter timeout would take a late beat on a busy machine for a dead worker")), config="fit", example=900, doc=(
         "`ps`, `sharded`: seconds a worker may go without a heartbeat (each task sends one every tenth of it, at most every "
         "2 s, from a thread of its own, whatever its step is doing) before its task attempt is killed and Spark runs "
         "it again (at most twice a worker: silent a third time, the fit fails with `WorkerError` naming its partition): a dead or stopped worker, not a slow one. A "
@@ -369,16 +458,16 @@ PARAMS: tuple[ParamSpec, ...] = (
     _P("serverKeyFile", "str?", None, config="fit", example="/etc/sparkdl/ps.key", doc=(
         "`ps`, `sharded`: the unencrypted PEM private key of `serverCertFile` (read on the driver only)")),
     # --- the modes' settings ---
-    _P("blockMomentum", "float?", None, rule="None or a number in [0, 1)", config="fit", example=0.5, doc=(
+    _P("blockMomentum", "float?", None, rule=optional(MOMENTUM), config="fit", example=0.5, doc=(
         "`bmuf`: the block momentum η in [0, 1); None: 1 − 1/numWorkers (η = 0 with `blockLearningRate` 1 is `sync`)")),
-    _P("blockLearningRate", "float", 1.0, rule="a number > 0", config="fit", example=1.0, doc=(
+    _P("blockLearningRate", "float", 1.0, rule=POSITIVE_NUMBER, config="fit", example=1.0, doc=(
         "`bmuf`: the block learning rate ζ (> 0)")),
     _P("nesterov", "bool", True, config="fit", example=False, doc=(
         "`bmuf`: workers start each block from the Nesterov look-ahead W + η·Δ")),
-    _P("outerLearningRate", "float", 0.7, rule="a number > 0", config="fit", example=1.0, doc=(
+    _P("outerLearningRate", "float", 0.7, rule=POSITIVE_NUMBER, config="fit", example=1.0, doc=(
         "`diloco`: the outer learning rate η of the Nesterov step on the averaged delta (the paper's 0.7; 1 with "
         "`outerMomentum` 0 is `sync` with `keepLocalOptimizer`)")),
-    _P("outerMomentum", "float", 0.9, rule="a number in [0, 1)", config="fit", example=0.0, doc=(
+    _P("outerMomentum", "float", 0.9, rule=MOMENTUM, config="fit", example=0.0, doc=(
         "`diloco`: the outer Nesterov momentum μ in [0, 1) (the paper's 0.9)")),
     _P("keepLocalOptimizer", "bool", False, config="fit", example=True, doc=(
         "`sharded`: each worker keeps its own optimizer state between rounds (on its Python worker and its executor's "
@@ -390,7 +479,7 @@ PARAMS: tuple[ParamSpec, ...] = (
         "progress standing in for the mean still on the wire: the eager update of Kale et al. 2025). The round "
         "after each snapshot (`checkpointDir`, `BackupAndRestore`) waits for the exchange, so a resumed fit equals "
         "an uninterrupted one. A round trains with the learning rate set for the round before it")),
-    _P("elasticForce", "float?", None, rule="None or a number > 0", config="fit", example=0.3, doc=(
+    _P("elasticForce", "float?", None, rule=optional(POSITIVE_NUMBER), config="fit", example=0.3, doc=(
         "`easgd`: the elastic force α (> 0, numWorkers·α < 1); None: 0.9/numWorkers")),
     _P("compression", "str?", None, choices=(None, *COMPRESSIONS), config="fit", example="fp16", doc=(
         "how workers send their updates: None (their full state), `fp16` (the update "
@@ -404,19 +493,20 @@ PARAMS: tuple[ParamSpec, ...] = (
         "`1bit`/`threshold` the optimizer state stays on each worker (the fitted "
         "model keeps the initial one); `fitInfo[\"update_bytes\"]` counts the bytes the driver received (on `sharded`, "
         "the bytes the workers put)")),
-    _P("compressionThreshold", "float", 0.01, rule="a number > 0", config="fit", example=0.001, doc=(
+    _P("compressionThreshold", "float", 0.01, rule=numbers(
+       "a positive finite number within float32's range", low=1.1754943508222875e-38, high=3.4028234663852886e38), config="fit", example=0.001, doc=(
         "`threshold`'s t, in weight units: each entry moves by ±t at most per round, so t must be near a round's "
         "typical weight change (about learning rate × τ for Adam); a t far below it sends nearly every entry and "
         "learns slowly (a digits MLP: t = 0.001 stayed at chance, 0.05 reached 0.92); 0.01 sends about 1/20 of a full "
         "update's bytes on the mnist10k CNN with Adam(0.002) and τ = 16 (`benchmarks/compare_modes.py`)")),
-    _P("minWorkersPerRound", "workers?", None, config="fit", example=3, doc=(
+    _P("minWorkersPerRound", "workers?", None, rule=WORKERS_PER_ROUND, config="fit", example=3, doc=(
         "straggler-tolerant rounds of the round modes (either backend): a round closes with the updates that arrived "
         "once this many workers (int) or this fraction of them (float) sent theirs and `roundDeadline` seconds "
         "passed (workers with no rows in a round do not count); later updates are dropped and counted "
         "(`fitInfo[\"updates_dropped\"]`, `[\"rows_dropped\"]`, `[\"dropped_per_round\"]`). On `rounds` a late "
         "worker's job goes on in the background and its partition sits out the rounds that close meanwhile; on `ps` "
         "the server closes the round and a late worker skips to the open one. None waits for every worker")),
-    _P("roundDeadline", "float", 0.0, rule="a number of seconds >= 0", config="fit", example=30, doc=(
+    _P("roundDeadline", "float", 0.0, rule=numbers("a number of seconds >= 0", low=0, finite=True), config="fit", example=30, doc=(
         "with `minWorkersPerRound`: seconds a round waits for every worker before it closes with the minimum. With 0 a "
         "round closes as soon as the minimum arrived, so with `minWorkersPerRound=1` the slower half of equal workers "
         "is dropped every round: give a deadline a little above a normal round's time")),
@@ -434,10 +524,10 @@ PARAMS: tuple[ParamSpec, ...] = (
         "training row); the history gets `val_*` keys, exact over all validation rows. The epoch's master is validated "
         "before the next epoch starts: on backend `ps` in a round mode by the workers in their tasks (no job), else by a "
         "job (on `ps` in an asynchronous mode the workers' tasks end at each epoch's end for it)")),
-    _P("validationSplit", "fraction", 0.0, config="fit", example=0.1, doc=(
+    _P("validationSplit", "float", 0.0, rule=numbers("a fraction in [0, 1)", low=0, high=1, high_open=True), config="fit", example=0.1, doc=(
         "fraction of the rows held out for validation after each epoch, chosen by a seeded hash of each row's model "
         "columns (the same rows every run, whatever the partitioning); or pass `fit(df, validationData=val_df)`")),
-    _P("maxTaskMemoryMB", "megabytes?", None, config="fit", example=2048, doc=(
+    _P("maxTaskMemoryMB", "float?", None, rule=optional(numbers("a number of MB > 0", low=0, low_open=True, finite=True)), config="fit", example=2048, doc=(
         "a task's memory budget for its partition (MB): a larger partition is written once to local `.npy` files and "
         "read a batch at a time (never memory-mapped); None: `spark.executor.pyspark.memory` (else `spark.executor.memory`, or the driver's "
         "in local mode) divided by the executor's task slots")),
@@ -473,15 +563,25 @@ def params_markdown() -> str:
         "*both*: set on the estimator or the fitted model (`fit` copies the estimator's value); *estimator*: set on the "
         "estimator, and the fitted `KerasModel` carries the value it was fitted with (a getter, saved with it).",
         "",
-        "| Param | default | set on | meaning |",
-        "|---|---|---|---|",
+        "| Param | default | set on | takes | meaning |",
+        "|---|---|---|---|---|",
     ]
     for spec in PARAMS:
         stage = "both" if spec.stage == SHARED else "estimator"
-        lines.append(f"| `{spec.name}` | {_inline(spec.default)} | {stage} | {_cell(spec.doc)} |")
+        lines.append(f"| `{spec.name}` | {_inline(spec.default)} | {stage} | {_cell(_takes(spec))} | {_cell(spec.doc)} |")
     for keyword in KEYWORDS:
-        lines.append(f"| `{keyword.name}` (not a Param) | {_inline(keyword.default)} | estimator | {_cell(keyword.doc)} |")
+        lines.append(f"| `{keyword.name}` (not a Param) | {_inline(keyword.default)} | estimator | `{keyword.pytype}` | "
+                     f"{_cell(keyword.doc)} |")
     return "\n".join(lines) + "\n"
+
+
+def _takes(spec: ParamSpec) -> str:
+    """The docs' "takes" cell: the Param's declared rule (the words its errors use), its choices, or its type."""
+    if spec.rule is not None:
+        return spec.rule.text
+    if spec.choices is not None:
+        return ", ".join(_inline(c) for c in spec.choices)
+    return f"`{KINDS[spec.kind].pytype}`"
 
 
 def _cell(text: str) -> str:

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from sparkdl.errors import ConfigError, did_you_mean
-from sparkdl.param_specs import KINDS, NO_DEFAULT, PARAMS
+from sparkdl.param_specs import BY_NAME, KINDS, NO_DEFAULT, PARAMS
 
 # type name -> check; "float" accepts integers, "int" and "float" refuse booleans
 _TYPE_CHECKS = {
@@ -330,6 +330,11 @@ def _check_value(value: Any, name: str, spec: Key, source: str) -> Any:
             f"{source}: config key {name} must be one of {', '.join(_example(c) for c in spec.choices)}."
             f"{did_you_mean(value, spec.choices)} Received: {value!r}"
         )
+    if spec.param is not None:
+        try:  # the Param's declared range, in the words its setter uses
+            BY_NAME[spec.param].check(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: config key {name}: {exc}") from None
     return value
 
 
@@ -506,7 +511,9 @@ def schema_markdown() -> str:
                   "|---|---|---|---|---|"]
         for key, k in spec.keys.items():
             default = "required" if k.required else f"`{_example(k.default)}`"
-            meaning = k.doc + (f"; one of {', '.join(f'`{_example(c)}`' for c in k.choices)}" if k.choices else "")
+            rule = BY_NAME[k.param].rule if k.param is not None else None
+            meaning = (k.doc + (f"; one of {', '.join(f'`{_example(c)}`' for c in k.choices)}" if k.choices else "")
+                       + (f"; {rule.text}" if rule is not None else ""))
             example = "" if k.example is None else f"`{key}: {_example(k.example)}`"
             lines.append(f"| `{key}` | {k.type_name()} | {_cell(default)} | {_cell(meaning)} | {_cell(example)} |")
         lines.append("")

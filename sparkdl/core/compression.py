@@ -48,7 +48,6 @@ References:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,6 +55,7 @@ import numpy as np
 from sparkdl.core.blockwise import BLOCKWISE
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError
+from sparkdl.param_specs import BY_NAME
 from sparkdl.serialization.arrow_codec import decode_arrays, encode_arrays
 
 QUANTIZED = ("1bit", "threshold")
@@ -64,17 +64,13 @@ _FP16_MAX = float(np.finfo(np.float16).max)
 
 
 def check_compression(value) -> str | None:
-    """``None`` or a name of :data:`COMPRESSIONS`.
+    """``None`` or a name of :data:`COMPRESSIONS`, held to the ``compression`` Param's declared choices.
 
     Raises:
         ConfigError: for anything else.
     """
-    if value is None or value in COMPRESSIONS:
-        return value
-    raise ConfigError(
-        f"compression must be None or one of ['fp16'] (float16 updates), {list(QUANTIZED)} (quantized with "
-        f"error feedback) or {list(BLOCKWISE)} (blockwise integers with error feedback, backend sharded). Received: {value!r}"
-    )
+    BY_NAME["compression"].check(value)
+    return value
 
 
 def _encode(arrays: Sequence[np.ndarray], start: Sequence[np.ndarray], group: str) -> list[np.ndarray]:
@@ -136,22 +132,18 @@ def decode_mean(mean: ModelState, start: ModelState) -> ModelState:
 
 
 _MAX_INDEXED = 2**32  # threshold indices travel as uint32
-_F32 = np.finfo(np.float32)
 
 
 def check_threshold(value) -> float:
-    """``compressionThreshold`` as a float: a positive, finite real number (within float32's range,
-    since the sent values ±t travel as float32).
+    """``compressionThreshold`` as a float, held to the Param's declared rule
+    (:mod:`sparkdl.param_specs`): a positive, finite real number within float32's range, since the
+    sent values ±t travel as float32.
 
     Raises:
         ConfigError: for anything else (0, negatives, nan, inf, non-numbers).
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(f"compressionThreshold must be a positive finite number. Received: {value!r}")
-    t = float(value)
-    if not float(_F32.tiny) <= t <= float(_F32.max):  # also refuses nan
-        raise ConfigError(f"compressionThreshold must be a positive finite number (within float32's range). Received: {value!r}")
-    return t
+    BY_NAME["compressionThreshold"].check(value)
+    return float(value)
 
 
 def _columns(shape: tuple[int, ...]) -> tuple[int, int]:

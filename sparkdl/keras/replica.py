@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sparkdl.config import MIXED_PRECISION  # Keras dtype policies: float32 variables, 16-bit compute
+from sparkdl.param_specs import BY_NAME
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
 from sparkdl.keras.runtime import keras_module
@@ -308,9 +308,9 @@ def trainable_mask(model) -> list[bool]:
 
 
 def check_mixed_precision(value) -> None:
-    """Raises ConfigError unless ``value`` is None or one of :data:`MIXED_PRECISION`."""
-    if value is not None and value not in MIXED_PRECISION:
-        raise ConfigError(f"mixedPrecision must be None, {MIXED_PRECISION[0]!r} or {MIXED_PRECISION[1]!r}. Received: mixedPrecision={value!r}")
+    """Raises ConfigError unless ``value`` is one of the ``mixedPrecision`` Param's declared choices
+    (None or one of :data:`~sparkdl.param_specs.MIXED_PRECISION`)."""
+    BY_NAME["mixedPrecision"].check(value)
 
 
 def check_state_dtypes(expected, arrays, what: str) -> None:

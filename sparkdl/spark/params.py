@@ -7,8 +7,8 @@ stage). This module turns the declarations into pyspark's own machinery: each Pa
 ``setX`` where the stage sets it, the defaults, and a converter per kind built on pyspark's
 ``TypeConverters`` whose every error is a :class:`~sparkdl.errors.ConfigError` naming the Param,
 its rule and the value received (``numWorkers must be a positive integer. Received:
-numWorkers='2x'``). Ranges a kind does not check (``numWorkers >= 1``, one Param against another)
-are checked at ``fit`` (:class:`sparkdl.config.FitConfig`), before any job.
+numWorkers='2x'``), then the Param's declared range and choices (``ParamSpec.check``, the same check
+:class:`sparkdl.config.FitConfig` makes). One Param against another is checked at ``fit``, before any job.
 
 Classes:
 
@@ -26,7 +26,6 @@ them in the stage's metadata.
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Callable
 
@@ -79,34 +78,6 @@ def _choice(spec: ParamSpec, value):
     if value not in spec.choices:
         raise ConfigError(f"{spec.name} must be one of {list(spec.choices)}.{did_you_mean(value, spec.choices)} "
                           f"Received: {spec.name}={value!r}")
-    return value
-
-
-def _fraction(spec: ParamSpec, value):
-    value = _number(spec, value)
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(f"{spec.name} must be a fraction in [0, 1). Received: {spec.name}={value!r}")
-    return value
-
-
-def _rows(spec: ParamSpec, value):
-    value = _integer(spec, value)
-    if value <= 0:
-        raise ConfigError(f"{spec.name} must be a positive number of rows, or None. Received: {spec.name}={value!r}")
-    return value
-
-
-def _megabytes(spec: ParamSpec, value):
-    value = _number(spec, value)
-    if not value > 0 or math.isinf(value):
-        raise ConfigError(f"{spec.name} must be > 0 (MB), a finite number. Received: {spec.name}={value!r}")
-    return value
-
-
-def _rate(spec: ParamSpec, value):
-    value = _number(spec, value)
-    if not value > 0 or math.isinf(value):
-        raise ConfigError(f"{spec.name} must be a finite number > 0, or None. Received: {spec.name}={value!r}")
     return value
 
 
@@ -205,10 +176,6 @@ CONVERTERS: dict[str, Callable] = {
     "str": lambda spec, value: TypeConverters.toString(value),
     "str?": _optional(lambda spec, value: TypeConverters.toString(value)),
     "choice": _choice,
-    "fraction": _fraction,
-    "rows?": _optional(_rows),
-    "megabytes?": _optional(_megabytes),
-    "rate?": _optional(_rate),
     "workers?": _optional(_workers),
     "features_cols": _optional(_columns),
     "label_cols": _optional(_named_columns),
@@ -237,7 +204,9 @@ def converter(spec: ParamSpec) -> Callable:
 
     def to_param(value):
         try:
-            return convert(spec, value)
+            value = convert(spec, value)
+            spec.check(value)  # its declared range and choices
+            return value
         except ConfigError as exc:
             if named.search(str(exc)):
                 raise

@@ -96,7 +96,7 @@ def test_a_cancelled_fit_is_described_as_the_code_raises_it():
 
 
 def test_the_quoted_param_defaults_are_the_declared_ones():
-    from sparkdl.config import MIXED_PRECISION
+    from sparkdl.param_specs import MIXED_PRECISION
     from sparkdl.param_specs import PARAMS
 
     defaults = {p.name: p.default for p in PARAMS}
@@ -114,7 +114,7 @@ def test_the_quoted_param_defaults_are_the_declared_ones():
 
 
 def test_the_modes_the_pages_list_are_the_codes():
-    from sparkdl.config import BACKENDS
+    from sparkdl.param_specs import BACKENDS
     from sparkdl.core.modes import ASYNC_MODES, MODES, ROUND_MODES
 
     page = "docs/user-guide/backend-auto.md"

@@ -4,7 +4,7 @@ any job. The fits themselves: test_auto_backend.py, test_sharded.py, test_ps_*.p
 
 import pytest
 
-from sparkdl.config import BACKENDS as BACKEND_CHOICES
+from sparkdl.param_specs import BACKENDS as BACKEND_CHOICES
 from sparkdl.config import FitConfig
 from sparkdl.core.modes import MODE_NAMES, build_policy, policy_class
 from sparkdl.errors import ConfigError

@@ -66,7 +66,7 @@ DEFAULTS_BEFORE = {
 # A value of the wrong type for each kind of Param (a kind without one fails test_every_kind_has_a_wrong_value).
 WRONG = {
     "int": "2x", "int?": "2x", "float": "1.5x", "float?": "1.5x", "bool": "yes", "bool?": "yes", "str": 12, "str?": 12,
-    "choice": 12, "fraction": "a tenth", "rows?": "many", "megabytes?": "2 GB", "rate?": "fast", "workers?": "1", "features_cols": 12,
+    "choice": 12, "workers?": "1", "features_cols": 12,
     "label_cols": 12, "output_cols": 12, "decoders": 12, "class_weight": "x", "optimizer": 12, "loss": 12, "metrics": 12,
     "loss_weights": "heavy", "jit_compile": "yes",
 }
@@ -102,9 +102,18 @@ def test_a_value_of_the_wrong_type_raises_config_error_naming_the_param(spec):
     ("shuffle", "yes", "shuffle must be True or False. Received: shuffle='yes'"),
     ("featuresCol", 3, "featuresCol must be a string. Received: featuresCol=3"),
     ("validationSplit", 1.5, "validationSplit must be a fraction in [0, 1). Received: validationSplit=1.5"),
-    ("maxTaskMemoryMB", 0, "maxTaskMemoryMB must be > 0 (MB), a finite number. Received: maxTaskMemoryMB=0.0"),
+    ("maxTaskMemoryMB", 0, "maxTaskMemoryMB must be None or a number of MB > 0. Received: maxTaskMemoryMB=0.0"),
     ("lossWeights", "heavy", "lossWeights: loss_weights must hold finite numbers. Received: 'heavy'"),
-    ("learningRate", 0, "learningRate must be a finite number > 0, or None. Received: learningRate=0.0"),
+    ("learningRate", 0, "learningRate must be None or a finite number > 0. Received: learningRate=0.0"),
+    # ranges and choices, declared once (sparkdl.param_specs Rule), checked when set as FitConfig checks them
+    ("numWorkers", 0, "numWorkers must be a positive integer. Received: numWorkers=0"),
+    ("serverPort", 70000, "serverPort must be an integer in [0, 65535]. Received: serverPort=70000"),
+    ("workerTimeout", 2, "workerTimeout must be a number of seconds >= 5: each worker sends a heartbeat every 0.1 of it "
+                         "(at most every 2 s), and a shorter timeout would take a late beat on a busy machine for a dead "
+                         "worker. Received: workerTimeout=2.0"),
+    ("outerMomentum", 1.0, "outerMomentum must be a number in [0, 1). Received: outerMomentum=1.0"),
+    ("mode", "synchronous", "mode must be one of ['sync', 'bmuf', 'easgd', 'gossip', 'diloco', 'async', 'hogwild', "
+                            "'staleness_aware', 'ssp']. Did you mean 'sync'? Received: mode='synchronous'"),
     ("learningRate", "fast", "learningRate must be None or a finite number > 0. Received: learningRate='fast'"),
 ])
 def test_converter_messages_state_the_rule_then_what_was_received(name, value, message):

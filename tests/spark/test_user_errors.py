@@ -112,7 +112,8 @@ def test_a_column_typo_gets_a_did_you_mean_before_any_job(spark, params, message
 def test_a_mode_or_backend_out_of_its_choices_gets_a_did_you_mean_before_any_job(spark, params, message):
     df = spark.createDataFrame([([1.0, 2.0], 1.0)], "pixels array<double>, label double")
     raised = []
-    assert jobs_started(spark, lambda: raised.append(pytest.raises(ConfigError, _estimator(**params).fit, df))) == 0
+    # refused where it is set (the Param's declared choices), so before any job
+    assert jobs_started(spark, lambda: raised.append(pytest.raises(ConfigError, lambda: _estimator(**params).fit(df)))) == 0
     assert str(raised[0].value).endswith(message) and " must be one of " in str(raised[0].value)
 
 

@@ -95,7 +95,7 @@ def test_no_rows_keeps_the_master_and_settings_are_checked():
     for empty in (RoundUpdates(0), RoundUpdates(0, updates=[WorkerUpdate(0, 0, 0, None)])):
         transition = BlockMomentum(0.5).apply(fit, empty)
         assert transition.master is fit.master and transition.mode is fit.mode
-    with pytest.raises(ConfigError, match=r"blockMomentum must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"blockMomentum must be None or a number in \[0, 1\)"):
         get_policy("bmuf", block_momentum=1.0)
-    with pytest.raises(ConfigError, match="blockLearningRate must be > 0"):
+    with pytest.raises(ConfigError, match="blockLearningRate must be a number > 0"):
         get_policy("bmuf", block_momentum=0.5, block_learning_rate=0.0)

@@ -49,5 +49,5 @@ def test_changes_beyond_float16_and_unknown_methods_are_refused():
     start = ModelState([np.zeros(2, np.float32)])
     with pytest.raises(InvariantError, match=r"fp16 update must stay within ±65504.*weight array 0"):
         encode_update(ModelState([np.array([0.0, 1e5], np.float32)]), start, "fp16")
-    with pytest.raises(ConfigError, match=r"compression must be None or one of \['fp16'\]"):
+    with pytest.raises(ConfigError, match=r"compression must be one of \[None, 'fp16', '1bit', 'threshold', 'int8', 'int4'\]"):
         check_compression("2bit")

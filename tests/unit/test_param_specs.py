@@ -113,3 +113,38 @@ def test_signature_and_docstring_list_every_keyword_with_its_default():
         assert re.search(rf"^        {spec.name} \(", args, re.M), spec.name
     assert "        numWorkers (int; default 2): model replicas" in args
     assert "        loss (str | dict | list | keras.losses.Loss; no default): Keras loss" in args
+
+
+def test_each_range_is_declared_once_and_fit_config_takes_its_fields_defaults_and_checks_from_it():
+    """FitConfig's fields are Params: their defaults and ranges come from the declarations, and
+    FitConfig refuses a value in the words the Param's setter, the job config and the docs use."""
+    import dataclasses
+
+    from sparkdl.config import FitConfig
+
+    for field in dataclasses.fields(FitConfig):
+        spec = BY_NAME[field.metadata["param"]]
+        assert field.default == spec.default, spec.name
+    for spec in PARAMS:  # every default keeps its own rule and choices
+        if spec.default is not NO_DEFAULT:
+            spec.check(spec.default)
+    cases = [("server_port", 70000, "serverPort must be an integer in [0, 65535]. Received: serverPort=70000"),
+             ("staleness", -1, "staleness must be an integer >= 0. Received: staleness=-1"),
+             ("round_deadline_s", float("inf"), "roundDeadline must be a number of seconds >= 0. Received: roundDeadline=inf"),
+             ("compression_threshold", 1e39, "compressionThreshold must be a positive finite number within float32's range. "
+                                             "Received: compressionThreshold=1e+39"),
+             ("verbose", True, "verbose must be 0, 1 or 2. Received: verbose=True"),
+             ("checkpoint_dir", " ", "checkpointDir must be None or a folder path or URI. Received: checkpointDir=' '")]
+    for key, value, message in cases:
+        with pytest.raises(ConfigError) as info:
+            FitConfig(**{key: value})
+        assert str(info.value) == message
+    table = params_markdown()
+    for spec in PARAMS:  # the docs state each rule in the words of the check
+        if spec.rule is not None:
+            assert f"| `{spec.name}` |" in table and f"| {spec.rule.text.replace('|', chr(92) + '|')} |" in table, spec.name
+    with pytest.raises(ConfigError, match=r"^blockMomentum must be None or a number in \[0, 1\)"):
+        from sparkdl.core.modes.averaging import BlockMomentum
+
+        BlockMomentum(1.5)
+

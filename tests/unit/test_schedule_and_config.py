@@ -33,7 +33,7 @@ def test_epoch_order_is_seeded_and_differs_by_epoch():
     [
         ({"num_workers": 0}, "numWorkers must be a positive integer. Received: numWorkers=0"),
         ({"epochs": 1.5}, "epochs must be a positive integer"),
-        ({"local_steps": 0}, "localSteps must be a positive integer"),
+        ({"local_steps": 0}, "localSteps must be None or a positive integer"),
         ({"mode": "elastic"}, "mode must be one of"),
         ({"round_timeout_s": 0}, "roundTimeout must be a positive number of seconds"),
     ],
@@ -46,11 +46,11 @@ def test_fit_config_rejects_bad_values(kwargs, message):
 @pytest.mark.parametrize(
     "kwargs, message",
     [  # Elephas' words, and typos: the choice closest to what was received
-        ({"mode": "synchronous"}, "mode must be one of ('sync', 'bmuf', 'easgd', 'gossip', 'diloco', 'async', 'hogwild', "
-                                  "'staleness_aware', 'ssp'). Did you mean 'sync'? Received: mode='synchronous'"),
+        ({"mode": "synchronous"}, "mode must be one of ['sync', 'bmuf', 'easgd', 'gossip', 'diloco', 'async', 'hogwild', "
+                                  "'staleness_aware', 'ssp']. Did you mean 'sync'? Received: mode='synchronous'"),
         ({"mode": "asynchronous"}, "Did you mean 'async'? Received: mode='asynchronous'"),
         ({"mode": "Hogwild"}, "Did you mean 'hogwild'? Received: mode='Hogwild'"),
-        ({"backend": "shard"}, "backend must be one of ('rounds', 'ps', 'sharded', 'auto'). Did you mean 'sharded'? "
+        ({"backend": "shard"}, "backend must be one of ['rounds', 'ps', 'sharded', 'auto']. Did you mean 'sharded'? "
                                "Received: backend='shard'"),
     ],
 )

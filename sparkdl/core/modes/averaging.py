@@ -12,9 +12,8 @@ import numpy as np
 
 from sparkdl.core.aggregation import WeightedMean
 from sparkdl.core.modes import Transition
-from sparkdl.core.modes.base import Mode
+from sparkdl.core.modes.base import Mode, check_param
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerUpdate
-from sparkdl.errors import ConfigError
 
 
 def row_weighted_mean(updates: Sequence[WorkerUpdate]) -> tuple[ModelState | None, int]:
@@ -110,10 +109,8 @@ class BlockMomentum(Mode):
 
     def __init__(self, block_momentum: float, block_learning_rate: float = 1.0, nesterov: bool = True,
                  trainable: Sequence[bool] | None = None) -> None:
-        if not 0.0 <= block_momentum < 1.0:
-            raise ConfigError(f"blockMomentum must be in [0, 1). Received: {block_momentum!r}")
-        if not block_learning_rate > 0:
-            raise ConfigError(f"blockLearningRate must be > 0. Received: {block_learning_rate!r}")
+        check_param("blockMomentum", block_momentum)
+        check_param("blockLearningRate", block_learning_rate)
         self.eta, self.zeta, self.nesterov = float(block_momentum), float(block_learning_rate), bool(nesterov)
         self.trainable = None if trainable is None else list(trainable)
 
@@ -193,10 +190,8 @@ class DiLoCo(Mode):
         return {"outer_learning_rate": self.lr, "outer_momentum": self.mu}
 
     def __init__(self, outer_learning_rate: float = 0.7, outer_momentum: float = 0.9, trainable: Sequence[bool] | None = None) -> None:
-        if not outer_learning_rate > 0:
-            raise ConfigError(f"outerLearningRate must be > 0. Received: {outer_learning_rate!r}")
-        if not 0.0 <= outer_momentum < 1.0:
-            raise ConfigError(f"outerMomentum must be in [0, 1). Received: {outer_momentum!r}")
+        check_param("outerLearningRate", outer_learning_rate)
+        check_param("outerMomentum", outer_momentum)
         self.lr, self.mu = float(outer_learning_rate), float(outer_momentum)
         self.trainable = None if trainable is None else list(trainable)
 

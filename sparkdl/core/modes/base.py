@@ -13,6 +13,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 
+def check_param(name: str, value) -> None:
+    """Refuse a value of estimator Param ``name`` outside its declared range
+    (:meth:`sparkdl.param_specs.ParamSpec.check`): a mode built from plain values, not from a fit's
+    Params, is held to the same rule.
+
+    Raises:
+        ConfigError: naming the Param, its rule and the value.
+    """
+    from sparkdl.param_specs import BY_NAME  # not at the top: param_specs reads the mode names from this package
+
+    BY_NAME[name].check(value)
+
+
 class Mode:
     """The declarations every mode class makes (see the module docstring).
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sparkdl.core.modes import Transition
-from sparkdl.core.modes.base import Mode
+from sparkdl.core.modes.base import Mode, check_param
 from sparkdl.core.state import FitState, ModelState, RoundUpdates, WorkerUpdate
 from sparkdl.errors import ConfigError, InvariantError
 
@@ -167,12 +167,9 @@ class ElasticAveraging(_WorkerModels):
 
     def __init__(self, workers: int, elastic_force: float | None = None) -> None:
         super().__init__(workers)
-        alpha = 0.9 / self.workers if elastic_force is None else elastic_force
-        try:
-            alpha = float(alpha)
-        except (TypeError, ValueError):
-            raise ConfigError(f"elasticForce must be a number. Received: {elastic_force!r}") from None
-        if not (alpha > 0 and self.workers * alpha < 1):
+        check_param("elasticForce", elastic_force)
+        alpha = 0.9 / self.workers if elastic_force is None else float(elastic_force)
+        if not self.workers * alpha < 1:  # the relation to numWorkers; the range is the Param's
             raise ConfigError(f"elasticForce must be > 0 and numWorkers * elasticForce < 1 (β = p·α, advised 0.9), "
                               f"i.e. in (0, {1 / self.workers!r}) with {self.workers} workers. "
                               f"Received: elasticForce={elastic_force!r} (numWorkers * elasticForce = "
