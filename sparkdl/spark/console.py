@@ -28,13 +28,9 @@ _hidden_on = None  # the SparkContext whose bar was taken off, while _holders > 
 
 def _hide(spark):
     """Stop and remove the bar of ``spark``'s SparkContext; returns that SparkContext, or None when
-    there was none to hide (Connect, no bar, internals not found)."""
-    from sparkdl.spark.session import is_connect
-
-    if is_connect(spark):
-        return None
+    there was none to hide (Connect, whose session has no SparkContext, no bar, internals not found)."""
     try:
-        sc = spark.sparkContext
+        sc = spark.sparkContext  # a Connect session raises here
         return sc if internals.take_progress_bar(sc) else None
     except Exception as e:  # noqa: BLE001 - Spark internals: keep the bar rather than fail a fit
         log.debug("Spark's console progress bar stays: %s: %s", type(e).__name__, e)

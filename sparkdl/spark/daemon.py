@@ -50,6 +50,7 @@ import shutil
 import sys
 import threading
 import traceback
+from dataclasses import dataclass
 
 MODULE = "sparkdl.spark.daemon"
 DAEMON_CONF = "spark.python.daemon.module"
@@ -136,6 +137,95 @@ class DaemonStart:
         return not self._thread.is_alive()
 
 
+@dataclass(frozen=True)
+class DaemonFacts:
+    """What decides whether a running session's Python workers can be switched to sparkdl's daemon,
+    read once: from the session (:meth:`of`) or from a fit's plan, which read them already
+    (:meth:`from_plan`).
+
+    Attributes:
+        connect: a Spark Connect session.
+        app: the application's id (``"connect"`` on Connect): what a reason is told once for.
+        master: the master URL.
+        use_daemon: ``spark.python.use.daemon`` (default true).
+        module: ``spark.python.daemon.module`` as set, or None.
+        gpu_conf: a GPU resource setting in the session's conf.
+        python: the program the executors' Python workers run, or None (the driver's).
+    """
+
+    connect: bool
+    app: str
+    master: str = ""
+    use_daemon: bool = True
+    module: str | None = None
+    gpu_conf: bool = False
+    python: str | None = None
+
+    @classmethod
+    def of(cls, spark) -> DaemonFacts:
+        """The facts of ``spark`` (a SparkSession, classic or Connect)."""
+        from sparkdl.spark.session import is_connect, python_exec
+
+        if is_connect(spark):
+            return cls(connect=True, app="connect")
+        sc = spark.sparkContext
+        conf = sc.getConf()  # the running context's own conf: a module set by set_running_conf shows
+        return cls(connect=False, app=sc.applicationId, master=sc.master,
+                   use_daemon=conf.get("spark.python.use.daemon", "true").lower() != "false", module=conf.get(DAEMON_CONF, None),
+                   gpu_conf=any(".resource.gpu." in key for key, _ in conf.getAll()), python=python_exec(spark))
+
+    @classmethod
+    def from_plan(cls, plan) -> DaemonFacts:
+        """The facts a fit's :class:`~sparkdl.spark.plan.FitPlan` read (no session call)."""
+        if plan.connect:
+            return cls(connect=True, app="connect")
+        daemon = plan.daemon_settings
+        return cls(connect=False, app=plan.app_id or "", master=plan.master,
+                   use_daemon=(daemon.get("spark.python.use.daemon") or "true").lower() != "false",
+                   module=daemon.get(DAEMON_CONF), gpu_conf=plan.gpu_conf, python=plan.python_exec)
+
+
+def preload_decision(facts: DaemonFacts) -> tuple[bool, str | None]:
+    """Whether the session of ``facts`` is to be switched to sparkdl's daemon now, and the reason it
+    cannot be (None when there is nothing to tell the user), as :func:`use_preloading_daemon`
+    describes. Pure but for the one-time check that the executors' Python has sparkdl installed."""
+    from sparkdl.keras.runtime import keras_backend
+    from sparkdl.spark.jobs import python_problem
+
+    settings = f"{DAEMON_CONF}={MODULE} and spark.executorEnv.{PRELOAD_ENV}=tensorflow"
+    if facts.connect:
+        return False, f"a Spark Connect session's Python workers are the server's: set {settings} in the server's Spark config"
+    if not facts.use_daemon:
+        return False, "spark.python.use.daemon is false: every Python worker starts on its own and imports TensorFlow itself"
+    if facts.module is not None:
+        return False, None  # sparkdl's already, or the session's own choice (pyspark.daemon to turn sparkdl's off), kept
+    if keras_backend() != "tensorflow" or gpu_machine() or facts.gpu_conf:  # tasks pin GPUs before TensorFlow loads
+        return False, None  # nothing would be preloaded: pyspark's daemon serves as well
+    url = facts.master
+    if not (url == "local" or url.startswith("local[")):
+        return False, (f"the executors ({url}) started with pyspark's daemon and keep it: set {settings} in the cluster's "
+                       "Spark config (docs/user-guide/deployment.md#a-session-that-exists-already)")
+    program = facts.python or sys.executable
+    with _started_lock:
+        if program not in _installed:  # asked once per program: found without importing it
+            _installed[program] = python_problem(shutil.which(program) or program, ["sparkdl"]) is None
+    if not _installed[program]:
+        return False, (f"the executors' Python ({program}) does not have sparkdl installed (shipped with the session's files, "
+                       "which reach a worker only after its daemon started): install it there")
+    return True, None
+
+
+def _switch(sc) -> None:
+    """Switch the running local context ``sc`` to sparkdl's daemon (see :func:`use_preloading_daemon`)."""
+    from sparkdl.spark import internals
+
+    sc.environment[PRELOAD_ENV] = "tensorflow"  # before the conf: a task that sees the module finds the marker
+    internals.set_running_conf(sc, DAEMON_CONF, MODULE)
+    logging.getLogger("sparkdl").info("this session's Python workers started from now on fork from sparkdl's daemon "
+                                      "(TensorFlow imported once): %s=%s set on the running %s session", DAEMON_CONF, MODULE,
+                                      sc.master)
+
+
 def use_preloading_daemon(spark) -> tuple[bool, str | None]:
     """Have ``spark``'s Python workers started from now on fork from sparkdl's daemon (TensorFlow
     and Keras imported once per executor), where Spark allows it in a running session. Returns
@@ -163,66 +253,36 @@ def use_preloading_daemon(spark) -> tuple[bool, str | None]:
     they keep the conf they started with; set the two settings in the cluster's Spark config), and
     ``spark.python.use.daemon=false`` (no daemon to fork from).
     """
-    from sparkdl.keras.runtime import keras_backend
-    from sparkdl.spark import internals
-    from sparkdl.spark.jobs import python_problem
-    from sparkdl.spark.session import is_connect, python_exec
-
-    settings = f"{DAEMON_CONF}={MODULE} and spark.executorEnv.{PRELOAD_ENV}=tensorflow"
-    if is_connect(spark):
-        return False, f"a Spark Connect session's Python workers are the server's: set {settings} in the server's Spark config"
-    sc = spark.sparkContext
-    conf = sc.getConf()
-    if conf.get("spark.python.use.daemon", "true").lower() == "false":
-        return False, "spark.python.use.daemon is false: every Python worker starts on its own and imports TensorFlow itself"
-    module = conf.get(DAEMON_CONF, None)
-    if module == MODULE:
-        return False, None
-    if module is not None:
-        return False, None  # the session's own choice (pyspark.daemon to turn sparkdl's off), kept
-    gpus = any(".resource.gpu." in key for key, _ in conf.getAll())  # tasks pin GPUs before TensorFlow loads
-    if keras_backend() != "tensorflow" or gpu_machine() or gpus:
-        return False, None  # nothing would be preloaded: pyspark's daemon serves as well
-    url = sc.master
-    if not (url == "local" or url.startswith("local[")):
-        return False, (f"the executors ({url}) started with pyspark's daemon and keep it: set {settings} in the cluster's "
-                "Spark config (docs/user-guide/deployment.md#a-session-that-exists-already)")
-    program = python_exec(spark) or sys.executable
-    with _started_lock:
-        if program not in _installed:  # asked once per program: found without importing it
-            _installed[program] = python_problem(shutil.which(program) or program, ["sparkdl"]) is None
-    if not _installed[program]:
-        return False, (f"the executors' Python ({program}) does not have sparkdl installed (shipped with the session's files, "
-                "which reach a worker only after its daemon started): install it there")
-    sc.environment[PRELOAD_ENV] = "tensorflow"  # before the conf: a task that sees the module finds the marker
-    internals.set_running_conf(sc, DAEMON_CONF, MODULE)
-    logging.getLogger("sparkdl").info("this session's Python workers started from now on fork from sparkdl's daemon "
-                                      "(TensorFlow imported once): %s=%s set on the running %s session", DAEMON_CONF, MODULE, url)
-    return True, None
+    switch, reason = preload_decision(DaemonFacts.of(spark))
+    if switch:
+        _switch(spark.sparkContext)
+    return switch, reason
 
 
 _installed: dict[str, bool] = {}  # executors' Python program -> whether it has sparkdl installed
 _told: set[str] = set()  # applications told why their workers cannot fork from sparkdl's daemon
 
 
-def prepare_workers(spark) -> None:
-    """Before a fit's first job: :func:`use_preloading_daemon`; a session switched now has its
-    executors start sparkdl's daemon at once (:func:`start_workers`: its TensorFlow import overlaps
-    the fit's checks on the driver), and a reason (if any) is logged at INFO on the ``sparkdl``
-    logger once per application (a fit on a cluster whose Spark config lacks the settings runs as
-    before, each Python worker importing TensorFlow)."""
-    from sparkdl.spark.session import is_connect
+def prepare_workers(plan) -> None:
+    """Before a fit's first job, from the facts its plan read (:class:`DaemonFacts`): a plain local
+    session is switched to sparkdl's daemon (:func:`use_preloading_daemon`) and has its executor
+    start it at once (one task, as :func:`start_workers`: its TensorFlow import overlaps the fit's
+    checks on the driver), and a reason (if any) is logged at INFO on the ``sparkdl`` logger once
+    per application (a fit on a cluster whose Spark config lacks the settings runs as before, each
+    Python worker importing TensorFlow)."""
+    from sparkdl.keras.runtime import keras_backend
 
-    switched, reason = use_preloading_daemon(spark)
-    if switched:
-        start_workers(spark)  # the daemon imports while the driver checks the model
+    facts = DaemonFacts.from_plan(plan)
+    switch, reason = preload_decision(facts)
+    if switch:
+        _switch(plan.spark.sparkContext)
+        _start_once(plan.spark, facts.app, 1, keras_backend())  # a local master: one executor, the driver's JVM
     if reason is None:
         return
-    key = "connect" if is_connect(spark) else spark.sparkContext.applicationId
     with _started_lock:
-        if key in _told:
+        if facts.app in _told:
             return
-        _told.add(key)
+        _told.add(facts.app)
     logging.getLogger("sparkdl").info("each Python worker imports TensorFlow itself: %s", reason)
 
 
@@ -257,25 +317,31 @@ def start_workers(spark) -> DaemonStart | None:
 
     from sparkdl.keras.runtime import keras_backend
     from sparkdl.spark import internals
-    from sparkdl.spark.session import is_connect
 
-    reason = use_preloading_daemon(spark)[1]
+    facts = DaemonFacts.of(spark)
+    switch, reason = preload_decision(facts)
+    if switch:
+        _switch(spark.sparkContext)
     if reason is not None:
-        nothing = is_connect(spark) or spark.sparkContext.getConf().get("spark.python.use.daemon", "true").lower() == "false"
+        nothing = facts.connect or not facts.use_daemon
         warnings.warn(f"start_workers: the Python workers cannot fork from sparkdl's daemon: {reason}"
                       + ("; nothing started" if nothing else "; they are started now and import TensorFlow each"), stacklevel=2)
         if nothing:
             return None
-    sc = spark.sparkContext
-    with _started_lock:
-        if sc.applicationId in _started:
-            return None
-        _started.add(sc.applicationId)
     try:
-        tasks = len([e for e in internals.executors(sc) if e["active"]])
+        tasks = len([e for e in internals.executors(spark.sparkContext) if e["active"]])
     except Exception:  # noqa: BLE001 - a JVM without the list: one task
         tasks = 0
-    return DaemonStart(spark, max(1, tasks), keras_backend())
+    return _start_once(spark, facts.app, max(1, tasks), keras_backend())
+
+
+def _start_once(spark, app: str, tasks: int, backend: str) -> DaemonStart | None:
+    """A :class:`DaemonStart` of ``tasks`` tasks, unless application ``app``'s workers were started already (None)."""
+    with _started_lock:
+        if app in _started:
+            return None
+        _started.add(app)
+    return DaemonStart(spark, tasks, backend)
 
 
 def backend_from_environment() -> str:

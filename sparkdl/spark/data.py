@@ -669,6 +669,37 @@ def _partition_stats(batches, specs: list[ColumnSpec], ignore_labels: dict, skip
     yield pa.RecordBatch.from_pylist(out, schema=STATS_SCHEMA)
 
 
+def training_and_validation(df: DataFrame, request: ColumnRequest, seed: int, given: DataFrame | None, column: str | None,
+                            fraction: float) -> tuple[DataFrame, DataFrame | None]:
+    """A fit's training and validation DataFrames: ``given`` (``validationData``), else the rows of
+    ``df`` where boolean ``column`` (``validationCol``) is true, else a seeded ``fraction``
+    (``validationSplit``) of the rows (:func:`validation_split`), else ``(df, None)``. No job.
+
+    Raises:
+        ConfigError: more than one of them given.
+        SchemaError: ``column`` missing or not boolean.
+    """
+    chosen = [name for name, on in (("validationData", given is not None), ("validationCol", column is not None),
+                                    ("validationSplit", fraction > 0)) if on]
+    if len(chosen) > 1:
+        raise ConfigError(f"give one of validationData, validationCol and validationSplit. Received: {chosen}")
+    if given is not None:
+        return df, given
+    if column is not None:
+        if column not in df.columns:
+            raise SchemaError(f"validationCol {column!r} must exist in the DataFrame.{did_you_mean(column, df.columns)} "
+                              f"Received columns: {df.columns}")
+        data_type = df.schema[column].dataType
+        if not isinstance(data_type, T.BooleanType):
+            raise SchemaError(f"validationCol {column!r} must be boolean (true: a validation row). Received: {data_type.simpleString()}")
+        flag = F.coalesce(col(column), F.lit(False))
+        return df.filter(~flag), df.filter(flag)
+    if fraction > 0:
+        flag = validation_split(df, request, fraction, seed)
+        return df.filter(~flag), df.filter(flag)
+    return df, None
+
+
 def validation_split(df: DataFrame, request: ColumnRequest, fraction: float, seed: int) -> Column:
     """A boolean expression: True for the ``fraction`` of rows held out for validation, chosen by a
     seeded 64-bit hash of the row's model columns (xxhash64), so the same rows are chosen in every

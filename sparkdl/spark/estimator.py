@@ -12,7 +12,6 @@ import warnings
 import numpy as np
 from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from sparkdl.keras.custom_objects import register_custom_objects
 from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.daemon import prepare_workers
-from sparkdl.spark.data import check_dataframe, col, prepare, request_columns, validation_split
+from sparkdl.spark.data import check_dataframe, prepare, request_columns, training_and_validation
 from sparkdl.spark.jobs import check_workers_python, interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
@@ -407,40 +406,6 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         estimator._validation_data = validationData
         return Estimator.fit(estimator, dataset, params)
 
-    def _split_validation(self, dataset: DataFrame, request, seed: int) -> tuple[DataFrame, DataFrame | None]:
-        """The training and validation DataFrames: ``validationData``, else the rows where
-        ``validationCol`` is true, else a seeded ``validationSplit`` of the rows, else no validation.
-
-        Raises:
-            ConfigError: more than one of them given.
-            SchemaError: ``validationCol`` missing or not boolean.
-        """
-        from pyspark.sql import types as T
-
-        from sparkdl.errors import SchemaError, did_you_mean
-
-        given = getattr(self, "_validation_data", None)
-        column, fraction = self.getValidationCol(), self.getValidationSplit()
-        chosen = [name for name, on in (("validationData", given is not None), ("validationCol", column is not None),
-                                        ("validationSplit", fraction > 0)) if on]
-        if len(chosen) > 1:
-            raise ConfigError(f"give one of validationData, validationCol and validationSplit. Received: {chosen}")
-        if given is not None:
-            return dataset, given
-        if column is not None:
-            if column not in dataset.columns:
-                raise SchemaError(f"validationCol {column!r} must exist in the DataFrame.{did_you_mean(column, dataset.columns)} "
-                                  f"Received columns: {dataset.columns}")
-            data_type = dataset.schema[column].dataType
-            if not isinstance(data_type, T.BooleanType):
-                raise SchemaError(f"validationCol {column!r} must be boolean (true: a validation row). Received: {data_type.simpleString()}")
-            flag = F.coalesce(col(column), F.lit(False))
-            return dataset.filter(~flag), dataset.filter(flag)
-        if fraction > 0:
-            flag = validation_split(dataset, request, fraction, seed)
-            return dataset.filter(~flag), dataset.filter(flag)
-        return dataset, None
-
     def _check_validation_data(self, df: DataFrame, spec, loss) -> None:
         """Check, without a job, that a validation DataFrame has the training data's columns (inputs,
         labels, sample weights) with usable types, as :func:`request_columns` checks the training data.
@@ -576,7 +541,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                                       f"{callback.save_freq!r}) with overlap=True")
         plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
         check_workers_python(plan.python_exec, plan.master, plan.ships_files)  # a local master's workers without sparkdl: said now
-        prepare_workers(plan.spark)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)
+        prepare_workers(plan)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)
         for problem in plan.warnings:  # Python workers not reused; GPUs shared or switched by tasks
             warnings.warn(problem, stacklevel=3)
         request = request_columns(
@@ -587,7 +552,8 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         for (_, output_shape, label_col), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
             if label_shape == ():  # a scalar column's per-row shape is known from the schema: check it now
                 info.check_label_shape(label_col, (), output_shape)
-        train_df, validation_df = self._split_validation(dataset, request, config.seed)
+        train_df, validation_df = training_and_validation(dataset, request, config.seed, getattr(self, "_validation_data", None),
+                                                          self.getValidationCol(), self.getValidationSplit())
         if validation_df is not None and getattr(self, "_validation_data", None) is not None:
             self._check_validation_data(validation_df, spec, loss)
         # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
@@ -598,9 +564,9 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         )
         trainable = trainable_mask(reader.model)
         self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        choice, cluster, state_bytes = preflight(plan, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if validation_df is not None and plan.connect:
             check_inline_bytes(len(spec.weights), plan.inline_limit, "the master weights to validate")
+        choice, cluster, state_bytes = preflight(plan, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
         if not backend(choice.backend).sliced:  # the driver's master: arrays of its own, and a fresh optimizer's state to begin with
             start = ModelState([np.array(w) for w in start.weights],
                                start.optimizer if start.optimizer is not None else initial_optimizer(reader.model))
@@ -734,6 +700,11 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         }
         if config.compression == "threshold":
             fit_info["compression_threshold"] = config.compression_threshold
+        if fit_info.get("local_state_resets"):  # a state that lived on a lost executor: said, not left to fitInfo alone
+            warnings.warn(f"{fit_info['local_state_resets']} worker attempt(s) ran on another executor than their previous one "
+                          "and found none of the state a worker keeps there (its own optimizer with keepLocalOptimizer or "
+                          "diloco, its carried round with overlap, its residual with compression): they started it afresh, so "
+                          "this model differs from an uninterrupted fit's (fitInfo['local_state_resets'])", stacklevel=4)
         if config.min_workers(job.workers) < job.workers:
             fit_info["min_workers_per_round"] = config.min_workers(job.workers)
         fit_info["seconds"] = fit_seconds(seconds, first_round, sum(loop.epoch_seconds), loop.first_round_end, loop.round_seconds)

@@ -3,8 +3,9 @@
 ``KerasEstimator._fit`` makes one :class:`FitPlan` from the training DataFrame's session before any
 job (:meth:`FitPlan.read`): every fact of the session and its cluster that the fit decides from
 (the master, local mode, Spark Connect, where its server runs, the default parallelism, the cores
-and task slots, the settings the fit reads, the program the Python workers run, the driver's
-addresses, the executors removed so far, the Connect client's message limit), read once into a
+and task slots, the settings the fit reads, the program the Python workers run and their daemon's
+settings, the driver's addresses, the executors removed so far, the Connect client's message
+limit), read once into a
 frozen object. The later steps receive the plan, not the SparkSession: what they decide from it (the
 backend's :class:`~sparkdl.spark.cluster.ClusterFacts`, a task's memory budget, whether bytes fit a
 Spark Connect plan, the GPU settings' warnings) are properties of the facts, and no step asks the
@@ -34,6 +35,8 @@ from sparkdl.spark.session import (CONNECT_MESSAGE_CONF, conf_get, cores_from, i
 SETTINGS = ("spark.task.cpus", "spark.executor.instances", "spark.executor.cores", "spark.default.parallelism",
             "spark.dynamicAllocation.enabled", PS_HOST_CONF, CONNECT_MESSAGE_CONF, "spark.driver.memory",
             "spark.executor.pyspark.memory", "spark.executor.memory", TASK_AMOUNT_CONF)
+#: the Python worker daemon's settings, read from the running context's own conf (where a switch to sparkdl's daemon shows)
+DAEMON_SETTINGS = ("spark.python.use.daemon", "spark.python.daemon.module")
 #: the settings read as ``spark.conf.get(key, None)`` gives them (a blank value kept): the GPU warnings' and Python worker reuse
 RAW_SETTINGS = (REUSE_CONF, TASK_AMOUNT_CONF, EXECUTOR_AMOUNT_CONF)
 
@@ -60,6 +63,9 @@ class FitPlan:
         removed_executors: ids of the executors lost or released before the fit (classic, not local).
         driver_memory_bytes: this machine's physical memory (bytes; 0 when unknown).
         max_task_memory_mb: the ``maxTaskMemoryMB`` Param (MB), None for the settings' budget.
+        app_id: the application's id (classic), None on Connect.
+        daemon_settings: :data:`DAEMON_SETTINGS` -> the running context's value, or None (classic).
+        gpu_conf: a GPU resource setting (``*.resource.gpu.*``) in the context's conf (classic).
     """
 
     spark: object
@@ -79,6 +85,9 @@ class FitPlan:
     removed_executors: frozenset = frozenset()
     driver_memory_bytes: int = 0
     max_task_memory_mb: float | None = None
+    app_id: str | None = None
+    daemon_settings: dict = dataclasses.field(default_factory=dict)
+    gpu_conf: bool = False
 
     @classmethod
     def read(cls, spark, max_task_memory_mb: float | None = None) -> FitPlan:
@@ -108,6 +117,8 @@ class FitPlan:
             return cls(**facts)
         sc = spark.sparkContext
         conf = sc.getConf()
+        facts.update(app_id=sc.applicationId, daemon_settings={key: conf.get(key, None) for key in DAEMON_SETTINGS},
+                     gpu_conf=any(".resource.gpu." in key for key, _ in conf.getAll()))
         facts.update(context_parallelism=sc.defaultParallelism, driver_host=conf.get("spark.driver.host", None),
                      driver_bind=conf.get("spark.driver.bindAddress", None),
                      ships_files=bool(conf.get("spark.submit.pyFiles", "")) or any(

@@ -199,3 +199,24 @@ def test_the_commands_sessions_run_sparkdls_daemon_unless_the_submitted_conf_say
         runs[name] = json.loads(result.stdout.strip().splitlines()[-1])
     assert runs["default"] == {"here": True, "daemon": "sparkdl.spark.daemon", "preload": "tensorflow"}
     assert runs["own"] == {"here": True, "daemon": "pyspark.daemon", "preload": "tensorflow"}  # spark-submit's --conf wins
+
+
+def test_the_switch_is_decided_from_the_facts_a_fit_plan_read(spark):
+    """The fit path decides from its plan's facts (no second read of the session) as ``start_workers``
+    decides from the session's: both give the same facts for the test session, which runs sparkdl's
+    daemon already (nothing to switch, nothing to tell)."""
+    from sparkdl.spark.daemon import DaemonFacts, preload_decision
+    from sparkdl.spark.plan import FitPlan
+
+    facts = DaemonFacts.of(spark)
+    assert DaemonFacts.from_plan(FitPlan.read(spark)) == facts
+    assert facts.module == "sparkdl.spark.daemon" and preload_decision(facts) == (False, None)
+    plain = DaemonFacts(connect=False, app="a", master="local[2]", module=None)
+    assert preload_decision(plain) == (True, None)  # this machine: tensorflow, no GPU, the executors' Python has sparkdl
+    assert preload_decision(DaemonFacts(connect=False, app="a", master="local[2]", module="pyspark.daemon")) == (False, None)
+    assert preload_decision(DaemonFacts(connect=False, app="a", master="local[2]", gpu_conf=True)) == (False, None)
+    for facts, words in ((DaemonFacts(connect=True, app="connect"), "Spark Connect session's Python workers are the server's"),
+                         (DaemonFacts(connect=False, app="a", master="local[2]", use_daemon=False), "spark.python.use.daemon is false"),
+                         (DaemonFacts(connect=False, app="a", master="spark://h:7077"), "(spark://h:7077) started with pyspark's daemon")):
+        switch, reason = preload_decision(facts)
+        assert switch is False and words in reason, reason

@@ -6,8 +6,8 @@ runs its task again, which waits for a free slot; when the cluster manager bring
 that task would wait until the workers' silence ran out (``workerTimeout``, 600 s by default) with
 nothing on the console (``../shared/cases`` C49).
 
-A :class:`SlotWatch` counts the cluster's task slots at each look of the stage's monitor
-(:class:`~sparkdl.spark.training.stage.Monitor`): when they are fewer than the stage's workers
+A :class:`SlotWatch` counts the cluster's task slots at each look of the fit's membership watcher
+(:class:`~sparkdl.spark.training.membership.Monitor`): when they are fewer than the stage's workers
 still running and an executor was removed since the fit started, it says so on the console at once
 (which executor, Spark's reason, how long it waits) and, when no replacement came within
 :func:`node_wait_s` (60 s, 180 s on YARN and Kubernetes, or half of ``workerTimeout`` when that is

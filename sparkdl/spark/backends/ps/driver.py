@@ -71,6 +71,7 @@ from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.training.contract import LocalMaster, RoundOrders, RoundReport, TransportOptions
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.nodes import SlotWatch, tell
+from sparkdl.spark.training.membership import Membership
 from sparkdl.spark.training.stage import StageWatch
 
 
@@ -134,9 +135,9 @@ class PSTransport:
             self.server.start()
         except ServerError as exc:
             raise ServerError(f"{exc} (serverPort={config.server_port})") from exc
-        self.stages = StageWatch(job.spark, self.server.contacts, config.worker_timeout_s, config.round_timeout_s, "ps worker",
-                                 nodes=SlotWatch.for_job(job, "ps workers", decides=self.rounds_mode or config.mode == "ssp"),
-                                 lost_advice=self._lost_advice())
+        members = Membership(job.spark, self.server.contacts, self.server.attempts, config.worker_timeout_s,
+                             nodes=SlotWatch.for_job(job, "ps workers", decides=self.rounds_mode or config.mode == "ssp"))
+        self.stages = StageWatch(job.spark, members, config.round_timeout_s, "ps worker", lost_advice=self._lost_advice())
         self._last_weights = fit.master.weights
         self._epoch_done = time.monotonic()
 
@@ -199,7 +200,7 @@ class PSTransport:
             "staleness_mean": stats["staleness_mean"], "staleness_max": stats["staleness_max"],
             "bytes_pushed": stats["bytes_pushed"], "bytes_pulled": stats["bytes_pulled"],
             "server_bind": self.bind, "server_location": self.server.location, "server_tls": self.identity is not None,
-            "task_attempts": self.server.attempts(), "silent_attempts_killed": list(self.stages.monitor.killed),
+            **self.stages.members.info(),
         }
         if self.results:
             rows = pa.concat_tables(self.results).to_pydict()

@@ -60,7 +60,8 @@ from sparkdl.spark.partitions import spill_dir
 from sparkdl.spark.training.contract import RoundOrders, RoundReport, SlicedMaster, TransportOptions
 from sparkdl.spark.training.job import TrainJob
 from sparkdl.spark.training.nodes import SlotWatch
-from sparkdl.spark.training.stage import StageWatch, stage_attempt
+from sparkdl.spark.training.membership import Membership, stage_attempt
+from sparkdl.spark.training.stage import StageWatch
 
 log = logging.getLogger("sparkdl")
 
@@ -179,8 +180,9 @@ class ShardedTransport:
         elsewhere = "" if self.keep_local or not others else f", or on backend {others[0]!r}"
         resume = (" With checkpointDir set, the fit run again resumes from the slices' last snapshot." if config.checkpoint_dir
                   else " Set checkpointDir for a fit run again to resume from its last snapshot.")
-        self.stages = StageWatch(job.spark, self.coordinator.contacts, config.worker_timeout_s, config.round_timeout_s, "sharded worker",
-                                 nodes=SlotWatch.for_job(job, "sharded workers"),
+        members = Membership(job.spark, self.coordinator.contacts, self.coordinator.attempts, config.worker_timeout_s,
+                             nodes=SlotWatch.for_job(job, "sharded workers"))
+        self.stages = StageWatch(job.spark, members, config.round_timeout_s, "sharded worker",
                                  lost_advice="Every slice owner runs at once: run the fit again once the node is back, or with numWorkers at "
                                              f"most the task slots left{elsewhere}.{resume}")
         self.pool = ThreadPoolExecutor(max_workers=min(8, job.workers), thread_name_prefix="sparkdl-sharded-fetch")
@@ -359,7 +361,7 @@ class ShardedTransport:
         if self.coordinator is None:
             return {}
         out = {"server_location": self.coordinator.location, "server_bind": self.bind, "server_tls": self.identity is not None,
-               "task_attempts": self.coordinator.attempts(), "silent_attempts_killed": list(self.stages.monitor.killed), "slices": self.layout.owners, "slice_bytes": self.layout.nbytes() // self.layout.owners,
+               **self.stages.members.info(), "slices": self.layout.owners, "slice_bytes": self.layout.nbytes() // self.layout.owners,
                "keep_local_optimizer": self.keep_local, "driver_bytes_fetched": self.fetched_bytes,
                "overlap": self.job.config.overlap,
                "coordinator": self.coordinator.stats(), "slice_map_version": self.board.map_version}
