@@ -86,10 +86,14 @@ EXECUTOR_KILL = HEAD + textwrap.dedent(
         df = df.repartition(int(os.environ["TEST_REPARTITION"]))
     extra = {"overlap": True} if os.environ.get("TEST_OVERLAP") else {}
     base = fit(**extra)
-    hit = fit(faults.Fault(partition=1, index=int(os.environ.get("TEST_FAULT_ROUND", "3")), how="executor",
-                           marker_dir=tempfile.mkdtemp()), **extra)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hit = fit(faults.Fault(partition=1, index=int(os.environ.get("TEST_FAULT_ROUND", "3")), how="executor",
+                               marker_dir=tempfile.mkdtemp()), **extra)
     json.dump({"base": weights(base), "hit": weights(hit), "attempts": hit.fitInfo["task_attempts"], "overlap": hit.fitInfo["overlap"],
                "resets": hit.fitInfo.get("local_state_resets"),
+               "warned": [str(w.message) for w in caught if "local_state_resets" in str(w.message)],
                "retrained": hit.fitInfo["worker_retrained"], "loss": hit.history["loss"]}, open(sys.argv[1], "w"))
     spark.stop()
     """
@@ -112,6 +116,7 @@ def test_an_executor_jvm_that_owns_a_slice_killed_mid_fit_is_retried_with_the_sa
     out = _run(EXECUTOR_KILL, tmp_path / "out.json", env, timeout_s=800)
     assert _difference(out["hit"], out["base"]) < 1e-5
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
+    assert out["resets"] == 0 and out["warned"] == []  # nothing a worker kept was lost: no warning
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
 
 
@@ -131,6 +136,7 @@ def test_an_executor_jvm_killed_mid_fit_with_overlap_is_retried_and_its_worker_r
     # another executor than its last one finds none either (measured: 2, idle and with both cores kept busy)
     assert out["overlap"] is True and 1 <= out["resets"] <= 3, out
     assert 0 < _difference(out["hit"], out["base"]) < 0.1
+    assert len(out["warned"]) == 1 and out["warned"][0].startswith(f"{out['resets']} worker attempt(s) ran on another executor")
     assert out["attempts"]["1"] >= 2 and out["retrained"][1] == 1, out
     assert len(out["loss"]) == 2 and all(np.isfinite(out["loss"]))
 

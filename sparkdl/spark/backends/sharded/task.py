@@ -344,6 +344,7 @@ class ShardedWorker:
             found = read_slice(spec.checkpoint["uris"][self.partition], spec.checkpoint["sha256"][self.partition])
             found.version = int(spec.checkpoint["version"])
             self.server.install(found)
+            log.info("sparkdl: slice %d restored at version %d from the checkpoint", self.partition, found.version)
             return
         if order == (recovery.FIT_START,):
             found = self.coordinator.initial(self.partition, has_optimizer)
@@ -352,6 +353,7 @@ class ShardedWorker:
                                                                                      strict=True)], self.fresh), self.partition)
                 found.master = ModelState(found.master.weights, fresh.optimizer)
             self.server.install(found)
+            log.info("sparkdl: slice %d restored at version %d from the fit's start", self.partition, found.version)
             return
         self._serve_disk_copies()
         looks: list[Look] = []
