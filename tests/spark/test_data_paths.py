@@ -62,7 +62,7 @@ def test_row_bytes_counts_every_converted_column():
 
 
 def test_budget_must_be_positive():
-    with pytest.raises(ConfigError, match=r"maxTaskMemoryMB must be > 0"):
+    with pytest.raises(ConfigError, match=r"maxTaskMemoryMB must be None or a number of MB > 0"):
         KerasEstimator(maxTaskMemoryMB=0)
 
 
