@@ -63,16 +63,6 @@ COMPRESSIONS = ("fp16", *QUANTIZED, *BLOCKWISE)  # int8, int4: backend sharded's
 _FP16_MAX = float(np.finfo(np.float16).max)
 
 
-def check_compression(value) -> str | None:
-    """``None`` or a name of :data:`COMPRESSIONS`, held to the ``compression`` Param's declared choices.
-
-    Raises:
-        ConfigError: for anything else.
-    """
-    BY_NAME["compression"].check(value)
-    return value
-
-
 def _encode(arrays: Sequence[np.ndarray], start: Sequence[np.ndarray], group: str) -> list[np.ndarray]:
     out = []
     for i, (new, old) in enumerate(zip(arrays, start, strict=True)):

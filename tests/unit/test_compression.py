@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from sparkdl.core.compression import check_compression, decode_mean, encode_update
+from sparkdl.core.compression import decode_mean, encode_update
+from sparkdl.param_specs import BY_NAME
 from sparkdl.core.pieces import PieceMean, assemble, split_state
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError
@@ -50,4 +51,4 @@ def test_changes_beyond_float16_and_unknown_methods_are_refused():
     with pytest.raises(InvariantError, match=r"fp16 update must stay within ±65504.*weight array 0"):
         encode_update(ModelState([np.array([0.0, 1e5], np.float32)]), start, "fp16")
     with pytest.raises(ConfigError, match=r"compression must be one of \[None, 'fp16', '1bit', 'threshold', 'int8', 'int4'\]"):
-        check_compression("2bit")
+        BY_NAME["compression"].check("2bit")

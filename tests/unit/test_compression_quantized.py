@@ -10,12 +10,12 @@ import pytest
 from sparkdl.core.compression import (
     COMPRESSIONS,
     QUANTIZED,
-    check_compression,
     check_threshold,
     dequantize,
     quantize,
 )
 from sparkdl.errors import ConfigError, InvariantError
+from sparkdl.param_specs import BY_NAME
 
 _SHAPES = [(7,), (5, 3), (2, 2, 3, 4)]
 
@@ -153,10 +153,10 @@ def test_quantized_payloads_are_much_smaller_than_float32():
 def test_check_compression_and_check_threshold():
     assert COMPRESSIONS == ("fp16", "1bit", "threshold", "int8", "int4") and QUANTIZED == ("1bit", "threshold")
     for name in (None, *COMPRESSIONS):
-        assert check_compression(name) == name
+        BY_NAME["compression"].check(name)  # the Param's declared choices
     for bad in ("2bit", "topk", "FP16", 1):
         with pytest.raises(ConfigError, match=r"compression must be one of \[None, 'fp16', '1bit', 'threshold', 'int8', 'int4'\]"):
-            check_compression(bad)
+            BY_NAME["compression"].check(bad)
     assert check_threshold(0.5) == 0.5 and check_threshold(1) == 1.0 and check_threshold(np.float32(0.25)) == 0.25
     for bad in (0, -1, float("nan"), float("inf"), 1e300, None, "0.5", True):
         with pytest.raises(ConfigError, match=r"compressionThreshold") as info:
