@@ -169,20 +169,23 @@ class DaemonFacts:
         if is_connect(spark):
             return cls(connect=True, app="connect")
         sc = spark.sparkContext
-        conf = sc.getConf()  # the running context's own conf: a module set by set_running_conf shows
-        return cls(connect=False, app=sc.applicationId, master=sc.master,
-                   use_daemon=conf.get("spark.python.use.daemon", "true").lower() != "false", module=conf.get(DAEMON_CONF, None),
-                   gpu_conf=any(".resource.gpu." in key for key, _ in conf.getAll()), python=python_exec(spark))
+        return cls(connect=False, app=sc.applicationId, master=sc.master, python=python_exec(spark), **conf_facts(sc.getConf()))
 
     @classmethod
     def from_plan(cls, plan) -> DaemonFacts:
         """The facts a fit's :class:`~sparkdl.spark.plan.FitPlan` read (no session call)."""
         if plan.connect:
             return cls(connect=True, app="connect")
-        daemon = plan.daemon_settings
-        return cls(connect=False, app=plan.app_id or "", master=plan.master,
-                   use_daemon=(daemon.get("spark.python.use.daemon") or "true").lower() != "false",
-                   module=daemon.get(DAEMON_CONF), gpu_conf=plan.gpu_conf, python=plan.python_exec)
+        return cls(connect=False, app=plan.app_id or "", master=plan.master, python=plan.python_exec, **plan.daemon_conf)
+
+
+def conf_facts(conf) -> dict:
+    """The daemon's facts in a classic context's ``SparkConf`` (``sc.getConf()``: the running
+    context's own, where a module set by ``set_running_conf`` shows): ``use_daemon``, ``module``,
+    ``gpu_conf`` (:class:`DaemonFacts`' fields)."""
+    return {"use_daemon": conf.get("spark.python.use.daemon", "true").lower() != "false",
+            "module": conf.get(DAEMON_CONF, None),
+            "gpu_conf": any(".resource.gpu." in key for key, _ in conf.getAll())}
 
 
 def preload_decision(facts: DaemonFacts) -> tuple[bool, str | None]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from sparkdl.core.gpu import EXECUTOR_AMOUNT_CONF, REUSE_CONF, TASK_AMOUNT_CONF
 from sparkdl.spark import internals
+from sparkdl.spark.daemon import conf_facts
 from sparkdl.spark.cluster import PS_HOST_CONF, SLOT_WAIT_S, ClusterFacts, physical_memory, slots_from
 from sparkdl.spark.session import (CONNECT_MESSAGE_CONF, conf_get, cores_from, inline_bytes, is_connect, is_loopback, local_threads,
                                    master, parse_size, python_exec)
@@ -35,8 +36,6 @@ from sparkdl.spark.session import (CONNECT_MESSAGE_CONF, conf_get, cores_from, i
 SETTINGS = ("spark.task.cpus", "spark.executor.instances", "spark.executor.cores", "spark.default.parallelism",
             "spark.dynamicAllocation.enabled", PS_HOST_CONF, CONNECT_MESSAGE_CONF, "spark.driver.memory",
             "spark.executor.pyspark.memory", "spark.executor.memory", TASK_AMOUNT_CONF)
-#: the Python worker daemon's settings, read from the running context's own conf (where a switch to sparkdl's daemon shows)
-DAEMON_SETTINGS = ("spark.python.use.daemon", "spark.python.daemon.module")
 #: the settings read as ``spark.conf.get(key, None)`` gives them (a blank value kept): the GPU warnings' and Python worker reuse
 RAW_SETTINGS = (REUSE_CONF, TASK_AMOUNT_CONF, EXECUTOR_AMOUNT_CONF)
 
@@ -64,8 +63,8 @@ class FitPlan:
         driver_memory_bytes: this machine's physical memory (bytes; 0 when unknown).
         max_task_memory_mb: the ``maxTaskMemoryMB`` Param (MB), None for the settings' budget.
         app_id: the application's id (classic), None on Connect.
-        daemon_settings: :data:`DAEMON_SETTINGS` -> the running context's value, or None (classic).
-        gpu_conf: a GPU resource setting (``*.resource.gpu.*``) in the context's conf (classic).
+        daemon_conf: the Python worker daemon's settings in the running context's conf
+            (:func:`~sparkdl.spark.daemon.conf_facts`; classic), empty on Connect.
     """
 
     spark: object
@@ -86,8 +85,7 @@ class FitPlan:
     driver_memory_bytes: int = 0
     max_task_memory_mb: float | None = None
     app_id: str | None = None
-    daemon_settings: dict = dataclasses.field(default_factory=dict)
-    gpu_conf: bool = False
+    daemon_conf: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def read(cls, spark, max_task_memory_mb: float | None = None) -> FitPlan:
@@ -117,8 +115,7 @@ class FitPlan:
             return cls(**facts)
         sc = spark.sparkContext
         conf = sc.getConf()
-        facts.update(app_id=sc.applicationId, daemon_settings={key: conf.get(key, None) for key in DAEMON_SETTINGS},
-                     gpu_conf=any(".resource.gpu." in key for key, _ in conf.getAll()))
+        facts.update(app_id=sc.applicationId, daemon_conf=conf_facts(conf))
         facts.update(context_parallelism=sc.defaultParallelism, driver_host=conf.get("spark.driver.host", None),
                      driver_bind=conf.get("spark.driver.bindAddress", None),
                      ships_files=bool(conf.get("spark.submit.pyFiles", "")) or any(
