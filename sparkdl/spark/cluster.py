@@ -4,8 +4,8 @@ task slots, where the executors reach the driver, the result-size limit).
 
 Before this object each module read the Spark conf itself: ``spark.dynamicAllocation.enabled`` in
 two modules and the task slots counted twice per fit, which could disagree while executors
-register. Now a fit's :class:`~sparkdl.spark.plan.FitPlan` reads them once and gives them as
-:attr:`~sparkdl.spark.plan.FitPlan.cluster`; only :meth:`~sparkdl.spark.plan.FitPlan.with_slots_for`
+register. Now a fit's :class:`~sparkdl.spark.session.FitPlan` reads them once and gives them as
+:attr:`~sparkdl.spark.session.FitPlan.cluster`; only :meth:`~sparkdl.spark.session.FitPlan.with_slots_for`
 counts the slots again, while it waits for executors still registering.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkdl.errors import ConfigError
-from sparkdl.spark.session import cluster_cores, conf_get, is_connect
 
 PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the driver's servers bind, when set (needed on a remote Connect server)
 # How long a fit waits for executors still registering (a session's start, a lost executor's
@@ -22,22 +21,6 @@ PS_HOST_CONF = "spark.sparkdl.ps.host"  # where the driver's servers bind, when 
 # whose slots are fixed), in seconds.
 SLOT_WAIT_S = 60.0
 
-
-def task_slots(spark) -> int | None:
-    """Tasks the cluster can run at once (:func:`slots_from` over ``spark``'s facts, read now)."""
-    from sparkdl.spark import internals
-
-    connect = is_connect(spark)
-    cores = cluster_cores(spark) if connect else None
-    max_tasks = parallelism = None
-    if not connect:
-        sc = spark.sparkContext
-        parallelism = sc.defaultParallelism
-        try:
-            max_tasks = internals.max_concurrent_tasks(sc)
-        except Exception:  # noqa: BLE001 - older or other schedulers: the settings' count
-            pass
-    return slots_from(connect, cores, conf_get(spark, "spark.task.cpus"), max_tasks, parallelism)
 
 
 def slots_from(connect: bool, cores: int | None, task_cpus: str | None, max_tasks: int | None, parallelism: int | None) -> int | None:

@@ -37,6 +37,11 @@ A daemon starts with its executor's first Python task, and a fit's first Python 
 data is planned, scanned and shuffled: :func:`start_workers`, called right after the session starts
 and before the driver imports Keras and builds the model, has the executors start their daemons
 meanwhile.
+
+The program the workers run is this module's too: before a fit's first job :func:`prepare_workers`
+checks that a ``local`` or ``local-cluster`` master's Python workers can run sparkdl's tasks
+(:func:`check_workers_python`: a missing ``PYSPARK_PYTHON`` said first, not after a failed job),
+then switches a plain local session to this daemon.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
+
+from sparkdl.errors import ConfigError
 
 MODULE = "sparkdl.spark.daemon"
 DAEMON_CONF = "spark.python.daemon.module"
@@ -173,7 +180,7 @@ class DaemonFacts:
 
     @classmethod
     def from_plan(cls, plan) -> DaemonFacts:
-        """The facts a fit's :class:`~sparkdl.spark.plan.FitPlan` read (no session call)."""
+        """The facts a fit's :class:`~sparkdl.spark.session.FitPlan` read (no session call)."""
         if plan.connect:
             return cls(connect=True, app="connect")
         return cls(connect=False, app=plan.app_id or "", master=plan.master, python=plan.python_exec, **plan.daemon_conf)
@@ -193,7 +200,6 @@ def preload_decision(facts: DaemonFacts) -> tuple[bool, str | None]:
     cannot be (None when there is nothing to tell the user), as :func:`use_preloading_daemon`
     describes. Pure but for the one-time check that the executors' Python has sparkdl installed."""
     from sparkdl.keras.runtime import keras_backend
-    from sparkdl.spark.jobs import python_problem
 
     settings = f"{DAEMON_CONF}={MODULE} and spark.executorEnv.{PRELOAD_ENV}=tensorflow"
     if facts.connect:
@@ -262,12 +268,112 @@ def use_preloading_daemon(spark) -> tuple[bool, str | None]:
     return switch, reason
 
 
+# Run by the executors' Python: its version, and which of the modules named after it are missing
+# (found without importing them).
+_PROBE = ("import sys, json, importlib.util as u; print(json.dumps({'version': '%d.%d' % sys.version_info[:2], "
+          "'executable': sys.executable, 'missing': [m for m in sys.argv[1:] if u.find_spec(m) is None]}))")
+#: the executors' Pythons that passed :func:`check_executors_python` in this process
+_PYTHONS_OK: set = set()
+
+
+def python_problem(program: str, modules: list[str], timeout_s: float = 30.0) -> str | None:
+    """What keeps ``program`` from running sparkdl's tasks, in words, or None: asked of it in a
+    subprocess (started with this process's environment, as a local master's Python workers are):
+    no program at that path, one that does not run, another Python version than this one (pyspark
+    refuses it), or ``modules`` it cannot find (:func:`importlib.util.find_spec`, nothing imported).
+    A probe that runs past ``timeout_s`` seconds tells nothing (None)."""
+    import json
+    import subprocess
+
+    try:
+        result = subprocess.run([program, "-c", _PROBE, *modules], capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return "is not a program this machine has"
+    except PermissionError:
+        return "cannot be run (permission denied)"
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " ".join((result.stderr or result.stdout).split())[-300:]
+        return f"does not run Python code (exit status {result.returncode}: {tail})"
+    ours = "%d.%d" % sys.version_info[:2]
+    if found["version"] != ours:
+        return f"is Python {found['version']} ({found['executable']}), where pyspark needs the driver's {ours}"
+    if found["missing"]:
+        return f"cannot import {', '.join(found['missing'])} ({found['executable']}, Python {found['version']})"
+    return None
+
+
+def check_executors_python(spark) -> None:
+    """:func:`check_workers_python` with the facts of ``spark`` read now (nothing on Spark Connect).
+
+    Raises:
+        ConfigError: see :func:`check_workers_python`.
+    """
+    from sparkdl.spark.session import python_exec
+
+    program = python_exec(spark)
+    if program is None:
+        return
+    sc = spark.sparkContext
+    ships = bool(sc.getConf().get("spark.submit.pyFiles", "")) or any(
+        f.endswith((".zip", ".egg", ".whl", ".py")) for f in (sc.listFiles or []))
+    check_workers_python(program, sc.master, ships)
+
+
+def check_workers_python(program: str | None, url: str, ships_files: bool) -> None:
+    """Before any job of a ``local`` or ``local-cluster`` master, whose executors run on this machine:
+    check that the program the Python workers run (``SparkContext.pythonExec``) can run sparkdl's
+    tasks (:func:`python_problem`), so that a missing ``PYSPARK_PYTHON`` is explained first, not
+    after a failed job and its Java stack traces. sparkdl itself is not asked for when the session
+    ships files (``--py-files``, ``addPyFile``), which may hold it. Nothing is checked on another
+    master (the executors' machines decide) or on Spark Connect; the driver's own interpreter passes
+    at once, and a Python that passed is not asked again.
+
+    Args:
+        program: ``SparkContext.pythonExec``, None on Spark Connect (nothing checked).
+        url: the master URL.
+        ships_files: the session ships Python files (``spark.submit.pyFiles``, ``SparkContext.listFiles``).
+
+    Raises:
+        ConfigError: naming ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` first, then the program,
+            what it lacks and the driver's Python.
+    """
+    from sparkdl.keras.runtime import keras_backend
+
+    if program is None or not (url == "local" or url.startswith(("local[", "local-cluster["))):
+        return
+    resolved = shutil.which(program) or program
+    if os.path.abspath(resolved) == os.path.abspath(sys.executable):
+        return
+    modules = ["numpy", "pyarrow", "keras", {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}.get(keras_backend(), "keras")]
+    if not ships_files:
+        modules.insert(0, "sparkdl")
+    key = (resolved, tuple(modules))
+    if key in _PYTHONS_OK:
+        return
+    problem = python_problem(resolved, list(dict.fromkeys(modules)))
+    if problem is None:
+        _PYTHONS_OK.add(key)
+        return
+    raise ConfigError(
+        "the executors' Python must have sparkdl and its dependencies installed, as the driver's: set PYSPARK_PYTHON to such "
+        f"a Python before the SparkSession starts (its SparkContext reads it once), e.g. PYSPARK_PYTHON={sys.executable}, "
+        f"or spark.pyspark.python with spark-submit. Checked before any job: master {url} runs its Python workers with "
+        f"{program!r}, which {problem}; the driver runs {sys.executable} (Python {sys.version.split()[0]}). "
+        f"Received: PYSPARK_PYTHON={os.environ.get('PYSPARK_PYTHON')!r} now, {program!r} when the SparkContext started"
+    )
+
+
 _installed: dict[str, bool] = {}  # executors' Python program -> whether it has sparkdl installed
 _told: set[str] = set()  # applications told why their workers cannot fork from sparkdl's daemon
 
 
 def prepare_workers(plan) -> None:
-    """Before a fit's first job, from the facts its plan read (:class:`DaemonFacts`): a plain local
+    """Before a fit's first job, from the facts its plan read (:class:`DaemonFacts`): the Python the
+    workers run is checked (:func:`check_workers_python`; raises its ``ConfigError``); a plain local
     session is switched to sparkdl's daemon (:func:`use_preloading_daemon`) and has its executor
     start it at once (one task, as :func:`start_workers`: its TensorFlow import overlaps the fit's
     checks on the driver), and a reason (if any) is logged at INFO on the ``sparkdl`` logger once
@@ -275,11 +381,11 @@ def prepare_workers(plan) -> None:
     Python worker importing TensorFlow)."""
     from sparkdl.keras.runtime import keras_backend
 
+    check_workers_python(plan.python_exec, plan.master, plan.ships_files)  # a local master's workers without sparkdl: said now
     facts = DaemonFacts.from_plan(plan)
     switch, reason = preload_decision(facts)
-    if switch:
-        _switch(plan.spark.sparkContext)
-        _start_once(plan.spark, facts.app, 1, keras_backend())  # a local master: one executor, the driver's JVM
+    if switch:  # a local master: one executor, the driver's JVM
+        _start_once(plan.spark, facts.app, 1, keras_backend(), switch=True)
     if reason is None:
         return
     with _started_lock:
@@ -338,8 +444,12 @@ def start_workers(spark) -> DaemonStart | None:
     return _start_once(spark, facts.app, max(1, tasks), keras_backend())
 
 
-def _start_once(spark, app: str, tasks: int, backend: str) -> DaemonStart | None:
-    """A :class:`DaemonStart` of ``tasks`` tasks, unless application ``app``'s workers were started already (None)."""
+def _start_once(spark, app: str, tasks: int, backend: str, switch: bool = False) -> DaemonStart | None:
+    """A :class:`DaemonStart` of ``tasks`` tasks, unless application ``app``'s workers were started
+    already (None). ``switch``: the running local context is first switched to sparkdl's daemon
+    (:func:`_switch`), whether or not its workers start now."""
+    if switch:
+        _switch(spark.sparkContext)
     with _started_lock:
         if app in _started:
             return None

@@ -16,6 +16,7 @@ cached data (:func:`prepare_training_data`), before any training job.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from sparkdl.errors import ConfigError, InvariantError, SchemaError, did_you_mean
-from sparkdl.keras.losses import losses_for_outputs
 from sparkdl.serialization.columns import (ColumnSpec, ModelColumns, TensorSpec, column_to_numpy, invalid_rows, shipped_decoder,
                                            wrong_width_rows)
 from sparkdl.spark.partitions import VALIDATION_FLAG
@@ -257,9 +257,26 @@ class ColumnRequest:
         return specs
 
     def output_losses(self, loss) -> list:
-        """Each output's :class:`~sparkdl.keras.losses.LossInfo`, in output order, from one for
-        every output or a list (dict) of one per output (:func:`~sparkdl.keras.losses.losses_for_outputs`)."""
-        return losses_for_outputs(loss, [name for name, _, _ in self.outputs])
+        """Each output's :class:`~sparkdl.keras.losses.LossInfo`, in output order: ``loss`` holds one
+        per output (:meth:`~sparkdl.keras.spec.CompileSpec.output_losses`).
+
+        Raises:
+            InvariantError: another count than one per output.
+        """
+        if len(loss) != len(self.outputs):
+            raise InvariantError(f"the data checks need one loss per model output ({len(self.outputs)}). Received: {len(loss)}")
+        return list(loss)
+
+    def known_label_shapes(self, df: DataFrame) -> list[tuple | None]:
+        """Per output, the label's per-row shape where ``df``'s schema tells it without a job: ``()``
+        for a scalar column, ``(width,)`` for an ML vector whose metadata records its width
+        (``OneHotEncoder``, ``VectorAssembler``); None where only the rows tell (arrays)."""
+        shapes = []
+        for _, _, name in self.outputs:
+            data_type = df.schema[name].dataType
+            width = _vector_width(df, name)
+            shapes.append(() if isinstance(data_type, (T.NumericType, T.BooleanType)) else (width,) if width is not None else None)
+        return shapes
 
 
 def _vector_width(df: DataFrame, name: str) -> int | None:
@@ -371,6 +388,48 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
             that cannot be imported on the driver; a ``pad_value`` that an integer sequence input
             cannot hold.
     """
+    request = map_columns(df, spec, features_col, features_cols, label_col, label_cols, weight_col, class_weight, decoders,
+                          handle_invalid, pad_value)
+    shapes = request.known_label_shapes(df)
+    return ship_and_check_labels(request, [(request, shapes, "")], loss)
+
+
+def ship_and_check_labels(request: ColumnRequest, checks: list, loss) -> ColumnRequest:
+    """``request`` with its decoders as tasks carry them (:func:`~sparkdl.serialization.columns.shipped_decoder`:
+    a function of ``__main__`` travels by value), after checking the label shapes the schemas tell
+    against the losses (:meth:`~sparkdl.keras.losses.LossInfo.check_label_shape`).
+
+    Args:
+        request: the training columns (:func:`map_columns`).
+        checks: ``(request, known label shapes, message prefix)`` per DataFrame checked (the
+            training data's, and ``validationData``'s with the prefix ``"validationData: "``).
+        loss: one LossInfo per output.
+
+    Raises:
+        SchemaError: a label shape the output cannot take under its loss, prefixed.
+        ConfigError: a decoder that cannot be shipped.
+    """
+    shipped = tuple((c, shipped_decoder(d, c)) for c, d in request.decoders)
+    for checked, shapes, prefix in checks:
+        for (_, output_shape, c), shape, info in zip(checked.outputs, shapes, checked.output_losses(loss), strict=True):
+            if shape is None:  # an array's length: the check job counts it
+                continue
+            try:
+                info.check_label_shape(c, shape, tuple(output_shape))
+            except SchemaError as exc:
+                if not prefix:
+                    raise
+                raise SchemaError(f"{prefix}{exc}") from exc
+    return dataclasses.replace(request, decoders=shipped)
+
+
+def map_columns(df: DataFrame, spec, features_col: str, features_cols, label_col: str, label_cols=None,
+                weight_col: str | None = None, class_weight: dict | None = None, decoders: dict | None = None,
+                handle_invalid: str = "error", pad_value: float = 0.0) -> ColumnRequest:
+    """:func:`request_columns` without what other modules decide: the decoders are kept as given
+    (not yet :func:`~sparkdl.serialization.columns.shipped_decoder`'s form) and the labels are not
+    checked against the losses. Arguments and errors as :func:`request_columns`'s (but the label
+    shapes')."""
 
     decoders = dict(decoders or {})
     mapping = map_inputs(df, spec, features_col, features_cols, decoders)
@@ -384,7 +443,6 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
             f"decoders must name binary feature columns (of featuresCol/featuresCols), the columns they decode: "
             f"here {sorted(decoded)}. Received decoders for {found}"
         )
-    decoders = {c: shipped_decoder(d, c) for c, d in decoders.items()}  # a function of __main__ travels by value
     model_outputs = spec.output_specs
     if label_cols is None:
         label_cols = [label_col]
@@ -400,11 +458,8 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
                 f"(labelCols, a list in output order or a dict by name). Received: {list(label_cols)}"
             )
         outputs = tuple((name, shape, c) for (name, shape), c in zip(model_outputs, label_cols, strict=True))
-    for (_, output_shape, c), info in zip(outputs, losses_for_outputs(loss, [name for name, _, _ in outputs]), strict=True):
+    for _, _, c in outputs:
         check_label_column(df, c)
-        width = _vector_width(df, c)
-        if width is not None:  # an ML vector's width in its metadata (OneHotEncoder writes it): checked with no job
-            info.check_label_shape(c, (width,), tuple(output_shape))
     if weight_col is not None:
         data_type = _field(df, weight_col, "sampleWeightCol").dataType
         if not isinstance(data_type, T.NumericType):
@@ -417,13 +472,16 @@ def request_columns(df: DataFrame, spec, loss, features_col: str, features_cols,
     request = ColumnRequest(
         inputs=tuple(mapping), outputs=outputs, weight=weight_col,
         class_weight=tuple(sorted((int(k), float(v)) for k, v in class_weight.items())) if class_weight else None,
-        decoders=tuple(sorted(decoders.items())), skip_invalid=handle_invalid == "skip", pad_value=float(pad_value),
+        decoders=tuple(sorted(decoders.items())),  # as given: ship_and_check_labels ships them
+        skip_invalid=handle_invalid == "skip", pad_value=float(pad_value),
     )
     used = request.source_columns
     twice = sorted({c for c in used if used.count(c) > 1})
     if twice:
         raise SchemaError(f"each column must have one role (feature, label or weight). Received: {twice} used more than once")
     return request
+
+
 
 
 def check_pad_value(mapping: list[tuple], pad_value: float) -> None:
@@ -700,6 +758,55 @@ def training_and_validation(df: DataFrame, request: ColumnRequest, seed: int, gi
     return df, None
 
 
+@dataclass(frozen=True)
+class CheckedColumns:
+    """A fit's columns checked without a job (:func:`check_columns`).
+
+    Attributes:
+        request: the training columns, decoders as tasks carry them (:class:`ColumnRequest`).
+        label_specs: per output, the label's per-row shape and dtype for the driver's dry run
+            (:meth:`ColumnRequest.label_specs`).
+        train_df, validation_df: the training rows and the validation rows (None: no validation).
+    """
+
+    request: ColumnRequest
+    label_specs: list
+    train_df: DataFrame
+    validation_df: DataFrame | None
+
+
+def check_columns(df: DataFrame, spec, loss, columns: dict, seed: int, given: DataFrame | None = None,
+                  validation_col: str | None = None, fraction: float = 0.0) -> CheckedColumns:
+    """Everything a fit checks of its DataFrames before any job, in one call: the model's columns
+    mapped and typed (:func:`map_columns`), the validation rows chosen
+    (:func:`training_and_validation`) and, for ``validationData``, the same columns in it; then the
+    label shapes the schemas tell against the losses, and the decoders as tasks carry them
+    (:func:`ship_and_check_labels`).
+
+    Args:
+        df: the training DataFrame; ``spec``: the model; ``loss``: one LossInfo per output.
+        columns: :func:`map_columns`'s keyword arguments from the Params (``features_col``,
+            ``features_cols``, ``label_col``, ``label_cols``, ``weight_col``, ``class_weight``,
+            ``decoders``, ``handle_invalid``, ``pad_value``).
+        seed, given, validation_col, fraction: as :func:`training_and_validation` takes them.
+
+    Raises:
+        SchemaError, ConfigError: as :func:`request_columns` and :func:`training_and_validation`
+            raise them; a ``validationData`` problem prefixed ``validationData:``.
+    """
+    request = map_columns(df, spec, **columns)
+    train_df, validation_df = training_and_validation(df, request, seed, given, validation_col, fraction)
+    checks = [(request, request.known_label_shapes(df), "")]
+    if given is not None:
+        try:
+            other = map_columns(validation_df, spec, **columns)
+            checks.append((other, other.known_label_shapes(validation_df), "validationData: "))
+        except SchemaError as exc:
+            raise SchemaError(f"validationData: {exc}") from exc
+    label_specs = request.label_specs(df, loss)
+    return CheckedColumns(ship_and_check_labels(request, checks, loss), label_specs, train_df, validation_df)
+
+
 def validation_split(df: DataFrame, request: ColumnRequest, fraction: float, seed: int) -> Column:
     """A boolean expression: True for the ``fraction`` of rows held out for validation, chosen by a
     seeded 64-bit hash of the row's model columns (xxhash64), so the same rows are chosen in every
@@ -946,8 +1053,9 @@ def _cache_and_check(selected: DataFrame, request: ColumnRequest, loss, xs, ys, 
 
         backend = keras_backend()
         custom = request.custom_modules
-        counting = selected.mapInArrow(lambda batches: _partition_stats(batches, specs, ignore, skip, backend, warm, count, widths, custom),
-                                       STATS_SPARK_SCHEMA)
+        stats_task = functools.partial(_partition_stats, specs=specs, ignore_labels=ignore, skip=skip, backend=backend, warm=warm,
+                                       roles=count, widths=widths, custom_modules=custom)  # runs on the executors
+        counting = selected.mapInArrow(stats_task, STATS_SPARK_SCHEMA)
         description = f"sparkdl: check and count {' and '.join(roles)} rows"
         rows = run_job(counting.collect, description) if run_job else counting.collect()
         failed = sorted({(s["partition"], s["import_error"]) for s in rows if s["import_error"]})

@@ -22,19 +22,17 @@ from sparkdl.core.schedule import RoundPlan
 from sparkdl.core.state import FitState, ModelState
 from sparkdl.errors import ConfigError, FitCancelledError, KeywordArgumentsError
 from sparkdl.keras.custom_objects import register_custom_objects
-from sparkdl.keras.replica import check_state_dtypes, initial_optimizer, trainable_mask
+from sparkdl.keras.replica import initial_optimizer, trainable_mask
 from sparkdl.serialization.arrow_codec import decode_arrays
 from sparkdl.spark.daemon import prepare_workers
-from sparkdl.spark.data import check_dataframe, prepare, request_columns, training_and_validation
-from sparkdl.spark.jobs import check_workers_python, interrupted_fit, run_job
+from sparkdl.spark.data import check_columns, check_dataframe, prepare
+from sparkdl.spark.jobs import interrupted_fit, run_job
 from sparkdl.spark.model import KerasModel
 from sparkdl.param_specs import PARAMS, args_docstring, check_keywords, keyword_signature
 from sparkdl.spark.params import COMPILE_PARAMS, KerasEstimatorParams
 from sparkdl.spark.partitions import row_bytes
 from sparkdl.spark.persistence import KerasStageIO
-from sparkdl.spark.plan import FitPlan
-from sparkdl.spark.session import check_inline_bytes
-from sparkdl.spark.training.checkpoint import fit_identity
+from sparkdl.spark.session import FitPlan
 from sparkdl.spark.training.job import TrainJob
 
 log = logging.getLogger("sparkdl")
@@ -43,9 +41,11 @@ log = logging.getLogger("sparkdl")
 @dataclass(frozen=True)
 class _FitSettings:
     """What a fit resolved from the estimator alone, before any job: its id, settings, model, compile
-    arguments, start state (its optimizer state may be None: :class:`_FitRequest` has the one trained
-    from), task, losses (one :class:`~sparkdl.keras.losses.LossInfo` per output), callbacks and
-    trackers. Neither the DataFrame nor its session: those, and what they decide, are in :class:`_FitRequest`."""
+    arguments, start state (its optimizer state may be None: a backend with a master on the driver
+    starts from a fresh optimizer's), task, losses (one :class:`~sparkdl.keras.losses.LossInfo` per
+    output), callbacks, trackers, the mode's Param values (:attr:`~sparkdl.core.modes.base.Mode.PARAMS`)
+    and the column Params (:func:`~sparkdl.spark.data.map_columns`'s keywords). Neither the DataFrame
+    nor its session."""
 
     fit_id: str
     config: FitConfig
@@ -56,28 +56,9 @@ class _FitSettings:
     loss: list
     callbacks: list
     trackers: list
+    mode_params: dict
+    columns: dict
 
-
-@dataclass
-class _FitRequest:
-    """What the DataFrame and its session added to the settings before any job (driver-side; never
-    travels to a task): the fit's :class:`~sparkdl.spark.plan.FitPlan` (its session's facts, read
-    once), the columns, the metric reader, the backend and the start state; ``cluster`` is the plan's
-    cluster facts as the backend's checks left them (their task slots counted again while executors
-    registered)."""
-
-    backend: str
-    backend_reason: str
-    start: ModelState
-    request: object
-    reader: object
-    trainable: tuple
-    train_df: DataFrame
-    validation_df: DataFrame | None
-    budget: int
-    plan: FitPlan
-    cluster: object
-    state_bytes: int
 
 def fit_seconds(marks: dict, first_round: float, rounds_total: float, first_round_end: float | None,
                 round_seconds: list[float]) -> dict:
@@ -406,45 +387,12 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
         estimator._validation_data = validationData
         return Estimator.fit(estimator, dataset, params)
 
-    def _check_validation_data(self, df: DataFrame, spec, loss) -> None:
-        """Check, without a job, that a validation DataFrame has the training data's columns (inputs,
-        labels, sample weights) with usable types, as :func:`request_columns` checks the training data.
-
-        Raises:
-            SchemaError: naming ``validationData`` and the column.
-        """
-        from sparkdl.errors import SchemaError
-
-        try:
-            request = request_columns(
-                df, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
-                self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
-            )
-            for (_, output_shape, label_col), (label_shape, _), info in zip(
-                    request.outputs, request.label_specs(df, loss), request.output_losses(loss), strict=True):
-                if label_shape == ():
-                    info.check_label_shape(label_col, (), output_shape)
-        except SchemaError as exc:
-            raise SchemaError(f"validationData: {exc}") from exc
-
-    def _policy(self, mode: str, trainable: list[bool], workers: int):
-        """The mode's policy for ``workers`` workers, built by its class from the Params it declares
-        (:meth:`~sparkdl.core.modes.base.Mode.build`).
-
-        Raises:
-            ConfigError: a setting out of its range (η outside [0, 1), ζ <= 0, α·workers >= 1).
-        """
-        params = {name: self.getOrDefault(self.getParam(name)) for name in policy_class(mode).PARAMS}
-        return build_policy(mode, params, trainable=list(trainable), workers=workers)
-
     def _fit(self, dataset: DataFrame) -> KerasModel:
         from sparkdl.keras.callbacks import abort_all, exclusive
-        from sparkdl.spark.console import progress_bar_hidden
 
         observers: list = []  # this fit's progress display and trackers: stopped, closed, ended as failed if it fails
-        # a callback object serves one fit at a time; Spark's stage bars stay off the fit's own progress lines
         fit_ids: list[str] = []  # the fit's id once its checks made one: an interrupt cancels its jobs by tag
-        with exclusive(self._callbacks), progress_bar_hidden(dataset.sparkSession, hide=self.getVerbose() > 0):
+        with exclusive(self._callbacks):  # a callback object serves one fit at a time
             try:
                 return self._fit_exclusive(dataset, observers, fit_ids)
             except KeyboardInterrupt as exc:  # Ctrl-C, a notebook's stop: no job left running, said in words
@@ -458,27 +406,84 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 raise
 
     def _fit_exclusive(self, dataset: DataFrame, observers: list, fit_ids: list | None = None) -> KerasModel:
-        """The fit as named steps: check everything that can be checked without a job, prepare the
-        data (the check and caching jobs), train (the driver loop over a transport), and make the
-        fitted model. The fit's id is appended to ``fit_ids`` once made."""
+        """The fit's steps, each handed to the module that owns it (``docs/architecture.md``, the walk).
+        Before any job: the estimator's own checks (:meth:`_settings`); the session's facts, read once
+        (:class:`~sparkdl.spark.session.FitPlan`); the workers' Python and daemon
+        (:func:`~sparkdl.spark.daemon.prepare_workers`); the columns
+        (:func:`~sparkdl.spark.data.check_columns`); the compile arguments on one dummy row
+        (:class:`~sparkdl.keras.metrics.MetricReader`); the backend
+        (:func:`~sparkdl.spark.backends.preflight`). Then the data's check and caching jobs
+        (:func:`~sparkdl.spark.data.prepare`, bounded by ``dataTimeout``), the driver loop
+        (:meth:`~sparkdl.spark.training.loop.TrainingLoop.for_fit`) and the fitted model. Spark's
+        console progress bar is off while a verbose fit prints its lines. The fit's id is appended to
+        ``fit_ids`` once its checks passed (its jobs' tags start with it)."""
+        from sparkdl.keras.custom_objects import registered
+        from sparkdl.keras.metrics import MetricReader
+        from sparkdl.spark.backends import preflight
+        from sparkdl.spark.internals import progress_bar_hidden
+        from sparkdl.spark.training import faults
+        from sparkdl.spark.training.loop import TrainingLoop
+        from sparkdl.spark.training.tasks import warm_replica
+
         seconds = {"started": time.perf_counter()}
         settings = self._settings(observers)
-        request = self._check(dataset, settings)
-        if fit_ids is not None:
-            fit_ids.append(settings.fit_id)
-        seconds["checked"] = time.perf_counter()
-        data, validation = self._prepare(settings, request)
-        try:
-            seconds["prepared"] = time.perf_counter()
-            job, fit, loop = self._train(settings, request, data, validation, observers)
-            seconds["trained"] = time.perf_counter()
-        finally:
-            data.df.unpersist()
-            if validation is not None:
-                validation.df.unpersist()
-        return self._fitted_model(settings, request, job, fit, loop, seconds)
+        config, spec, fit_id = settings.config, settings.spec, settings.fit_id
+        plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
+        with progress_bar_hidden(plan.spark, hide=config.verbose > 0):  # Spark's stage bars off the fit's own lines
+            prepare_workers(plan)  # the workers' Python checked; a plain local session's workers fork from sparkdl's daemon
+            for problem in plan.warnings:  # Python workers not reused; GPUs shared or switched by tasks
+                warnings.warn(problem, stacklevel=5)
+            checked = check_columns(dataset, spec, settings.loss, settings.columns, config.seed, self._validation_data,
+                                    self.getValidationCol(), self.getValidationSplit())
+            # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot read
+            # these labels) fail here on one dummy row, before any Spark job; the loop reuses it.
+            request = checked.request
+            reader = MetricReader(spec, settings.compile_spec, [s for _, s, _, _ in request.inputs], [d for _, _, d, _ in request.inputs],
+                                  [s for s, _ in checked.label_specs], [d for _, d in checked.label_specs],
+                                  weighted=bool(request.weight or request.class_weight))
+            trainable = trainable_mask(reader.model)
+            chosen = preflight(plan, config, reader.model, checked.validation_df is not None)  # ps, sharded: slots, reachability; rounds: result sizes
+            start = settings.start
+            if not chosen.sliced:  # the driver's master: arrays of its own, and a fresh optimizer's state to begin with
+                start = ModelState([np.array(w) for w in start.weights],
+                                   start.optimizer if start.optimizer is not None else initial_optimizer(reader.model))
+            if fit_ids is not None:
+                fit_ids.append(fit_id)
+            seconds["checked"] = time.perf_counter()
+            warm = None  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse,
+            if not registered():  # not on a GPU a worker may never train on
+                warm = functools.partial(warm_replica, spec.architecture_only(), settings.compile_spec, config.seed,
+                                         config.mixed_precision, None if plan.task_gpus else reader.row_specs, config.batch_size)
+            modules = tuple(sorted({getattr(obj, "__module__", None) or "__main__" for obj in registered().values()} - {"__main__"}))
+            # the check tasks import them: a module the executors lack fails the fit at once, not after retries
+            check_job = functools.partial(run_job, plan.spark, tag=f"sparkdl-{fit_id}-check", timeout_s=config.data_timeout_s)
+            prepared = prepare(checked.train_df, checked.validation_df, dataclasses.replace(request, custom_modules=modules),
+                               settings.loss, settings.task, config.num_workers, keep_partitioning=config.keep_partitioning,
+                               run_job=check_job, warm=warm)
+            data, validation = prepared.data, prepared.validation
+            workers = len(data.partition_rows)
+            try:
+                for warning in prepared.warnings:
+                    warnings.warn(warning, stacklevel=5)
+                if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
+                    warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
+                                  "waits for every worker (no straggler is dropped)", stacklevel=5)
+                seconds["prepared"] = time.perf_counter()
+                job = TrainJob(fit_id, spec, settings.compile_spec, data, RoundPlan(data.partition_rows, config.batch_size, config.local_steps),
+                               config, reader, names=tuple(decode_arrays(spec.weights, copy=False).names), trainable=tuple(trainable),
+                               validation=validation, budget_bytes=plan.budget, custom_objects=registered(), hooks=faults.active(),
+                               cluster=chosen.cluster, state_bytes=chosen.state_bytes)
+                policy = build_policy(config.mode, settings.mode_params, trainable=list(trainable), workers=workers)
+                loop = TrainingLoop.for_fit(job, policy, chosen.backend, chosen.reason, [*settings.callbacks, *settings.trackers], observers)
+                fit = loop.train(start)
+                seconds["trained"] = time.perf_counter()
+            finally:
+                data.df.unpersist()
+                if validation is not None:
+                    validation.df.unpersist()
+        return self._fitted_model(settings, chosen, job, fit, loop, seconds)
 
-    # ---- step 1: everything checked before any job -------------------------------------------
+    # ---- what the estimator alone decides, before the session is read ---------------------------
 
     def _settings(self, observers: list) -> _FitSettings:
         """Resolve and check what the estimator alone decides, before the session is read and any
@@ -517,162 +522,25 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
                 )
         if self.getFeaturesCols() is not None and self.isSet(self.featuresCol):
             warnings.warn(f"featuresCols is set: it replaces featuresCol={self.getFeaturesCol()!r}", stacklevel=3)
-        return _FitSettings(fit_id=uuid.uuid4().hex, config=config, spec=spec, compile_spec=compile_spec, start=start, task=task,
-                            loss=loss, callbacks=user_callbacks, trackers=trackers)
-
-    def _check(self, dataset: DataFrame, settings: _FitSettings) -> _FitRequest:
-        """Read the session once (:class:`~sparkdl.spark.plan.FitPlan`) and check what the DataFrame
-        and its cluster decide before any Spark job: the executors' Python, the session's settings,
-        the columns, the validation rows, the compile arguments on one dummy row, the backend.
-
-        Raises:
-            ConfigError, SchemaError: see the class docstring.
-        """
-        from sparkdl.keras.metrics import MetricReader
-        from sparkdl.spark.backends import backend, preflight
-
-        config, spec, compile_spec, loss, start = settings.config, settings.spec, settings.compile_spec, settings.loss, settings.start
         if config.overlap:  # its sync points are the rounds after a snapshot at an epoch's end or every checkpointEvery rounds
-            for callback in settings.callbacks:
+            for callback in user_callbacks:
                 if type(callback).__name__ == "BackupAndRestore" and getattr(callback, "save_freq", "epoch") != "epoch":
                     raise ConfigError(f"overlap waits for the exchange after snapshots at epoch ends (or every checkpointEvery "
                                       f"rounds), so a resumed fit equals an uninterrupted one: use BackupAndRestore(save_freq='epoch') "
                                       f"or checkpointDir with checkpointEvery. Received: BackupAndRestore(save_freq="
                                       f"{callback.save_freq!r}) with overlap=True")
-        plan = FitPlan.read(dataset.sparkSession, self.getMaxTaskMemoryMB())  # the session's facts, once
-        check_workers_python(plan.python_exec, plan.master, plan.ships_files)  # a local master's workers without sparkdl: said now
-        prepare_workers(plan)  # a plain local session's later workers fork from sparkdl's daemon (TensorFlow imported)
-        for problem in plan.warnings:  # Python workers not reused; GPUs shared or switched by tasks
-            warnings.warn(problem, stacklevel=3)
-        request = request_columns(
-            dataset, spec, loss, self.getFeaturesCol(), self.getFeaturesCols(), self.getLabelCol(), self.getLabelCols(),
-            self.getSampleWeightCol(), self.getClassWeight(), self.getDecoders(), self.getHandleInvalid(), self.getPadValue(),
-        )
-        label_specs = request.label_specs(dataset, loss)
-        for (_, output_shape, label_col), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
-            if label_shape == ():  # a scalar column's per-row shape is known from the schema: check it now
-                info.check_label_shape(label_col, (), output_shape)
-        train_df, validation_df = training_and_validation(dataset, request, config.seed, getattr(self, "_validation_data", None),
-                                                          self.getValidationCol(), self.getValidationSplit())
-        if validation_df is not None and getattr(self, "_validation_data", None) is not None:
-            self._check_validation_data(validation_df, spec, loss)
-        # Compile arguments that cannot work (loss_weights for missing outputs, a metric that cannot
-        # read these labels) fail here on one dummy row, before any Spark job; the loop reuses it.
-        reader = MetricReader(
-            spec, compile_spec, [s for _, s, _, _ in request.inputs], [d for _, _, d, _ in request.inputs],
-            [s for s, _ in label_specs], [d for _, d in label_specs], weighted=bool(request.weight or request.class_weight),
-        )
-        trainable = trainable_mask(reader.model)
-        self._policy(config.mode, trainable, config.num_workers)  # its settings checked now; built again with the workers counted
-        if validation_df is not None and plan.connect:
-            check_inline_bytes(len(spec.weights), plan.inline_limit, "the master weights to validate")
-        choice, cluster, state_bytes = preflight(plan, config, reader.model, validation_df is not None)  # auto's choice; ps, sharded: slots, reachability; rounds: result sizes
-        if not backend(choice.backend).sliced:  # the driver's master: arrays of its own, and a fresh optimizer's state to begin with
-            start = ModelState([np.array(w) for w in start.weights],
-                               start.optimizer if start.optimizer is not None else initial_optimizer(reader.model))
-        # (sliced: the driver only serves the start, read-only views of the spec's payload, and each owner takes its
-        # replica's fresh optimizer state)
-        return _FitRequest(
-            backend=choice.backend, backend_reason=choice.reason, start=start, request=request, reader=reader,
-            trainable=tuple(trainable), train_df=train_df, validation_df=validation_df, budget=plan.budget, plan=plan,
-            cluster=cluster, state_bytes=state_bytes,
-        )
+        mode_params = {name: self.getOrDefault(self.getParam(name)) for name in policy_class(config.mode).PARAMS}
+        # the mode's settings checked now (η outside [0, 1), ζ <= 0, α·workers >= 1); built again once the workers are counted
+        build_policy(config.mode, mode_params, trainable=[True] * len(start.weights), workers=config.num_workers)
+        columns = dict(features_col=self.getFeaturesCol(), features_cols=self.getFeaturesCols(), label_col=self.getLabelCol(),
+                       label_cols=self.getLabelCols(), weight_col=self.getSampleWeightCol(), class_weight=self.getClassWeight(),
+                       decoders=self.getDecoders(), handle_invalid=self.getHandleInvalid(), pad_value=self.getPadValue())
+        return _FitSettings(fit_id=uuid.uuid4().hex, config=config, spec=spec, compile_spec=compile_spec, start=start, task=task,
+                            loss=loss, callbacks=user_callbacks, trackers=trackers, mode_params=mode_params, columns=columns)
 
-    # ---- step 2: the data -------------------------------------------------------------------
+    # ---- the fitted model --------------------------------------------------------------------
 
-    def _prepare(self, settings: _FitSettings, request: _FitRequest):
-        """The check and caching jobs of the training (and validation) data; warnings about what
-        they found. The data jobs read the whole input: they are bounded by ``dataTimeout``, not
-        by ``roundTimeout``.
-
-        Raises:
-            SchemaError: what the check job found (nulls, NaN, lengths, labels, weights, no rows).
-        """
-        from sparkdl.keras.custom_objects import registered
-        from sparkdl.spark.training.tasks import warm_replica
-
-        config, plan = settings.config, request.plan
-
-        def check_job(action, description):
-            return run_job(plan.spark, action, description, f"sparkdl-{settings.fit_id}-check", config.data_timeout_s)
-
-        warm = None
-        if not registered():  # the check tasks build (and trace) the replica the training tasks of their Python worker reuse
-            warm = functools.partial(warm_replica, settings.spec.architecture_only(), settings.compile_spec, config.seed,
-                                     config.mixed_precision, None if plan.task_gpus else request.reader.row_specs, config.batch_size)
-        columns = request.request  # no warm-up step on a GPU a worker may never train on (above)
-        modules = tuple(sorted({getattr(obj, "__module__", None) or "__main__" for obj in registered().values()} - {"__main__"}))
-        if modules:  # the check tasks import them: a module the executors lack fails the fit at once, not after retries
-            columns = dataclasses.replace(columns, custom_modules=modules)
-        prepared = prepare(request.train_df, request.validation_df, columns, settings.loss, settings.task, config.num_workers,
-                           keep_partitioning=config.keep_partitioning, run_job=check_job, warm=warm)
-        for warning in prepared.warnings:
-            warnings.warn(warning, stacklevel=4)
-        workers = len(prepared.data.partition_rows)
-        if config.min_workers_per_round is not None and config.min_workers(workers) >= workers:
-            warnings.warn(f"minWorkersPerRound={config.min_workers_per_round!r} asks for all {workers} workers: every round "
-                          "waits for every worker (no straggler is dropped)", stacklevel=4)
-        return prepared.data, prepared.validation
-
-    # ---- step 3: the driver loop -------------------------------------------------------------
-
-    def _train(self, settings: _FitSettings, request: _FitRequest, data, validation, observers: list):
-        """Build the fit's job, policy, transport, callbacks, validator and snapshots, and run the
-        driver loop. Returns ``(job, final fit state, loop)``."""
-        from sparkdl.keras.callbacks import DriverCallbacks
-        from sparkdl.keras.custom_objects import registered
-        from sparkdl.keras.progress import FitProgress
-        from sparkdl.spark.training import faults
-        from sparkdl.spark.training.checkpoint import Snapshots
-        from sparkdl.spark.training.loop import TrainingLoop
-        from sparkdl.spark.training.validation import Validator
-        from sparkdl.spark.backends import get_transport
-        from sparkdl.spark.training.contract import TransportOptions
-
-        config, fit_id = settings.config, settings.fit_id
-        workers = len(data.partition_rows)
-        policy = self._policy(config.mode, list(request.trainable), workers)
-        plan = RoundPlan(data.partition_rows, config.batch_size, config.local_steps)
-        job = TrainJob(fit_id, settings.spec, settings.compile_spec, data, plan, config, request.reader,
-                       names=tuple(decode_arrays(settings.spec.weights, copy=False).names), trainable=request.trainable,
-                       validation=validation, budget_bytes=request.budget, custom_objects=registered(), hooks=faults.active(),
-                       cluster=request.cluster, state_bytes=request.state_bytes)
-        asynchronous = policy.asynchronous
-        snapshots = Snapshots(request.plan.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
-                              epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
-                              keep_sliced=request.backend == "sharded")
-        validator = Validator(request.plan.spark, validation, job.task_spec(), request.reader, config.data_timeout_s) if validation else None
-        backups = any(type(c).__name__ == "BackupAndRestore" for c in settings.callbacks)
-        snapshot = config.checkpoint_dir is not None or backups
-        pause_at_epochs = validation is not None or (asynchronous and snapshot)
-        transport = get_transport(request.backend, job, policy, TransportOptions(pause_at_epochs=pause_at_epochs, snapshots=snapshot))
-        progress = [FitProgress(config.verbose, data.total_rows, f"sparkdl fit {fit_id[:8]}")]  # verbose=0: the DEBUG log only
-        observers.extend(progress)
-        every = [*settings.callbacks, *settings.trackers, *progress]
-        reader = request.reader
-        # the callbacks get the model itself when one reads it (its weights, its summary); else the metrics' probe,
-        # and the driver drops the model: its weights (and its optimizer's) are not kept through the fit
-        needs_model = reader.probe is None or any(getattr(c, "needs_weights", True) or getattr(c, "needs_model", False) for c in every)
-        callbacks = DriverCallbacks(every, reader.model if needs_model else reader.probe, config.epochs, transport.rounds_per_epoch)
-        if not needs_model:
-            reader.release_model()
-        log.info("fit %s: %d rows on %d workers, mode %s on backend %s (%s), %d epochs x %d rounds", fit_id[:8], data.total_rows,
-                 workers, config.mode, transport.name, request.backend_reason, config.epochs, transport.rounds_per_epoch)
-        if config.verbose:
-            print(f"sparkdl fit {fit_id[:8]}: backend {transport.name} ({request.backend_reason})", flush=True)
-        loop = TrainingLoop(job, transport, callbacks, validator, snapshots)
-        fit = loop.run(FitState(identity=snapshots.identity, master=request.start))
-        changed = callbacks.changed_state()  # EarlyStopping(restore_best_weights=True) and the like, at on_train_end
-        if changed is not None:
-            fit.master = ModelState([np.asarray(w) for w in changed.weights], fit.master.optimizer)
-            fit.info["weights_from_callbacks"] = True
-        check_state_dtypes(settings.start.weights, fit.master.weights, "the fitted master weights")  # float32 in, float32 out
-        loop.transport_info = transport.info()
-        return job, fit, loop
-
-    # ---- step 4: the fitted model -----------------------------------------------------------
-
-    def _fitted_model(self, settings: _FitSettings, request: _FitRequest, job, fit: FitState, loop, seconds: dict) -> KerasModel:
+    def _fitted_model(self, settings: _FitSettings, chosen, job, fit: FitState, loop, seconds: dict) -> KerasModel:
         config, data = settings.config, job.data
         per_row = row_bytes(data.columns)
         validation = job.validation
@@ -687,15 +555,15 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             "epochs_run": len(loop.epoch_seconds),
             "partition_rows": list(data.partition_rows),
             "rows": data.total_rows,
-            "backend": request.backend,
-            "backend_reason": request.backend_reason,
+            "backend": chosen.backend,
+            "backend_reason": chosen.reason,
             "mode": config.mode,
             "compression": config.compression,
             "rows_skipped": data.skipped,
             "validation_rows": validation.total_rows if validation is not None else 0,
             "validation_rows_skipped": validation.skipped if validation is not None else 0,
-            "task_budget_bytes": request.budget,
-            "partitions_on_disk": sum(1 for n in data.partition_rows if n * per_row > request.budget),
+            "task_budget_bytes": job.budget_bytes,
+            "partitions_on_disk": sum(1 for n in data.partition_rows if n * per_row > job.budget_bytes),
             **info,
         }
         if config.compression == "threshold":
@@ -704,7 +572,7 @@ class KerasEstimator(Estimator, KerasEstimatorParams, KerasStageIO):
             warnings.warn(f"{fit_info['local_state_resets']} worker attempt(s) ran on another executor than their previous one "
                           "and found none of the state a worker keeps there (its own optimizer with keepLocalOptimizer or "
                           "diloco, its carried round with overlap, its residual with compression): they started it afresh, so "
-                          "this model differs from an uninterrupted fit's (fitInfo['local_state_resets'])", stacklevel=4)
+                          "this model differs from an uninterrupted fit's (fitInfo['local_state_resets'])", stacklevel=5)
         if config.min_workers(job.workers) < job.workers:
             fit_info["min_workers_per_round"] = config.min_workers(job.workers)
         fit_info["seconds"] = fit_seconds(seconds, first_round, sum(loop.epoch_seconds), loop.first_round_end, loop.round_seconds)

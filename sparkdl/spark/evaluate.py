@@ -76,7 +76,8 @@ def evaluate(
     from sparkdl.spark.training.tasks import TaskSpec
     from sparkdl.spark.training.validation import evaluation_job, summed_evaluation
     from sparkdl.spark.data import prepare_training_data, request_columns
-    from sparkdl.spark.jobs import check_executors_python, run_job
+    from sparkdl.spark.daemon import check_executors_python
+    from sparkdl.spark.jobs import run_job
     from sparkdl.spark.partitions import task_budget
     from sparkdl.spark.session import check_inline
 
@@ -87,10 +88,7 @@ def evaluate(
     loss = compile_spec.output_losses(output_names)  # one LossInfo per output
     request = request_columns(df, spec, loss, features_col, features_cols, label_col, label_cols, weight_col, None, decoders,
                               pad_value=pad_value)
-    label_specs = request.label_specs(df, loss)
-    for (_, output_shape, column), (label_shape, _), info in zip(request.outputs, label_specs, loss, strict=True):
-        if label_shape == ():  # a scalar column's per-row shape is known from the schema: checked now, as fit does
-            info.check_label_shape(column, (), output_shape)
+    label_specs = request.label_specs(df, loss)  # (request_columns checked the label shapes the schema tells, as fit does)
     # The loss and metrics on one dummy row on the driver: compile arguments that cannot read these labels fail here.
     reader = MetricReader(
         spec, compile_spec, [s for _, s, _, _ in request.inputs], [d for _, _, d, _ in request.inputs],

@@ -7,6 +7,10 @@ public API used instead where one exists. The rest of the package calls these fu
 reaches ``_jvm``, ``_jsc``, ``_jrdd``, a Connect client's ``_builder`` or a JVM field by name
 (``tests/unit/test_layering.py`` checks that).
 
+One block is built on these functions here because it is nothing but them and a lock:
+:func:`progress_bar_hidden`, Spark's console progress bar taken off the context while a fit prints
+its own lines.
+
 Not here: pyspark.ml's subclassing protocol (``Params._dummy``, ``_set``, ``_setDefault``,
 ``_shouldOwn``, ``_paramMap``, ``_copyValues``, ``Identifiable._resetUid``,
 ``MLWriter._handleOverwrite``), which Spark's own stages and every third-party stage are written
@@ -15,8 +19,13 @@ against; ``tests/spark/test_internals.py`` checks the parts sparkdl relies on.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # ---- the driver's JVM (classic sessions) ---------------------------------------------------------
 
@@ -214,6 +223,13 @@ def hadoop_configuration(sc) -> Any:
 
 
 # ---- Spark's console progress bar ----------------------------------------------------------------
+#
+# Spark draws the bar (``[Stage 21:>    (0 + 2) / 2]``) on the driver's stderr when
+# ``spark.ui.showConsoleProgress`` is true, as it is for a session started from Python (a script or a
+# notebook; a ``spark-submit`` job has it false). The setting is read once, when the SparkContext
+# starts, into ``SparkContext.progressBar`` (a ``ConsoleProgressBar`` with its own refresh thread) and
+# has no runtime switch: :func:`progress_bar_hidden` stops the bar and takes it off the context for a
+# block, then gives the context a new one (``new ConsoleProgressBar(sc)``, as SparkContext makes it).
 
 _PROGRESS_FIELD = "_progressBar"  # SparkContext's private var behind its ``progressBar`` getter
 
@@ -273,6 +289,60 @@ def give_progress_bar(sc) -> bool:
     bar = jvm(sc).org.apache.spark.ui.ConsoleProgressBar(context)
     _progress_field(context).set(context, jvm(sc).scala.Option.apply(bar))
     return True
+
+
+_bar_lock = threading.Lock()
+_bar_holders = 0  # blocks inside progress_bar_hidden
+_bar_hidden_on = None  # the SparkContext whose bar was taken off, while _bar_holders > 0
+
+
+def _hide_progress_bar(spark):
+    """Stop and remove the bar of ``spark``'s SparkContext; returns that SparkContext, or None when
+    there was none to hide (Connect, whose session has no SparkContext, no bar, internals not found)."""
+    try:
+        sc = spark.sparkContext  # a Connect session raises here
+        return sc if take_progress_bar(sc) else None
+    except Exception as e:  # noqa: BLE001 - Spark internals: keep the bar rather than fail a fit
+        log.debug("Spark's console progress bar stays: %s: %s", type(e).__name__, e)
+        return None
+
+
+@contextlib.contextmanager
+def progress_bar_hidden(spark, hide: bool = True):
+    """A block during which Spark's console progress bar of ``spark`` (a SparkSession) is not drawn,
+    so that a fit's own lines are not mixed with stage lines.
+
+    Nested and concurrent blocks (two fits on two threads) share one hiding: the bar comes back when
+    the last ends. On a Spark Connect session, a context without a bar, or a Spark whose internals
+    differ, it does nothing (a DEBUG log says why).
+
+    Args:
+        spark: the session whose SparkContext's bar to hide (classic sessions only).
+        hide: False makes the block a no-op (e.g. a fit with ``verbose=0`` prints nothing to
+            keep apart from the bar).
+
+    The bar, when the context had one, is running again after the block, also when the block
+    raises; a context stopped inside the block gets none.
+    """
+    global _bar_holders, _bar_hidden_on
+    if not hide:
+        yield
+        return
+    with _bar_lock:
+        if _bar_holders == 0:
+            _bar_hidden_on = _hide_progress_bar(spark)
+        _bar_holders += 1
+    try:
+        yield
+    finally:
+        with _bar_lock:
+            _bar_holders -= 1
+            if _bar_holders == 0 and _bar_hidden_on is not None:
+                try:
+                    give_progress_bar(_bar_hidden_on)
+                except Exception as e:  # noqa: BLE001 - Spark internals: a fit's result stands without its bar
+                    log.debug("Spark's console progress bar could not be restored: %s: %s", type(e).__name__, e)
+                _bar_hidden_on = None
 
 
 # ---- Spark Connect's client ----------------------------------------------------------------------

@@ -51,9 +51,16 @@ def test_bmuf_and_easgd_defaults_are_the_quoted_ones():
     assert says(page, "`elasticForce` α (default 0.9/numWorkers)")
     defaults = {p.name: p.default for p in PARAMS}
     assert defaults["blockMomentum"] is None and defaults["blockLearningRate"] == 1.0 and defaults["nesterov"] is True
+    from sparkdl.core.modes import build_policy, policy_class
+
     estimator = KerasEstimator()
-    assert estimator._policy("bmuf", [True], 4).eta == pytest.approx(0.75)  # 1 - 1/4
-    assert estimator._policy("easgd", [True], 3).alpha == pytest.approx(0.3)  # 0.9/3
+
+    def built(mode, workers):  # as a fit builds it: the mode's Params at the estimator's defaults
+        params = {name: estimator.getOrDefault(name) for name in policy_class(mode).PARAMS}
+        return build_policy(mode, params, trainable=[True], workers=workers)
+
+    assert built("bmuf", 4).eta == pytest.approx(0.75)  # 1 - 1/4
+    assert built("easgd", 3).alpha == pytest.approx(0.3)  # 0.9/3
 
 
 def test_heartbeats_are_a_tenth_of_worker_timeout_at_most_two_seconds():
@@ -195,7 +202,7 @@ def test_the_shipped_configs_are_what_the_pages_say():
 
 def test_auto_picks_ps_on_local_2_with_the_line_the_pages_quote(spark):
     from sparkdl.config import FitConfig
-    from sparkdl.spark.plan import FitPlan
+    from sparkdl.spark.session import FitPlan
     from sparkdl.spark.backends import choose_backend
 
     choice = choose_backend(FitPlan.read(spark).cluster, FitConfig(num_workers=2))

@@ -10,7 +10,7 @@ import pytest
 from sparkdl import KerasEstimator
 from sparkdl.config import FitConfig
 from sparkdl.spark.cluster import ClusterFacts
-from sparkdl.spark.plan import FitPlan
+from sparkdl.spark.session import FitPlan
 from sparkdl.spark.backends import choose_backend
 from tests.spark.test_connect import _session
 

@@ -236,7 +236,7 @@ def test_sizes_are_read_as_spark_reads_them():
 
 
 def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remote):
-    from sparkdl.spark.cluster import task_slots
+    from sparkdl.spark.session import task_slots
     from sparkdl.spark.session import default_parallelism, is_connect, is_local_server
 
     assert is_connect(_session()) and not is_connect(object())
@@ -250,7 +250,7 @@ def test_connect_sessions_are_told_apart_and_their_cluster_counted(no_local_remo
 
 
 def test_ps_on_a_remote_connect_server_needs_a_host_the_executors_reach(no_local_remote):
-    from sparkdl.spark.plan import FitPlan
+    from sparkdl.spark.session import FitPlan
 
     def check_barrier_ready(session, workers):
         facts = FitPlan.read(session).cluster

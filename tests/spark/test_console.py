@@ -6,7 +6,7 @@ import pytest
 
 from sparkdl import KerasEstimator
 from sparkdl.errors import SchemaError
-from sparkdl.spark.console import progress_bar_hidden
+from sparkdl.spark.internals import progress_bar_hidden
 from tests.conftest import partitioned_df
 
 import keras  # noqa: E402

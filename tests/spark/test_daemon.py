@@ -206,7 +206,7 @@ def test_the_switch_is_decided_from_the_facts_a_fit_plan_read(spark):
     decides from the session's: both give the same facts for the test session, which runs sparkdl's
     daemon already (nothing to switch, nothing to tell)."""
     from sparkdl.spark.daemon import DaemonFacts, preload_decision
-    from sparkdl.spark.plan import FitPlan
+    from sparkdl.spark.session import FitPlan
 
     facts = DaemonFacts.of(spark)
     assert DaemonFacts.from_plan(FitPlan.read(spark)) == facts

@@ -419,6 +419,12 @@ def test_set_validation_data_and_validation_errors_before_any_job(spark):
     weighted = est.copy().setSampleWeightCol("w")
     msg = _fails_early(spark, lambda: weighted.fit(train.withColumn("w", F.lit(1.0)), validationData=val), SchemaError, "val-no-w", no_job=True)
     assert "validationData: sampleWeightCol column 'w' must exist" in msg
+    from pyspark.ml.feature import VectorAssembler  # its vectors' metadata records their width: checked with no job
+
+    three = VectorAssembler(inputCols=["a", "b", "c"], outputCol="y").transform(
+        spark.createDataFrame([([1.0], 1.0, 0.0, 0.0)], "x array<float>, a double, b double, c double")).select("x", "y")
+    msg = _fails_early(spark, lambda: est.fit(train, validationData=three), SchemaError, "val-label-width", no_job=True)
+    assert msg.startswith("validationData: label column 'y'") and "Received: 3" in msg, msg
     bad = spark.createDataFrame([([1.0, 2.0], 1.0)], "x array<float>, y double")  # 2 values for a 1-value input
     msg = _fails_early(spark, lambda: est.fit(train, validationData=bad), SchemaError, "val-width")
     assert "must hold 1 values per row" in msg
@@ -489,7 +495,7 @@ def test_c15_int_inputs_stay_ints(spark):
     df, _ = _recommender_data(spark)
     df = df.withColumn("user", F.col("user") + F.lit(2**24 + 1))
     est = KerasEstimator(model=_recommender(), loss="mse", featuresCols=FEATURES, labelCols=LABELS)
-    loss = est._compile_spec().loss_info
+    loss = [est._compile_spec().loss_info] * len(LABELS)  # one per output
     request = request_columns(df, est._spec, loss, "features", est.getFeaturesCols(), "label", est.getLabelCols())
     assert [(name, dtype) for name, _, dtype, _ in request.inputs] == [("user", "int32"), ("item", "int32"), ("stats", "float32")]
     data = prepare_training_data(df, request, loss, 1)

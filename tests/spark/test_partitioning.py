@@ -98,7 +98,7 @@ def test_rows_are_spread_over_workers_by_default(spark):
     rows0 = [([float(i)], 0.0) for i in range(20)]
     rows1 = [([float(i)], 1.0) for i in range(20)]
     df = partitioned_df(spark, [rows0, rows1], "x array<float>, y double")
-    loss = describe_loss("binary_crossentropy")
+    loss = [describe_loss("binary_crossentropy")]  # one per output
     spec = ModelSpec.from_model(keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]))
     request = request_columns(df, spec, loss, "x", None, "y")
     for keep, mixed in ((False, True), (True, False)):

@@ -102,7 +102,7 @@ def _train_job(spark, est):
     from sparkdl.spark.training.job import TrainJob
 
     spec, compile_spec = est._spec, est._compile_spec()
-    df, loss = _df(spark), describe_loss("mse")
+    df, loss = _df(spark), [describe_loss("mse")]  # one per output
     request = request_columns(df, spec, loss, "x", None, "y")
     data = prepare_training_data(df, request, loss, 3)
     config = FitConfig(num_workers=3, epochs=1, batch_size=8, local_steps=2, verbose=0)

@@ -220,7 +220,7 @@ def test_a_local_masters_python_workers_without_sparkdl_are_refused_before_any_j
 
 
 def test_the_executors_python_problems_in_words(tmp_path):
-    from sparkdl.spark.jobs import python_problem
+    from sparkdl.spark.daemon import python_problem
 
     modules = ["sparkdl", "numpy", "pyarrow", "keras"]
     assert python_problem(sys.executable, modules) is None  # this Python has them all

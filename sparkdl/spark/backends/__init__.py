@@ -273,35 +273,54 @@ def choose_backend(cluster, config, state_bytes: int | None = None, validation: 
                                "the executors reach")
 
 
-def preflight(plan, config, model, validation: bool = False) -> tuple[BackendChoice, object, int]:
+class Preflight(NamedTuple):
+    """What :func:`preflight` decided and checked before any job.
+
+    Attributes:
+        backend: the chosen backend's name; ``reason``: why (:class:`BackendChoice`).
+        sliced: the backend keeps the state in the workers' slices (the driver holds no master).
+        cluster: the :class:`~sparkdl.spark.cluster.ClusterFacts` as the checks left them (the task
+            slots counted again while executors registered).
+        state_bytes: the model's state in bytes (weights and optimizer state), estimated as three
+            times the weights (Adam's) unless ``rounds`` built the optimizer to count them.
+    """
+
+    backend: str
+    reason: str
+    sliced: bool
+    cluster: object
+    state_bytes: int
+
+
+def preflight(plan, config, model, validation: bool = False) -> Preflight:
     """The fit's backend (:func:`choose_backend`, on the cluster facts of ``plan``, a
-    :class:`~sparkdl.spark.plan.FitPlan`), checked before any job: the chosen backend runs the fit
-    (:meth:`Backend.refusal`); a long-lived backend needs a task slot per worker (on a cluster,
-    after waiting up to ``SLOT_WAIT_S`` seconds for executors still registering) and a driver the
-    executors reach; ``rounds`` needs its updates to fit ``spark.driver.maxResultSize`` (and Spark
-    Connect's message limit). Returns ``(choice, cluster facts, state bytes)`` (the
-    :class:`~sparkdl.spark.cluster.ClusterFacts` as the checks left them; the state's bytes: weights
-    and optimizer state, estimated as three times the weights, Adam's, unless ``rounds`` built the
-    optimizer to count them).
+    :class:`~sparkdl.spark.session.FitPlan`), checked before any job: the chosen backend runs the fit
+    (:meth:`Backend.refusal`); ``rounds`` needs its updates to fit ``spark.driver.maxResultSize`` (and
+    Spark Connect's message limit); on Spark Connect, validation needs the weights to fit a plan; a
+    long-lived backend needs a task slot per worker (on a cluster, after waiting up to
+    ``SLOT_WAIT_S`` seconds for executors still registering) and a driver the executors reach.
 
     Raises:
         ConfigError: naming the setting to change.
     """
     from sparkdl.keras.replica import weights_nbytes
+    from sparkdl.spark.session import check_inline_bytes
 
-    state_bytes = 3 * weights_nbytes(model)
-    choice = choose_backend(plan.cluster, config, state_bytes=state_bytes, validation=validation)
+    weights_bytes = weights_nbytes(model)
+    choice = choose_backend(plan.cluster, config, state_bytes=3 * weights_bytes, validation=validation)
     chosen = backend(choice.backend)
     refusal = chosen.refusal(config, validation)
     if refusal is not None:
         raise ConfigError(refusal)
-    if chosen.long_lived:
-        cluster = plan.with_slots_for(config.num_workers).cluster
-        cluster.check_slots(config.num_workers, chosen.name)
-        cluster.server_addresses()  # on Spark Connect: the executors must be able to reach this client
-        return choice, cluster, state_bytes
-    state_bytes = importlib.import_module(chosen.driver).check_results(plan.spark, config, model)
-    return choice, plan.cluster, state_bytes
+    state_bytes = 3 * weights_bytes if chosen.long_lived else importlib.import_module(chosen.driver).check_results(plan.spark, config, model)
+    if validation and plan.connect:  # validation sends the master weights inside its tasks' closure
+        check_inline_bytes(weights_bytes, plan.inline_limit, "the master weights to validate")
+    if not chosen.long_lived:
+        return Preflight(choice.backend, choice.reason, chosen.sliced, plan.cluster, state_bytes)
+    cluster = plan.with_slots_for(config.num_workers).cluster
+    cluster.check_slots(config.num_workers, chosen.name)
+    cluster.server_addresses()  # on Spark Connect: the executors must be able to reach this client
+    return Preflight(choice.backend, choice.reason, chosen.sliced, cluster, state_bytes)
 
 
 def get_transport(name: str, job, policy, options):

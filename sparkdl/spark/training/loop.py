@@ -28,6 +28,8 @@ import dataclasses
 import logging
 import time
 
+import numpy as np
+
 from sparkdl.core.invariants import check_epoch_rows, check_finite
 from sparkdl.core.metrics import append_epoch
 from sparkdl.core.state import EpochProgress, FitState, ModelState
@@ -69,6 +71,74 @@ class TrainingLoop:
         self.round_seconds: list[float] = []  # each round's transport time, in order
         self._ahead = None  # (orders, report, master, mode, seconds): the next epoch's first round, run with a validation
         self._riding = True  # validations ride rounds until a callback changed a round run ahead
+        self.transport_info: dict = {}  # the transport's facts for fitInfo, once trained (:meth:`train`)
+
+    @classmethod
+    def for_fit(cls, job: TrainJob, policy, backend: str, reason: str, callbacks: list, observers: list) -> TrainingLoop:
+        """A fit's loop with its parts built from ``job``: the snapshots (``checkpointDir``, a Keras
+        ``BackupAndRestore`` among ``callbacks``), the validator (when ``job`` has validation data),
+        the transport of ``backend`` (:func:`~sparkdl.spark.backends.get_transport`) and the driver's
+        callbacks (:class:`~sparkdl.keras.callbacks.DriverCallbacks`: ``callbacks``, the trackers
+        among them, and the fit's progress display, which is appended to ``observers``).
+
+        Args:
+            job: the fit's plain values; ``policy``: its mode (:mod:`sparkdl.core.modes`).
+            backend, reason: the backend chosen and why (:func:`~sparkdl.spark.backends.preflight`).
+            callbacks: the user's callbacks and the trackers, in order.
+            observers: the fit's progress displays and trackers, aborted if the fit fails.
+        """
+        from sparkdl.keras.callbacks import DriverCallbacks
+        from sparkdl.keras.progress import FitProgress
+        from sparkdl.spark.backends import get_transport
+        from sparkdl.spark.training.checkpoint import Snapshots, fit_identity
+        from sparkdl.spark.training.contract import TransportOptions
+        from sparkdl.spark.training.validation import Validator
+
+        config, data, validation = job.config, job.data, job.validation
+        asynchronous = policy.asynchronous
+        snapshots = Snapshots(job.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
+                              epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
+                              keep_sliced=backend == "sharded")
+        validator = Validator(job.spark, validation, job.task_spec(), job.reader, config.data_timeout_s) if validation else None
+        backups = any(type(c).__name__ == "BackupAndRestore" for c in callbacks)
+        snapshot = config.checkpoint_dir is not None or backups
+        pause_at_epochs = validation is not None or (asynchronous and snapshot)
+        transport = get_transport(backend, job, policy, TransportOptions(pause_at_epochs=pause_at_epochs, snapshots=snapshot))
+        progress = FitProgress(config.verbose, data.total_rows, f"sparkdl fit {job.fit_id[:8]}")  # verbose=0: the DEBUG log only
+        observers.append(progress)
+        every = [*callbacks, progress]
+        reader = job.reader
+        # the callbacks get the model itself when one reads it (its weights, its summary); else the metrics' probe,
+        # and the driver drops the model: its weights (and its optimizer's) are not kept through the fit
+        needs_model = reader.probe is None or any(getattr(c, "needs_weights", True) or getattr(c, "needs_model", False) for c in every)
+        driver_callbacks = DriverCallbacks(every, reader.model if needs_model else reader.probe, config.epochs, transport.rounds_per_epoch)
+        if not needs_model:
+            reader.release_model()
+        log.info("fit %s: %d rows on %d workers, mode %s on backend %s (%s), %d epochs x %d rounds", job.fit_id[:8], data.total_rows,
+                 job.workers, config.mode, transport.name, reason, config.epochs, transport.rounds_per_epoch)
+        if config.verbose:
+            print(f"sparkdl fit {job.fit_id[:8]}: backend {transport.name} ({reason})", flush=True)
+        return cls(job, transport, driver_callbacks, validator, snapshots)
+
+    def train(self, start) -> FitState:
+        """:meth:`run` from ``start`` (a :class:`~sparkdl.core.state.ModelState`, the fit's start
+        master), then the state the callbacks left at ``on_train_end`` (``EarlyStopping(restore_best_weights=True)``
+        and the like) taken as the master (``fitInfo["weights_from_callbacks"]``), the master's dtypes
+        checked against the start's, and the transport's facts kept (:attr:`transport_info`).
+
+        Raises:
+            InvariantError: as :meth:`run`, and a fitted weight of another dtype than the start's.
+        """
+        from sparkdl.keras.replica import check_state_dtypes
+
+        fit = self.run(FitState(identity=self.snapshots.identity, master=start))
+        changed = self.callbacks.changed_state()
+        if changed is not None:
+            fit.master = ModelState([np.asarray(w) for w in changed.weights], fit.master.optimizer)
+            fit.info["weights_from_callbacks"] = True
+        check_state_dtypes(start.weights, fit.master.weights, "the fitted master weights")  # float32 in, float32 out
+        self.transport_info = self.transport.info()
+        return fit
 
     def run(self, fit: FitState) -> FitState:
         """Train from ``fit`` (or from a snapshot the snapshots or a ``BackupAndRestore`` hold) to the

@@ -130,7 +130,7 @@ class SlotWatch:
     def for_job(cls, job, what: str, decides: bool = True) -> SlotWatch | None:
         """The watch of ``job``'s stages, or None where slots are fixed, unknown or meant to change
         (``local``, Connect, dynamic allocation)."""
-        from sparkdl.spark.cluster import task_slots
+        from sparkdl.spark.session import task_slots
 
         cluster = job.cluster
         if cluster is None or cluster.local or cluster.connect or cluster.dynamic_allocation:
