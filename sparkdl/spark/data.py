@@ -482,8 +482,6 @@ def map_columns(df: DataFrame, spec, features_col: str, features_cols, label_col
     return request
 
 
-
-
 def check_pad_value(mapping: list[tuple], pad_value: float) -> None:
     """Refuse a ``padValue`` that a sequence input's dtype cannot hold (a fraction or out of range
     for integer ids, a NaN or ±inf), before any job.
