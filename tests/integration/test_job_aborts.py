@@ -1,5 +1,6 @@
-"""Issue 5 item 9: a fit whose round results would exceed ``spark.driver.maxResultSize`` fails
-before its first round with a ``ConfigError`` naming the setting, not as a raw ``Py4JJavaError``
+"""Issue 5 item 9: a fit on backend ``rounds`` (whose round results come back through the driver;
+``auto`` picks ``ps`` on ``local[2]``, whose updates travel through its server) whose round results
+would exceed ``spark.driver.maxResultSize`` fails before its first round with a ``ConfigError`` naming the setting, not as a raw ``Py4JJavaError``
 after a round of work.
 
 Runs in a subprocess: ``spark.driver.maxResultSize`` is fixed when a SparkContext starts.
@@ -22,7 +23,8 @@ SCRIPT = textwrap.dedent(
              .config("spark.driver.maxResultSize", "1m").getOrCreate())
     model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(400), keras.layers.Dense(1)])  # ~1.3 MB of weights
     df = spark.createDataFrame([([0.5] * 784, 1.0)] * 8, "x array<float>, y double")
-    est = KerasEstimator(model=model, optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", numWorkers=2, verbose=0)
+    est = KerasEstimator(model=model, optimizer="sgd", loss="mse", featuresCol="x", labelCol="y", numWorkers=2, verbose=0,
+                         backend="rounds")
     try:
         est.fit(df)
         out = {"error": None}
