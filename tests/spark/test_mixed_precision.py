@@ -167,8 +167,9 @@ def test_bfloat16_mnist_cnn_reaches_97_percent(spark):
     with open(os.path.join(ROOT, "conf", "mnist_cnn.yaml")) as f:
         config = yaml.safe_load(f)
     fit = config["fit"]
-    train = spark.read.parquet(os.path.join(ROOT, config["data"]["train"]))
-    test = spark.read.parquet(os.path.join(ROOT, config["data"]["test"]))
+    folder = os.path.join(ROOT, "conf")  # the config's paths are relative to its own folder
+    train = spark.read.parquet(os.path.normpath(os.path.join(folder, config["data"]["train"])))
+    test = spark.read.parquet(os.path.normpath(os.path.join(folder, config["data"]["test"])))
     est = KerasEstimator(
         model=mnist_cnn(**config["model"]["kwargs"]), optimizer=fit["optimizer"], loss=fit["loss"], metrics=fit["metrics"],
         featuresCol="pixels", labelCol="label", numWorkers=fit["num_workers"], epochs=fit["epochs"], batchSize=fit["batch_size"],
