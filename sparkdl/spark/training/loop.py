@@ -89,6 +89,7 @@ class TrainingLoop:
         """
         from sparkdl.keras.callbacks import DriverCallbacks
         from sparkdl.keras.progress import FitProgress
+        from sparkdl.spark.backends import backend as declared
         from sparkdl.spark.backends import get_transport
         from sparkdl.spark.training.checkpoint import Snapshots, fit_identity
         from sparkdl.spark.training.contract import TransportOptions
@@ -98,7 +99,7 @@ class TrainingLoop:
         asynchronous = policy.asynchronous
         snapshots = Snapshots(job.spark, fit_identity(job, policy), config.checkpoint_dir, config.checkpoint_every,
                               epochs_only=asynchronous, warn_inexact=config.mode != "sync" or config.compression is not None,
-                              keep_sliced=backend == "sharded")
+                              keep_sliced=declared(backend).sliced)  # its owners' slices beside each snapshot
         validator = Validator(job.spark, validation, job.task_spec(), job.reader, config.data_timeout_s) if validation else None
         backups = any(type(c).__name__ == "BackupAndRestore" for c in callbacks)
         snapshot = config.checkpoint_dir is not None or backups
