@@ -19,12 +19,15 @@ def _data(spark, rows=96):
     return spark.createDataFrame([(x[i].tolist(), int(np.argmax(x[i, :3]))) for i in range(rows)], "x array<float>, y int")
 
 
-def _fit(spark, df=None, hidden=None, **params):
+def _model(hidden=None):
     keras.utils.set_random_seed(0)
     extra = [keras.layers.Dense(hidden, activation="relu")] if hidden else []  # a (hidden, hidden) kernel
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(hidden or 8, activation="relu"), keras.layers.BatchNormalization(),
-                              *extra, keras.layers.Dense(3, activation="softmax")])
-    settings = dict(model=model, optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(hidden or 8, activation="relu"), keras.layers.BatchNormalization(),
+                             *extra, keras.layers.Dense(3, activation="softmax")])
+
+
+def _fit(spark, df=None, hidden=None, **params):
+    settings = dict(model=_model(hidden), optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"],
                     featuresCol="x", labelCol="y", numWorkers=2, epochs=2, batchSize=8, localSteps=2, verbose=0,
                     backend="rounds")
     settings.update(params)
@@ -50,8 +53,7 @@ def test_gossip_with_two_workers_equals_sync_and_easgd_one_round_is_the_closed_f
     sync1 = _fit(spark, **one_round)
     easgd = _fit(spark, mode="easgd", elasticForce=0.3, **one_round)
     keras.utils.set_random_seed(0)
-    start = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.BatchNormalization(),
-                              keras.layers.Dense(3, activation="softmax")]).get_weights()
+    start = _model().get_weights()
     for x0, s, e in zip(start, _weights(sync1), _weights(easgd), strict=True):
         np.testing.assert_allclose(e, x0 + 0.6 * (s - x0), atol=1e-6)
 
@@ -71,7 +73,9 @@ def test_easgd_and_gossip_with_three_workers_learn(spark):
 def test_quantized_updates_learn_with_far_fewer_bytes(spark, compression, ratio):
     """Bytes counted from what the tasks sent: Adam's weights and moments for the full update; the
     quantized payload only (the optimizer state stays on the workers). The residual and optimizer
-    state are found by every worker in every round (local[2]: one executor's disk)."""
+    state are found by every worker in every round (local[2]: one executor's disk). Learning is
+    judged on the fitted model's loss over the rows, against the untrained model's: an epoch's
+    running loss on this toy is noisy in full precision too (1.47, 0.71, 0.67, 0.43)."""
     df = _data(spark, 192)
     settings = dict(optimizer=keras.optimizers.Adam(0.01), epochs=4, hidden=256)  # 68k weights: Arrow's framing is small beside them
     full = _fit(spark, df, **settings)
@@ -79,8 +83,13 @@ def test_quantized_updates_learn_with_far_fewer_bytes(spark, compression, ratio)
     assert small.fitInfo["compression"] == compression and small.fitInfo["local_state_resets"] == 0
     assert full.fitInfo["update_bytes"] >= ratio * small.fitInfo["update_bytes"], (full.fitInfo["update_bytes"], small.fitInfo["update_bytes"])
     assert np.isfinite(small.history["loss"]).all()
-    assert small.history["loss"][-1] < 0.75 * small.history["loss"][0], small.history["loss"]
-    assert small.history["accuracy"][-1] > 0.8
+    rows = df.toPandas()
+    x, y = np.stack(rows["x"]).astype(np.float32), rows["y"].to_numpy()
+    untrained, fitted = _model(256), small.getKerasModel()
+    for model in (untrained, fitted):
+        model.compile(loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    before, (after, accuracy) = untrained.evaluate(x, y, verbose=0)[0], fitted.evaluate(x, y, verbose=0)
+    assert after < 0.6 * before and accuracy > 0.8, (before, after, accuracy, small.history["loss"])  # 1.1 -> 0.43..0.53 on 4 data seeds
 
 
 @pytest.mark.slow  # the default run's 25-minute budget: tests/unit/test_compression_quantized.py and test_faults.py's ssp fit run its parts
