@@ -11,7 +11,9 @@ the 10,000 bundled digits repeated), measured side by side in one run on the sam
   as in any session after its first transform; its time is reported as ``cold_first_transform_s``), then ``--repeats`` timed runs of ``transform(df)`` written to Spark's ``noop`` sink,
   which computes every output column of every row: with the default Params (the scoring pass
   checks every row) and with ``checkFeatures=True`` (one Spark-SQL pass over the input first),
-  alternating with ``predict``.
+  alternating with ``predict``; and (``--map-in-arrow``) the default Params through ``mapInArrow``,
+  the path pyspark 4.0 takes (every input column goes to Python and comes back), where pyspark 4.1+
+  scores through an Arrow UDF (only the model's inputs go, only the added columns come back).
 
 Prints one JSON line per run, a JSON line with ``ratio`` = sparkdl rows/s ÷ predict rows/s (medians;
 ``ratio_check_features`` for ``checkFeatures=True``), then a Markdown table.
@@ -66,6 +68,7 @@ def main():
     parser.add_argument("--workers", type=int, default=2, help="local[N]")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--predict-batch-sizes", default="128,256,512,1024,2048")
+    parser.add_argument("--map-in-arrow", action="store_true", help="also time pyspark 4.0's mapInArrow path, interleaved")
     parser.add_argument("--inference-batch-size", type=int, default=None, help="sparkdl inferenceBatchSize (default: the Param's)")
     args = parser.parse_args()
 
@@ -102,19 +105,25 @@ def main():
     wrapped.transform(df).write.format("noop").mode("overwrite").save()
     cold_s = round(time.perf_counter() - started, 2)
 
-    spark_runs, checked_runs, keras_runs = [], [], []
+    from sparkdl.spark import inference
+
+    by_udf = inference.ARROW_UDF
+    spark_runs, checked_runs, keras_runs, mapped_runs = [], [], [], []
+    timed = [(wrapped, spark_runs, by_udf), (checked, checked_runs, by_udf)] + [(wrapped, mapped_runs, False)] * args.map_in_arrow
     for _ in range(args.repeats):
         run, out = run_predict(model, x, best)
         keras_runs.append(run)
         print(json.dumps(run), flush=True)
-        for stage, runs in ((wrapped, spark_runs), (checked, checked_runs)):
+        for stage, runs, udf in timed:
+            inference.ARROW_UDF = udf  # read on the driver as transform builds its plan
             started = time.perf_counter()
             stage.transform(df).write.format("noop").mode("overwrite").save()
             seconds = time.perf_counter() - started
             runs.append({"run": "sparkdl.transform", "workers": args.workers, "rows": args.rows, "seconds": round(seconds, 3),
                          "rows_per_s": round(args.rows / seconds, 1), "check_features": stage.getCheckFeatures(),
-                         "inference_batch_size": stage.getInferenceBatchSize()})
+                         "inference_batch_size": stage.getInferenceBatchSize(), "through": "arrow_udf" if udf else "mapInArrow"})
             print(json.dumps(runs[-1]), flush=True)
+    inference.ARROW_UDF = by_udf
     # the same predictions as plain Keras (the test rows, argmax)
     scored = wrapped.transform(df.limit(1000)).select("pixels", "prediction").toPandas()
     local = model.predict(np.stack(scored["pixels"].to_numpy()).astype(np.float32), verbose=0).argmax(axis=1)
@@ -130,12 +139,18 @@ def main():
                "predict_batch_size": best, "ratios_per_repeat": [round(s["rows_per_s"] / k["rows_per_s"], 3) for k, s in zip(keras_runs, spark_runs)],
                "rows": args.rows, "workers": args.workers, "cpus": os.cpu_count(), "repeats": args.repeats,
                "agreement_with_predict": agree, "accuracy": round(accuracy, 4),
-               "inference_batch_size": spark_runs[-1]["inference_batch_size"], "cold_first_transform_s": cold_s}
+               "inference_batch_size": spark_runs[-1]["inference_batch_size"], "cold_first_transform_s": cold_s,
+               "through": "arrow_udf" if by_udf else "mapInArrow"}
+    if mapped_runs:
+        summary["ratio_map_in_arrow"] = round(statistics.median(r["rows_per_s"] for r in mapped_runs) / keras_rps, 3)
     print(json.dumps(summary), flush=True)
     print("\n| run | seconds (median) | rows/s (median) |\n|---|---|---|")
     print(f"| keras.predict, batch {best}, 1 process | {statistics.median(r['seconds'] for r in keras_runs)} | {keras_rps} |")
     print(f"| sparkdl transform, local[{args.workers}], default Params | {statistics.median(r['seconds'] for r in spark_runs)} | {spark_rps} |")
     print(f"| sparkdl transform, local[{args.workers}], checkFeatures=True | {statistics.median(r['seconds'] for r in checked_runs)} | {checked_rps} |")
+    if mapped_runs:
+        print(f"| sparkdl transform, local[{args.workers}], mapInArrow (pyspark 4.0) | {statistics.median(r['seconds'] for r in mapped_runs)} | "
+              f"{statistics.median(r['rows_per_s'] for r in mapped_runs)} |")
     print(f"\nratio (sparkdl / predict rows/s, medians): {summary['ratio']} (checkFeatures=True: {summary['ratio_check_features']})")
 
 

@@ -1,11 +1,18 @@
-"""``KerasModel.transform``: batched inference on the executors through ``mapInArrow``.
+"""``KerasModel.transform``: batched inference on the executors, through an Arrow UDF (pyspark 4.1+)
+or ``mapInArrow`` (pyspark 4.0).
 
 Each task converts each incoming Arrow batch to numpy, predicts in batches of ``batchSize``
-rows with a model built once per Python worker, and appends ``prediction`` (and, for
-classifiers, ``rawPrediction`` and ``probability``) to the same batch. Rows never leave their
+rows with a model built once per Python worker, and returns ``prediction`` (and, for
+classifiers, ``rawPrediction`` and ``probability``) for the batch's rows. Rows never leave their
 batch, so row order, row count and the row-to-prediction pairing are exact for any input: no
 ``zip``, no repartition, no collect to the driver. Input columns travel by position, so names
 with dots or duplicate names (after a join) pass through unchanged.
+
+On pyspark 4.1 and later the scoring is an iterator Arrow UDF (:func:`predict_arrays`) over a
+struct of the model's input columns: only those go to Python and only the added columns come back
+(Spark keeps the others beside them), the scores as ``array<double>`` made vectors by Spark's
+``array_to_vector``. On pyspark 4.0, which has no Arrow UDF, ``mapInArrow`` (:func:`predict_partition`)
+sends every column to Python and back. Measured by ``benchmarks/transform_throughput.py --map-in-arrow``.
 
 Which columns a loss and task give, and their values, is decided by the loss family
 (:class:`sparkdl.keras.losses.LossInfo`); the output schema is known on the driver without a job.
@@ -43,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.broadcast import Broadcast
+from pyspark.ml.functions import array_to_vector
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -57,7 +65,9 @@ from sparkdl.spark.data import SPARK_TYPES, as_array, check_pad_value, col, inpu
 from sparkdl.spark.internals import context_stopped
 
 _TMP_FEATURES = "__sparkdl_features"
+_SCORED = "__sparkdl_scored"  # the Arrow UDF's struct of added columns
 _DENSE = 1  # VectorUDT's type code of a dense vector
+ARROW_UDF = hasattr(F, "arrow_udf")  # pyspark 4.1+: transform scores through an Arrow UDF, else through mapInArrow
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,9 @@ class PredictSpec:
     handle_invalid: str = "error"
     # the driver's Keras backend, set in each worker before Keras is imported (sparkdl.keras.runtime.configure)
     keras_backend: str = dataclasses.field(default_factory=keras_backend)
+    # mapInArrow: how many input columns each output batch repeats (the input DataFrame's); the Arrow UDF: the added columns' type
+    echoed: int = 0
+    added_type: T.StructType | None = None
 
 
 def _list_column(values: np.ndarray) -> pa.Array:
@@ -133,17 +146,16 @@ def _score_type(vectors: bool) -> T.DataType:
     return VectorUDT() if vectors else T.ArrayType(T.DoubleType(), containsNull=False)
 
 
-def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Append predictions to every record batch of a partition, rows in input order.
-
-    Rows with a null, NaN, ±inf or wrongly sized feature (:func:`batch_faults`, and a decoder's
-    non-finite output) follow ``job.handle_invalid``: ``"error"`` raises, ``"skip"`` leaves them
-    out of the output batch, ``"keep"`` keeps them with NaN in every added column. Only the
-    other rows are given to the model.
+def _predictions(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[pa.RecordBatch, pa.RecordBatch, np.ndarray, object]]:
+    """Per incoming record batch, in order: ``(batch, good, bad, predicted)``: ``good`` the batch's
+    rows the model scored, ``bad`` (bool, one per row of ``batch``) the rows it did not (bad feature
+    rows, :func:`batch_faults`, and a decoder's non-finite output), ``predicted`` the model's outputs
+    for ``good`` (:func:`~sparkdl.keras.predict.predict_array`: one array, or a list per output).
 
     Raises:
-        SchemaError: with ``"error"``, a batch with bad feature rows: the column, the counts of
-            null, NaN, infinite and wrongly sized rows, the partition and the batch are named.
+        SchemaError: with ``job.handle_invalid == "error"``, a batch with bad feature rows: the
+            column, the counts of null, NaN, infinite and wrongly sized rows, the partition and the
+            batch are named, and the partition's bad rows in all (its later batches counted, not scored).
     """
     from sparkdl.keras import runtime
 
@@ -154,13 +166,10 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
 
     register(job.custom_objects)
     model = cached_model(job.spec, weights=job.weights.value, key=job.model_key)
-    scores = _vector_column if job.vectors else _list_column
-    temporary = sum(c.name.startswith(_TMP_FEATURES) for t in job.inputs for c in t.columns)
     pads = tuple(t.columns[0].pad if t.columns[0].ragged else None for t in job.inputs)  # sequence inputs: cut per predict batch
     batches, seen = iter(batches), 0  # seen: the partition's rows up to this batch's end
     for batch in batches:
         seen += batch.num_rows
-        inputs = batch.num_columns - temporary  # the temporary input columns come last
         where = f"transform, partition {context.partitionId()}, a batch of {batch.num_rows} rows"
         faults = batch_faults(batch, job.inputs)
         bad = faulty_rows(faults, batch.num_rows)
@@ -182,29 +191,63 @@ def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> It
             x = [a[~late] for a in x]
             good = good.filter(pa.array(~late))
             bad[np.flatnonzero(~bad)[late]] = True
-        predicted = predict_array(model, x if len(x) > 1 else x[0], job.batch_size, pads)
+        yield batch, good, bad, predict_array(model, x if len(x) > 1 else x[0], job.batch_size, pads)
+
+
+def _added_columns(job: PredictSpec, predicted) -> list[pa.Array]:
+    """The columns ``transform`` adds, from the model's outputs for a batch's rows (see :func:`transform`)."""
+    scores = _vector_column if job.vectors else _list_column
+    columns = []
+    if job.multi_output:  # one column per output: its values (double, or array<double> for a wider output)
+        for k, values in enumerate(predicted):
+            flat = values.reshape(len(values), -1).astype(np.float64)
+            columns.append(pa.array(flat[:, 0], pa.float64()) if flat.shape[1] == 1 else _list_column(flat))
+            probability = job.output_probabilities[k] if k < len(job.output_probabilities) else None
+            if probability is not None:  # a classifier output: its class probabilities next
+                info, task = probability
+                columns.append(scores(info.spark_outputs(values, task).probability))
+        return columns
+    out = job.loss.spark_outputs(predicted, job.task)
+    columns.append(_list_column(out.prediction) if out.prediction.ndim == 2 else pa.array(out.prediction, pa.float64()))
+    if job.write_raw:
+        columns.append(scores(out.raw))
+    if job.write_probability:
+        columns.append(scores(out.probability))
+    return columns
+
+
+def _spread_all(job: PredictSpec, predicted, bad: np.ndarray):
+    """``predicted`` (the good rows') spread over every row of the batch, NaN in the ``bad`` ones."""
+    return [_spread(p, bad) for p in predicted] if job.multi_output else _spread(predicted, bad)
+
+
+def predict_partition(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function (pyspark before 4.1): every record batch of a partition with the
+    added columns appended, rows in input order; the bad rows follow ``job.handle_invalid``
+    (``"skip"``: left out, ``"keep"``: NaN in every added column; see :func:`_predictions`)."""
+    inputs = job.echoed  # the temporary input columns come last: not echoed
+    for batch, good, bad, predicted in _predictions(job, batches):
         source = good
         if job.handle_invalid == "keep" and bad.any():  # every row stays; the bad ones get NaN outputs
-            predicted = [_spread(p, bad) for p in predicted] if job.multi_output else _spread(predicted, bad)
-            source = batch
-        columns = [source.column(i) for i in range(inputs)]
-        if job.multi_output:  # one column per output: its values (double, or array<double> for a wider output)
-            for k, values in enumerate(predicted):
-                flat = values.reshape(len(values), -1).astype(np.float64)
-                columns.append(pa.array(flat[:, 0], pa.float64()) if flat.shape[1] == 1 else _list_column(flat))
-                probability = job.output_probabilities[k] if k < len(job.output_probabilities) else None
-                if probability is not None:  # a classifier output: its class probabilities next
-                    info, task = probability
-                    columns.append(scores(info.spark_outputs(values, task).probability))
-            yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
-            continue
-        out = job.loss.spark_outputs(predicted, job.task)
-        columns.append(_list_column(out.prediction) if out.prediction.ndim == 2 else pa.array(out.prediction, pa.float64()))
-        if job.write_raw:
-            columns.append(scores(out.raw))
-        if job.write_probability:
-            columns.append(scores(out.probability))
+            predicted, source = _spread_all(job, predicted, bad), batch
+        columns = [source.column(i) for i in range(inputs)] + _added_columns(job, predicted)
         yield pa.RecordBatch.from_arrays(columns, names=list(job.output_names))
+
+
+def predict_arrays(job: PredictSpec, arrays: Iterator[pa.Array]) -> Iterator[pa.Array]:
+    """An iterator Arrow UDF's function (pyspark 4.1 and later): per incoming struct array of the
+    model's input columns, a struct array of the added columns, one row per input row (a bad row
+    with NaN in every added column, and null as a whole under ``"skip"``: :func:`transform` filters
+    those). Only the model's input columns travel to Python and only the added ones come back."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    target = to_arrow_type(job.added_type)  # the exact type Spark checks: fields and list elements not null
+    names = [target.field(i).name for i in range(target.num_fields)]
+    for batch, _good, bad, predicted in _predictions(job, (pa.RecordBatch.from_struct_array(a) for a in arrays)):
+        if bad.any():
+            predicted = _spread_all(job, predicted, bad)
+        mask = pa.array(bad) if job.handle_invalid == "skip" and bad.any() else None
+        yield pa.StructArray.from_arrays(_added_columns(job, predicted), names=names, mask=mask).cast(target)
 
 
 def _spread(values: np.ndarray, bad: np.ndarray) -> np.ndarray:
@@ -671,6 +714,11 @@ def transform(
     check_feature_rows(positional, checks, count_rows=handle_invalid == "error")
     from sparkdl.keras.custom_objects import registered
 
+    kept, by_udf = len(df.columns), ARROW_UDF
+    # the Arrow UDF returns scores as array<double>, made vectors by Spark's array_to_vector (an Arrow UDF's UDT
+    # return type fails on a streaming DataFrame)
+    added_type = T.StructType([T.StructField(name, _score_type(False) if isinstance(f.dataType, VectorUDT) else f.dataType, False)
+                               for name, f in zip(names[kept:], fields[kept:], strict=True)])
     job = PredictSpec(
         spec=spec.architecture_only(),
         weights=weights_broadcast(df.sparkSession, spec),
@@ -682,13 +730,30 @@ def transform(
         loss=loss,
         write_raw=write_raw,
         write_probability=write_probability,
-        vectors=columns.vectors,
+        vectors=columns.vectors and not by_udf,
         output_names=tuple(names),
         multi_output=multi_output,
         output_probabilities=tuple(probabilities),
         handle_invalid=handle_invalid,
+        echoed=kept,
+        added_type=added_type,
     )
     with_features = positional.select("*", *exprs)
-    schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
-    scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)
+    if by_udf:  # pyspark 4.1+: only the model's inputs go to Python, only the added columns come back
+        needed = list(dict.fromkeys(part.name for t in tensors for part in t.columns))
+
+        def score_arrays(arrays: Iterator[pa.Array]) -> Iterator[pa.Array]:  # its type hints make it an iterator UDF
+            return predict_arrays(job, arrays)
+
+        # nondeterministic for the optimizer: "skip"'s filter on its result is then not pushed below it as a second call
+        score = F.arrow_udf(score_arrays, added_type).asNondeterministic()
+        scored = with_features.select(*names[:kept], score(F.struct(*[col(n) for n in needed])).alias(_SCORED))
+        if handle_invalid == "skip":
+            scored = scored.where(F.col(_SCORED).isNotNull())
+        added = [F.col(_SCORED).getField(n) for n in names[kept:]]
+        added = [array_to_vector(a) if isinstance(f.dataType, VectorUDT) else a for a, f in zip(added, fields[kept:], strict=True)]
+        scored = scored.select(*names[:kept], *[a.alias(n) for a, n in zip(added, names[kept:], strict=True)])
+    else:  # every column goes to Python and comes back
+        schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
+        scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)
     return scored.toDF(*[f.name for f in fields])

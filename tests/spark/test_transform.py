@@ -7,6 +7,7 @@ from pyspark.sql import types as T
 
 from sparkdl import KerasEstimator
 from sparkdl.errors import SchemaError
+from sparkdl.spark import inference
 from tests.conftest import partitioned_df
 
 import keras  # noqa: E402
@@ -121,6 +122,17 @@ def test_from_logits_losses_give_probabilities(spark, units, loss):
     np.testing.assert_allclose(probability, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(probability.sum(axis=1), 1.0, rtol=1e-6)
     assert [r["prediction"] for r in got] == expected.argmax(axis=1).astype(float).tolist()
+
+
+@pytest.mark.skipif(not inference.ARROW_UDF, reason="pyspark 4.0 scores through mapInArrow, which sends every column to Python")
+def test_columns_the_model_does_not_read_pass_through_whatever_their_type(spark):
+    """Only the model's input columns go to Python (pyspark 4.1+): an interval column, which Arrow
+    cannot carry, passes through beside them."""
+    fitted = _identity_model(spark)
+    df = spark.createDataFrame([(float(i), i) for i in range(4)], "x double, days int")
+    df = df.withColumn("gap", F.make_interval(F.lit(0), F.lit(0), F.lit(0), F.col("days")))
+    rows = fitted.transform(df).select("days", "prediction", F.col("gap").cast("string").alias("gap")).orderBy("days").collect()
+    assert [(r["prediction"], r["gap"]) for r in rows] == [(0.0, "0 seconds"), (1.0, "1 days"), (2.0, "2 days"), (3.0, "3 days")]
 
 
 def test_dotted_and_duplicate_column_names_pass_through(spark):

@@ -79,6 +79,15 @@ def test_skip_leaves_the_bad_rows_out(spark, df):
         assert rows[i]["prediction"] == float(np.argmax(want))
 
 
+def test_skip_scores_each_row_once(spark, df, capsys):
+    """"skip" filters on the scoring's result: the filter stays above the one scoring pass (pyspark
+    4.1+: one Arrow UDF in the plan, not a second one under the filter; 4.0: one mapInArrow)."""
+    _, wrapped = _classifier()
+    wrapped.setHandleInvalid("skip").transform(df).where("prediction >= 0").explain()
+    plan = capsys.readouterr().out
+    assert plan.count("ArrowEvalPython") + plan.count("MapInArrow") == 1, plan
+
+
 @pytest.mark.parametrize("score_type", ["vector", "array"])
 def test_keep_scores_the_bad_rows_as_nan_in_every_column(spark, df, score_type):
     model, wrapped = _classifier()
