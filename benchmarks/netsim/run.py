@@ -30,9 +30,9 @@ the sender), and the formulas' bytes (payload × the header factor) and the meas
 ``sharded`` runs in the settings named after a ``+`` (``sharded+overlap``, ``sharded+overlap+int8``,
 ``sharded+int4``, ...): ``overlap`` (rounds that never block training) and a ``compression``; its
 formula then counts the puts in their bytes a value (S_q: 2 with fp16, 1 + 4/256 with int8, 0.5 +
-4/256 with int4, against 4) and the pulls and the backup in float32: (N−1)/N·(S_q + S_f) + S_f/N each
-way, S_f the state that travels (S; the weights alone, S/3 with Adam, with int8 / int4, whose workers
-keep their optimizer state). With ``--local-steps`` τ > 1 the data grows to τ batches a round (made on the executors), and
+4/256 with int4, 1/8 with 1bit, against 4) and the pulls and the backup in float32: (N−1)/N·(S_q + S_f)
++ S_f/N each way, S_f the state that travels (S; the weights alone, S/3 with Adam, with int8 / int4 /
+1bit, whose workers keep their optimizer state). With ``--local-steps`` τ > 1 the data grows to τ batches a round (made on the executors), and
 each line adds the compute share: a worker's training seconds per round (``fitInfo``'s
 ``worker_train_ms``, every round of the fit) over the wall seconds per round of the epochs after the
 first (``epoch_round_s``), and ``samples_per_s`` (N·τ·batch over ``epoch_round_s``).
@@ -62,8 +62,11 @@ import cluster as netsim  # noqa: E402
 
 MB = 1e6
 MARK = '{"benchmark": "netsim"'
-PUT_BYTES = {None: 4.0, "fp16": 2.0, "int8": 1 + 4 / 256, "int4": 0.5 + 4 / 256}  # bytes a float value a worker puts
-SETTINGS = ("overlap", "fp16", "int8", "int4")
+# bytes a float value a worker puts (1bit: a bit a value; its two float32 scales a column are left out: a piece of
+# a sliced array travels as one column of many values)
+PUT_BYTES = {None: 4.0, "fp16": 2.0, "int8": 1 + 4 / 256, "int4": 0.5 + 4 / 256, "1bit": 1 / 8}
+KEEP_OPTIMIZER = ("int8", "int4", "1bit")  # compressions whose workers keep their optimizer state: the weights alone travel
+SETTINGS = ("overlap", "fp16", *KEEP_OPTIMIZER)
 
 
 def setting(text: str) -> str:
@@ -218,7 +221,7 @@ def summarize(entry, n, description, args, probe, info, state, factor, step_s, f
     if backend == "ps":
         formula = {"driver": n * s, **{h: s for h in hosts[1:]}}
     elif backend == "sharded":
-        synced = s / 3 if compression in ("int8", "int4") else s  # int8 / int4: the weights alone (workers keep Adam's state)
+        synced = s / 3 if compression in KEEP_OPTIMIZER else s  # the weights alone (the workers keep Adam's state)
         put = synced * PUT_BYTES[compression] / 4
         formula = {"driver": 0.0, **{h: (n - 1) / n * (put + synced) + synced / n for h in hosts[1:]}}
     seconds = info.get("seconds", {})
@@ -324,7 +327,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2, help="the first is warm-up, not measured")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--backends", nargs="+", default=["rounds", "ps", "sharded"], type=setting,
-                        help="rounds, ps, sharded, or sharded+<settings>: overlap, fp16, int8, int4 (sharded+overlap+int8)")
+                        help="rounds, ps, sharded, or sharded+<settings>: overlap, fp16, int8, int4, 1bit (sharded+overlap+int8)")
     parser.add_argument("--local-steps", type=int, default=1, help="τ: batches a worker trains each round")
     parser.add_argument("--executor-memory", default="1g")
     parser.add_argument("--worker-memory", default="2g")
