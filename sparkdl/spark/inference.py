@@ -714,7 +714,7 @@ def transform(
     check_feature_rows(positional, checks, count_rows=handle_invalid == "error")
     from sparkdl.keras.custom_objects import registered
 
-    kept, by_udf = len(df.columns), ARROW_UDF
+    kept = len(df.columns)
     # the Arrow UDF returns scores as array<double>, made vectors by Spark's array_to_vector (an Arrow UDF's UDT
     # return type fails on a streaming DataFrame)
     added_type = T.StructType([T.StructField(name, _score_type(False) if isinstance(f.dataType, VectorUDT) else f.dataType, False)
@@ -730,7 +730,7 @@ def transform(
         loss=loss,
         write_raw=write_raw,
         write_probability=write_probability,
-        vectors=columns.vectors and not by_udf,
+        vectors=columns.vectors and not ARROW_UDF,
         output_names=tuple(names),
         multi_output=multi_output,
         output_probabilities=tuple(probabilities),
@@ -739,21 +739,30 @@ def transform(
         added_type=added_type,
     )
     with_features = positional.select("*", *exprs)
-    if by_udf:  # pyspark 4.1+: only the model's inputs go to Python, only the added columns come back
-        needed = list(dict.fromkeys(part.name for t in tensors for part in t.columns))
-
-        def score_arrays(arrays: Iterator[pa.Array]) -> Iterator[pa.Array]:  # its type hints make it an iterator UDF
-            return predict_arrays(job, arrays)
-
-        # nondeterministic for the optimizer: "skip"'s filter on its result is then not pushed below it as a second call
-        score = F.arrow_udf(score_arrays, added_type).asNondeterministic()
-        scored = with_features.select(*names[:kept], score(F.struct(*[col(n) for n in needed])).alias(_SCORED))
-        if handle_invalid == "skip":
-            scored = scored.where(F.col(_SCORED).isNotNull())
-        added = [F.col(_SCORED).getField(n) for n in names[kept:]]
-        added = [array_to_vector(a) if isinstance(f.dataType, VectorUDT) else a for a, f in zip(added, fields[kept:], strict=True)]
-        scored = scored.select(*names[:kept], *[a.alias(n) for a, n in zip(added, names[kept:], strict=True)])
-    else:  # every column goes to Python and comes back
-        schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(names, fields, strict=True)])
-        scored = with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)
+    scored = (_scored_by_udf if ARROW_UDF else _scored_by_map)(with_features, job, fields)
     return scored.toDF(*[f.name for f in fields])
+
+
+def _scored_by_udf(with_features: DataFrame, job: PredictSpec, fields: list[T.StructField]) -> DataFrame:
+    """pyspark 4.1+: the input's columns (positional names) and the added ones, scored by an
+    iterator Arrow UDF (:func:`predict_arrays`) over a struct of the model's input columns alone."""
+    names, kept = list(job.output_names), job.echoed
+    needed = list(dict.fromkeys(part.name for t in job.inputs for part in t.columns))
+
+    def score_arrays(arrays: Iterator[pa.Array]) -> Iterator[pa.Array]:  # its type hints make it an iterator UDF
+        return predict_arrays(job, arrays)
+
+    # nondeterministic for the optimizer: "skip"'s filter on its result is then not pushed below it as a second call
+    score = F.arrow_udf(score_arrays, job.added_type).asNondeterministic()
+    scored = with_features.select(*names[:kept], score(F.struct(*[col(n) for n in needed])).alias(_SCORED))
+    if job.handle_invalid == "skip":
+        scored = scored.where(F.col(_SCORED).isNotNull())
+    added = [F.col(_SCORED).getField(n) for n in names[kept:]]
+    added = [array_to_vector(a) if isinstance(f.dataType, VectorUDT) else a for a, f in zip(added, fields[kept:], strict=True)]
+    return scored.select(*names[:kept], *[a.alias(n) for a, n in zip(added, names[kept:], strict=True)])
+
+
+def _scored_by_map(with_features: DataFrame, job: PredictSpec, fields: list[T.StructField]) -> DataFrame:
+    """pyspark 4.0: every column goes to Python (:func:`predict_partition`) and comes back with the added ones."""
+    schema = T.StructType([T.StructField(name, f.dataType, f.nullable) for name, f in zip(job.output_names, fields, strict=True)])
+    return with_features.mapInArrow(lambda batches: predict_partition(job, batches), schema)
