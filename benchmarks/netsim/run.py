@@ -223,7 +223,8 @@ def summarize(entry, n, description, args, probe, info, state, factor, step_s, f
     elif backend == "sharded":
         synced = s / 3 if compression in KEEP_OPTIMIZER else s  # the weights alone (the workers keep Adam's state)
         put = synced * PUT_BYTES[compression] / 4
-        formula = {"driver": 0.0, **{h: (n - 1) / n * (put + synced) + synced / n for h in hosts[1:]}}
+        carried = put / n if overlap and compression is None else 0.0  # overlap, no encoding: its own piece to its holder too
+        formula = {"driver": 0.0, **{h: (n - 1) / n * (put + synced) + synced / n + carried for h in hosts[1:]}}
     seconds = info.get("seconds", {})
     total_rounds = len(probe.rounds)
     epoch_round_s = sum(e["seconds"] for e in warm_epochs) / rounds

@@ -18,6 +18,14 @@ momentum). A round g, as the owner sees it:
    commits the candidate; the version before it is kept until then, so a worker retrying round g
    can still pull round g's start.
 
+With ``overlap`` and no encoding, a worker's contribution to round g is the start it trains round
+g + 1 from (its carried start, :mod:`sparkdl.core.modes.overlap`), which lives on its executor. So
+that a worker retried on another executor starts from it all the same, each owner keeps the pieces
+it counted of the last two rounds (``keep_carried``), each worker puts its own slice's piece to its
+backup holder too (``carried`` puts), and an attempt superseded by a resubmitted stage hands what it
+keeps, with its own carried starts, to an owner of the newer stage attempt: a retried worker
+assembles its carried start from the pieces the owners hold (``carried`` action and ticket).
+
 A lost owner's slice is served again by its retried task: from the previous owner's server when it
 still runs (a stage that ended at an epoch's end), else from the backup its holder keeps (the last
 two versions; three with ``overlap``, whose sender may carry a retried round onto the start before); the other workers put their contributions of the open round again. A slice that can
@@ -30,12 +38,14 @@ roles ``weight``, ``optimizer``, ``mode`` named ``m/<key>/<i>``):
 * ``DoGet`` ``start:<g>``: the start of round g (waits up to :data:`WAIT_S` for it; UNAVAILABLE
   when it is not there yet; an error when it is older than every version held: gone for good). ``master:<v>``: the slice's master at version v (-1: the newest);
   ``weights:<v>``, ``optimizer:<v>``: its weights, its optimizer state alone. ``held:<k>:<v>``: version v of slice k as this server holds
-  it (its own, or a backup of slice k).
+  it (its own, or a backup of slice k). ``carried:<w>:<g>:<k>``: slice k of worker w's contribution to round g, as kept.
 * ``DoPut`` with a JSON command ``{"kind": "contrib", "round", "worker", "attempt", "rows",
   "encoding", "nbytes"}`` (a worker's contribution; answered ``{"applied": bool, "dropped": null |
   "duplicate" | "late" | "superseded_attempt"}``), or ``{"kind": "backup", "slice", "version",
-  "attempt", "nbytes"}`` (another owner's slice, kept as its backup).
-* ``DoAction`` ``held`` (``{"slice": int}``: the versions this server holds of slice k), ``status``
+  "attempt", "nbytes"}`` (another owner's slice, kept as its backup), or ``{"kind": "carried", "worker", "round",
+  "slice", "attempt", "nbytes"}`` (slice k of a worker's contribution to round g, kept for its retried task).
+* ``DoAction`` ``held`` (``{"slice": int}``: the versions this server holds of slice k), ``carried``
+  (``{"of": int, "round": int}``: the slices of worker ``of``'s contribution to that round this server keeps), ``status``
   (versions, counts, bytes), ``write`` (``{"uri": str, "version": int}``: write the slice's version
   to a file through ``pyarrow.fs``; answers its SHA-256 and bytes), ``release`` (the slice moved
   to another owner: forget it).
@@ -82,6 +92,9 @@ log = logging.getLogger("sparkdl")
 WAIT_S = 5.0  # the longest a pull waits on the server for the version it asks (seconds); the client asks again
 KEEP_VERSIONS = 2  # versions of a slice a backup holder keeps (one more with ``keep_previous``)
 CHUNK_BYTES = 1 << 20  # bytes of values per record batch a slice server sends: what a reader holds at once
+KEEP_CARRIED = 2  # rounds of each worker's contribution pieces an owner keeps with ``keep_carried``
+PUT_KEYS = {"contrib": ("round", "worker", "attempt", "rows", "nbytes"), "backup": ("slice", "version", "attempt", "nbytes"),
+            "carried": ("worker", "round", "slice", "attempt", "nbytes")}
 
 
 class SliceLost(InvariantError):
@@ -143,9 +156,9 @@ def _parse_command(descriptor: flight.FlightDescriptor) -> dict:
         meta = json.loads(command.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise CodecError(f"a slice put's descriptor must be JSON. Received: {command[:16]!r}") from exc
-    if not isinstance(meta, dict) or meta.get("kind") not in ("contrib", "backup"):
-        raise CodecError(f"a slice put's kind must be contrib or backup. Received: {str(meta)[:80]!r}")
-    keys = ("round", "worker", "attempt", "rows", "nbytes") if meta["kind"] == "contrib" else ("slice", "version", "attempt", "nbytes")
+    if not isinstance(meta, dict) or meta.get("kind") not in PUT_KEYS:
+        raise CodecError(f"a slice put's kind must be one of {sorted(PUT_KEYS)}. Received: {str(meta)[:80]!r}")
+    keys = PUT_KEYS[meta["kind"]]
     out = {"kind": meta["kind"], **{k: int_field(meta, k) for k in keys}}
     if meta["kind"] == "contrib":
         encoding = meta.get("encoding")
@@ -179,6 +192,9 @@ class SliceServer(FlightEndpoint):
         keep_previous: also keep the version before the committed one (and one more version of a
             slice backed up): with ``overlap`` a retried worker's sender may still carry its round onto
             that start (:mod:`sparkdl.core.modes.overlap`).
+        keep_carried: keep the contribution pieces counted (and put as ``carried``) of each worker's
+            last :data:`KEEP_CARRIED` rounds: with ``overlap`` and no encoding, a contribution is its
+            worker's carried start (the module docstring). Memory: up to 2 × the state's bytes in all.
 
     Raises:
         ServerError: from :meth:`start`, when the port cannot be bound.
@@ -187,6 +203,7 @@ class SliceServer(FlightEndpoint):
     PORT_SETTING = "port"
     ACTIONS = (
         ("held", "body {\"slice\": int}: the versions of slice k this server holds"),
+        ("carried", "body {\"of\": int, \"round\": int}: the slices of worker of's contribution to that round this server keeps"),
         ("status", "versions, counts and bytes of this slice, JSON"),
         ("write", "body {\"uri\": str, \"version\": int}: write a version of the slice to a file; its sha256 and bytes"),
         ("release", "the slice moved to another owner: forget it"),
@@ -196,7 +213,7 @@ class SliceServer(FlightEndpoint):
                  token: str, tls: TLSIdentity | None, host: str = "127.0.0.1", advertise: str | None = None,
                  on_ready: Callable[[int, str | None], None] | None = None, send_backup: Callable[[int], None] | None = None,
                  persist: Callable[[int, SliceVersion], None] | None = None, max_message_bytes: int | None = None,
-                 keep_previous: bool = False) -> None:
+                 keep_previous: bool = False, keep_carried: bool = False) -> None:
         super().__init__(token=token, host=host, advertise=advertise, port=0, tls=tls, what=f"slice server {owner}")
         self.owner, self.layout, self.policy, self.expected, self.names = owner, layout, policy, expected, list(names)
         self.on_ready, self.send_backup, self.persist = on_ready, send_backup, persist
@@ -208,6 +225,8 @@ class SliceServer(FlightEndpoint):
         self.keep_versions = KEEP_VERSIONS + int(keep_previous)
         self.previous: SliceVersion | None = None  # with keep_previous: the version before the committed one
         self.backups: dict[int, dict[int, SliceVersion]] = {}  # slice -> version -> what its owner sent
+        self.keep_carried = keep_carried
+        self.carried: dict[tuple[int, int, int], ModelState] = {}  # (worker, round, slice) -> a contribution's piece
         self._ledger = ApplyLedger()
         self._round: int | None = None  # the round being collected (the committed version)
         self._counted: dict[int, int] = {}  # worker -> rows, of that round
@@ -345,6 +364,8 @@ class SliceServer(FlightEndpoint):
                 if state.optimizer is not None:
                     self._optimizer.add(state.optimizer, rows)
             self._ledger.reserve(str(worker), attempt, g + 1)
+            if self.keep_carried and encoding is None:
+                self._keep_carried(worker, g, self.owner, arrays)
             self._counted[worker] = rows
             self._counts["contributions"] += 1
             if set(self._counted) >= self.expected(g):
@@ -452,6 +473,36 @@ class SliceServer(FlightEndpoint):
         if to_disk:
             self._keep_on_disk(slice_index, version)
 
+    def _keep_carried(self, worker: int, g: int, slice_index: int, piece: ModelState) -> None:
+        """Under the lock: keep slice ``slice_index`` of ``worker``'s contribution to round ``g``; the
+        worker's rounds older than its :data:`KEEP_CARRIED` newest are forgotten."""
+        self.carried[(worker, g, slice_index)] = piece
+        rounds = sorted({r for w, r, _ in self.carried if w == worker})
+        for old in rounds[:-KEEP_CARRIED]:
+            for key in [key for key in self.carried if key[0] == worker and key[1] == old]:
+                del self.carried[key]
+
+    def keep_carried_piece(self, worker: int, g: int, slice_index: int, piece: ModelState) -> None:
+        """Keep slice ``slice_index`` of ``worker``'s contribution to round ``g`` (a ``carried`` put,
+        or a hand-off), for a retried task of that worker to find."""
+        with self._lock:
+            self._keep_carried(worker, g, slice_index, piece)
+
+    def carried_piece(self, worker: int, g: int, slice_index: int) -> ModelState | None:
+        """Slice ``slice_index`` of ``worker``'s contribution to round ``g``, when kept."""
+        with self._lock:
+            return self.carried.get((worker, g, slice_index))
+
+    def carried_pieces(self) -> dict[tuple[int, int, int], ModelState]:
+        """Every contribution piece kept, by ``(worker, round, slice)``."""
+        with self._lock:
+            return dict(self.carried)
+
+    def carried_slices(self, worker: int, g: int) -> list[int]:
+        """The slices of ``worker``'s contribution to round ``g`` this server keeps."""
+        with self._lock:
+            return sorted(k for w, r, k in self.carried if w == worker and r == g)
+
     # ---- Flight handlers ------------------------------------------------------------------------
 
     def _serve(self, version: SliceVersion, start: bool = False, role: str | None = None):
@@ -481,6 +532,13 @@ class SliceServer(FlightEndpoint):
                     self._commit(numbers[0])
                     found = self.committed if self.committed is not None and self.committed.version == numbers[0] else found
             return self._serve(found, start=kind == "start", role={"weights": "weight", "optimizer": "optimizer"}.get(kind))
+        if kind == "carried" and len(numbers) == 3:
+            w, g, k = numbers
+            with self._lock:
+                piece = self.carried.get((w, g, k))
+            if piece is None:
+                raise flight.FlightServerError(f"slice server {self.owner} keeps no slice {k} of worker {w}'s contribution to round {g}")
+            return self._serve(SliceVersion(g, piece))
         if kind == "held" and len(numbers) == 2:
             k, v = numbers
             found = self.held(v) if k == self.owner else self.backups.get(k, {}).get(v)
@@ -490,7 +548,7 @@ class SliceServer(FlightEndpoint):
             if k != self.owner and holder_of(k, self.layout.owners) == self.owner:  # the neighbour's new owner has it
                 self.backup_taken.set()
             return stream
-        raise flight.FlightServerError(f"ticket must be start:<g>, master:<v>, weights:<v>, optimizer:<v> or held:<k>:<v>. "
+        raise flight.FlightServerError(f"ticket must be start:<g>, master:<v>, weights:<v>, optimizer:<v>, held:<k>:<v> or carried:<w>:<g>:<k>. "
                                        f"Received: {raw[:40]!r}")
 
     def _handle_put(self, descriptor, reader, writer) -> None:
@@ -505,6 +563,17 @@ class SliceServer(FlightEndpoint):
         if meta["kind"] == "backup":
             version = SliceVersion.from_arrays(meta["version"], received, arrays, self.layout.has_optimizer)
             self.keep_backup(meta["slice"], version)
+            answer = {"applied": True, "dropped": None}
+        elif meta["kind"] == "carried":
+            piece = SliceVersion.from_arrays(meta["round"], received, arrays, any(s.role == "optimizer" for s in received)).master
+            try:
+                if not (0 <= meta["slice"] < self.layout.owners and 0 <= meta["worker"] < self.layout.owners):
+                    raise InvariantError(f"a carried piece's slice and worker must be below {self.layout.owners}. "
+                                         f"Received: slice {meta['slice']}, worker {meta['worker']}")
+                self.layout.check_slice(piece, meta["slice"])
+            except InvariantError as exc:
+                raise self._reject(f"{exc}; nothing kept") from None
+            self.keep_carried_piece(meta["worker"], meta["round"], meta["slice"], piece)
             answer = {"applied": True, "dropped": None}
         else:
             self.liveness.touch(str(meta["worker"]), attempt=meta["attempt"])
@@ -525,6 +594,9 @@ class SliceServer(FlightEndpoint):
                 else:
                     versions = sorted(self.backups.get(k, {}))
             return json_result({"slice": k, "versions": versions})
+        if kind == "carried":
+            req = self._json_body(kind, body, ["of", "round"])
+            return json_result({"slices": self.carried_slices(req["of"], req["round"])})
         if kind == "status":
             return json_result(self.status())
         if kind == "write":
@@ -542,7 +614,7 @@ class SliceServer(FlightEndpoint):
                 self._cond.notify_all()
             self.released.set()
             return json_result({"released": True})
-        raise self._reject(f"action must be one of held, status, write, release. Received: {kind[:64]!r}")
+        raise self._reject(f"action must be one of held, carried, status, write, release. Received: {kind[:64]!r}")
 
     def status(self) -> dict:
         """Versions held, the round being collected and its contributions, and the counters."""
@@ -551,6 +623,7 @@ class SliceServer(FlightEndpoint):
                     "previous": None if self.previous is None else self.previous.version,
                     "candidate": None if self.candidate is None else self.candidate.version, "round": self._round,
                     "counted": sorted(self._counted), "backups": {str(k): sorted(v) for k, v in self.backups.items()},
+                    "carried": len(self.carried),
                     **self._counts, "unauthenticated": self.refused}
 
 
@@ -636,6 +709,16 @@ class SliceClient(ParameterServerClient):
         specs, arrays = version.arrays()
         command = {"kind": "backup", "slice": slice_index, "version": version.version, "attempt": attempt}
         return self._put(command, specs, arrays, "backup")
+
+    def put_carried(self, piece: ModelState, *, worker: int, round_: int, slice_index: int, attempt: int) -> dict:
+        """Put slice ``slice_index`` of ``worker``'s contribution to round ``round_`` for the server to keep."""
+        specs, arrays = SliceVersion(round_, piece).arrays()
+        command = {"kind": "carried", "worker": worker, "round": round_, "slice": slice_index, "attempt": attempt}
+        return self._put(command, specs, arrays, "carried piece")
+
+    def carried(self, worker: int, round_: int) -> list[int]:
+        """The slices of ``worker``'s contribution to round ``round_`` the server keeps."""
+        return list(self._action("carried", json.dumps({"of": worker, "round": round_}).encode())["slices"])
 
     def held(self, slice_index: int) -> list[int]:
         """The versions of slice ``slice_index`` the server holds."""

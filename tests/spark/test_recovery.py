@@ -279,3 +279,52 @@ def test_a_superseded_attempt_offers_each_copy_to_the_slices_holder_first_then_r
     assert recovery.hand_order(0, [3, 2, 0], owner=1, owners=4) == [2, 3]
     assert recovery.hand_order(0, [0], owner=1, owners=2) == []  # nobody but the slice's own owner registered yet
     assert recovery.hand_order(2, [], owner=2, owners=3) == []
+
+
+def test_with_overlap_an_owner_keeps_each_workers_last_two_contributions_and_serves_them_for_a_retried_worker():
+    """``overlap`` without an encoding: a worker's contribution to round g is its carried start of
+    round g + 1. The owner keeps the pieces it counted (its own worker's too), and pieces put to it
+    (``carried``: a worker's own slice at its holder, a superseded attempt's hand-off), for each
+    worker's last two rounds; a retried worker reads them back over Flight, values exact. A piece
+    for another slice's layout, or a slice out of range, is refused and nothing is kept."""
+    from sparkdl.errors import ServerError
+    from sparkdl.server.slices import SliceClient
+
+    weights = [np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(4, dtype=np.float32)]
+    layout = SliceLayout.of(ModelState(weights), 2)
+
+    def piece(value, owner):
+        return layout.take(ModelState([w * 0 + value for w in weights]), owner)
+
+    names = layout.names(["w0", "w1"], 1)
+    plain = SliceServer(1, layout, get_policy("sync"), lambda g: {0, 1}, names=names, token="t", tls=None)
+    server = SliceServer(1, layout, get_policy("sync"), lambda g: {0, 1}, names=names, token="t", tls=None, keep_carried=True)
+    try:
+        for owner in (plain, server):
+            owner.install(SliceVersion(3, piece(0.0, 1)))
+            for g in (3, 4, 5):
+                for worker in (0, 1):
+                    owner.contribute({"round": g, "worker": worker, "attempt": 7, "rows": 2, "encoding": None},
+                                     piece(10 * g + worker, 1))
+                owner.start_of(g + 1, 5.0)  # the round applied and the driver opened the next
+        assert plain.carried_pieces() == {}
+        assert sorted(server.carried_pieces()) == [(w, g, 1) for w in (0, 1) for g in (4, 5)]  # rounds 4 and 5: the last two
+        server.start()
+        with SliceClient(server.location, "t", timeout_s=10.0, retries=0) as client:
+            client.put_carried(piece(0.5, 0), worker=1, round_=5, slice_index=0, attempt=8)  # worker 1's own piece at its holder
+            assert client.carried(1, 5) == [0, 1] and client.carried(0, 5) == [1] and client.carried(0, 3) == []
+            got = client.fetch("carried:1:5:1", False).master
+            assert all(np.array_equal(a, b) for a, b in zip(got.weights, piece(51.0, 1).weights, strict=True))
+            assert float(client.fetch("carried:1:5:0", False).master.weights[0].ravel()[0]) == 0.5
+            with pytest.raises(ServerError, match="keeps no slice 1 of worker 0's contribution to round 3"):
+                client.fetch("carried:0:3:1", False)
+            with pytest.raises(ServerError, match="must hold"):
+                client.put_carried(piece(0.5, 1), worker=1, round_=6, slice_index=0, attempt=8)  # slice 1's pieces as slice 0
+            with pytest.raises(ServerError, match="must be below 2"):
+                client.put_carried(piece(0.5, 1), worker=1, round_=6, slice_index=5, attempt=8)
+            assert client.carried(1, 6) == []
+        with SliceClient(server.location, "wrong", timeout_s=10.0, retries=0) as stranger, pytest.raises(ServerError):
+            stranger.carried(1, 5)
+    finally:
+        plain.shutdown()
+        server.shutdown()

@@ -23,8 +23,10 @@ ICASSP 2020, and CO2, Sun et al., ICLR 2024, overlap the same exchange with loca
 Sync points train from the round's own start s_g (the exchange before them drains): the stage's
 first round, and, when the fit writes snapshots (``checkpointDir``, ``BackupAndRestore``), the round
 after each (an epoch's first, and after every ``checkpointEvery`` rounds), so a resumed fit equals an
-uninterrupted one. A worker's start x_{g+1} is kept on its executor's disk: a retried task there
-trains from it again; one retried on another executor trains from s_{g+1} (counted). Pure numpy:
+uninterrupted one. A worker's start x_{g+1} is y'_g, its contribution: kept on its executor's disk
+(a retried task there trains from it again) and, without an encoding, in pieces by the owners that
+counted them (``sparkdl.server.slices``), where a task retried on another executor assembles it;
+with an encoding (or ``keepLocalOptimizer``) such a task trains from s_{g+1} (counted). Pure numpy:
 no Spark, no Keras.
 """
 

@@ -367,7 +367,8 @@ class ShardedTransport:
                "coordinator": self.coordinator.stats(), "slice_map_version": self.board.map_version}
         if self.results:
             rows = pa.concat_tables(self.results).to_pydict()
-            for key in ("rows", "steps", "pushes", "dropped", "retrained", "bytes_pushed", "bytes_pulled", "train_ms", "wait_ms"):
+            for key in ("rows", "steps", "pushes", "dropped", "retrained", "starts_rebuilt", "bytes_pushed", "bytes_pulled", "train_ms",
+                        "wait_ms"):
                 per = {}
                 for partition, value in zip(rows["partition"], rows[key], strict=True):
                     per[partition] = per.get(partition, 0) + value

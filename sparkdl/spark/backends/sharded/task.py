@@ -17,6 +17,9 @@ With ``overlap`` (:mod:`sparkdl.core.modes.overlap`), steps 1 and 3 leave the cr
 background sender puts round g's pieces, reports, waits for the driver to open round g + 1 and
 pulls its start, while the worker trains round g + 1 from its round-g contribution carried onto round g's start;
 the worker waits only for the sender of the round before (one round in flight) and at a sync point.
+Without an encoding a contribution is the worker's carried start: the owners keep its pieces, the
+worker puts its own slice's piece to its backup holder too, and a retried attempt that finds no
+start on its executor assembles it from them (:meth:`ShardedWorker._rebuilt_start`).
 
 When the slice map changes during a round (an owner's task was retried), it puts its pieces of the
 open round to the new owner again, and sends its own slice's versions to a new backup holder.
@@ -27,6 +30,7 @@ pushes that arrived before are dropped as duplicates, the others complete the ro
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -61,7 +65,7 @@ from sparkdl.spark.training.worker import Heartbeat, SupersededAttempt, load_row
 
 log = logging.getLogger("sparkdl")
 RESULT_SCHEMA = pa.schema([(name, pa.int32() if name == "partition" else pa.int64()) for name in
-                           ("partition", "attempt", "rows", "steps", "pushes", "dropped", "retrained", "local_resets",
+                           ("partition", "attempt", "rows", "steps", "pushes", "dropped", "retrained", "local_resets", "starts_rebuilt",
                             "bytes_pushed", "bytes_pulled", "train_ms", "wait_ms")])
 RESULT_SPARK_SCHEMA = from_arrow_schema(RESULT_SCHEMA)
 WAIT_CHUNK_S = 2.0  # a wait on the coordinator lasts at most this long before the worker looks again
@@ -225,11 +229,14 @@ class ShardedWorker:
             settings["trainable"] = self.layout.per_piece(list(spec.trainable), partition)
         self.policy = get_policy(spec.mode, **settings)
         self.fresh: list[np.ndarray] | None = None  # the replica's fresh optimizer state (fresh_optimizer)
-        self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "retrained": 0, "local_resets": 0,
+        self.counts = {"rows": 0, "steps": 0, "pushes": 0, "dropped": 0, "retrained": 0, "local_resets": 0, "starts_rebuilt": 0,
                        "bytes_pushed": 0, "bytes_pulled": 0, "train_ms": 0, "wait_ms": 0}
         self.eager = EagerOverlap(spec.first, self.plan.rounds_per_epoch if spec.snapshots else None,
                                   spec.snapshot_every) if spec.overlap else None
         self.starts: dict[int, ModelState] = {}  # overlap: round -> its start, pulled ahead by the sender
+        # overlap without an encoding: a contribution is the worker's carried start, whose pieces the owners keep
+        self.keeps_carried = spec.overlap and spec.encoding is None and not spec.keep_local_optimizer
+        self.carried_starts: dict[int, ModelState] = {}  # overlap: round g -> this worker's carried start after it (the last 2)
         self._starts_lock = threading.Lock()  # overlap: one pull of a start at a time (the worker or its sender)
         self._counts_lock = threading.Lock()
         self._ending = threading.Event()  # overlap: the task ends; its sender stops at its next step
@@ -257,7 +264,7 @@ class ShardedWorker:
         self.server = SliceServer(self.partition, self.layout, self.policy, self.expected,
                                   names=self.layout.names(list(spec.names), self.partition), token=spec.token, tls=identity,
                                   host=host, on_ready=self._ready, send_backup=self._send_backup, persist=self.disk.write,
-                                  keep_previous=spec.overlap)
+                                  keep_previous=spec.overlap, keep_carried=self.keeps_carried)
         self.server.start()
         reply = self.coordinator.register(self.partition, self.attempt, self.server.location, identity.cert_pem.decode(),
                                           identity.fingerprint, self.layout.to_json(), stage_id=self.stage_id)
@@ -733,8 +740,10 @@ class ShardedWorker:
                     carried = in_flight[1].result()
                     if carried is not None:
                         start, rate = carried
-                elif follows and g == first:  # a retried attempt: what its previous attempt kept on this executor
+                elif follows and g == first:  # a retried attempt: what its previous attempt kept on this executor, or the owners
                     start = worker_state.load_start(task.fit_id, self.partition, g - 1)
+                    if start is None and self.keeps_carried:
+                        start = self._rebuilt_start(g - 1)
                     if start is None:
                         self.counts["local_resets"] = 1
                         log.warning("sparkdl: worker %d (task attempt %d) found no start of round %d on this executor: it "
@@ -808,6 +817,10 @@ class ShardedWorker:
             if carried is not None:
                 worker_state.save_start(self.spec.task.fit_id, self.partition, g, state)
                 carried.set_result((state, answer.get("learning_rate")))
+            if self.keeps_carried:
+                self.carried_starts[g] = state
+                for old in [r for r in list(self.carried_starts) if r < g - 1]:
+                    self.carried_starts.pop(old, None)
             if not answer["late"]:
                 self.pending = {}
                 self._contribute(g, state, start if self.spec.encoding is not None else None, rows, steps, metrics, own_optimizer)
@@ -844,11 +857,107 @@ class ShardedWorker:
             residual = _flatten(self.residual) if spec.encoding in PIECEWISE else None
             worker_state.save(task.fit_id, self.partition, WorkerLocal(g, residual, own_optimizer))
         self.pending = {j: (pieces[j], meta) for j in range(self.owners)}
-        list(self.pool.map(lambda j: self._put(j, pieces[j], meta), range(self.owners)))
+        jobs = [functools.partial(self._put, j, pieces[j], meta) for j in range(self.owners)]
+        holder = holder_of(self.partition, self.owners)
+        if self.keeps_carried and holder is not None:  # this worker's own piece lives beside its slice: a copy at the holder
+            jobs.append(functools.partial(self._put_carried, holder, pieces[self.partition], g))
+        list(self.pool.map(lambda job: job(), jobs))
         nbytes = sum(a.nbytes for p in pieces for a in [*p.weights, *(p.optimizer or [])])
         self.coordinator.report(self.partition, self.attempt, g, rows, encode_metric_sums(metrics), nbytes)
         self.counts["rows"] += rows
         self.counts["steps"] += steps
+
+    def _put_carried(self, holder: int, piece: ModelState, g: int) -> None:
+        """Put slice ``self.partition`` of this worker's contribution to round ``g`` to its backup
+        holder, which keeps it for a retry of this worker on another executor (:meth:`_rebuilt_start`)."""
+        self._patiently(lambda: self.client(holder).put_carried(piece, worker=self.partition, round_=g, slice_index=self.partition,
+                                                                attempt=self.attempt), holder,
+                        f"put round {g}'s own piece to its backup holder {holder}")
+        with self._counts_lock:
+            self.counts["bytes_pushed"] += sum(a.nbytes for a in [*piece.weights, *(piece.optimizer or [])])
+
+    def _rebuilt_start(self, g: int) -> ModelState | None:
+        """``overlap``, a retried attempt on another executor than its previous one: this worker's
+        carried start after round ``g`` (its contribution to round g), assembled from the slices
+        the owners keep (:class:`SliceServer` ``keep_carried``), this server's own included; the
+        superseded attempts of a resubmitted stage hand theirs over as they end, so this waits for
+        them at most :data:`HANDOFF_S`. None (and a warning) when a slice is found nowhere."""
+        whole, found = self.layout.empty(), set()
+        has_optimizer = self.layout.has_optimizer
+        looked: list[str] = []
+
+        def look() -> bool | None:
+            self._check()
+            self._take_map(self.coordinator.slice_map())
+            for k in self.server.carried_slices(self.partition, g):
+                piece = self.server.carried_piece(self.partition, g, k)
+                if k not in found and piece is not None:
+                    self.layout.put(whole, k, piece)
+                    found.add(k)
+            for j in range(self.owners):
+                registration = self.registrations[j]
+                if len(found) == self.owners:
+                    break
+                if j == self.partition or registration is None:
+                    continue
+                try:  # a short call: a registration of an owner gone costs seconds, not PEER_CALL_S a look
+                    pin = TLSPin(registration["cert"].encode(), registration["fingerprint"])
+                    with SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=min(5.0, self.spec.call_timeout_s),
+                                     retries=0) as client:
+                        for k in client.carried(self.partition, g):
+                            if k not in found:
+                                self.layout.put(whole, k, client.fetch(f"carried:{self.partition}:{g}:{k}", has_optimizer).master)
+                                found.add(k)
+                except Exception as exc:  # noqa: BLE001 - an owner starting or gone: ask again
+                    looked[:] = [f"worker {j}: {type(exc).__name__}: {str(exc)[:160]}"]
+            return True if len(found) == self.owners else None
+
+        done = recovery.wait_bounded(look, f"worker {self.partition} (task attempt {self.attempt}) assembles its start of round {g + 1}",
+                                     HANDOFF_S, 0.5, lambda: f"slices found {sorted(found)}; {looked[0] if looked else 'no error'}")
+        if done is None:
+            log.warning("sparkdl: worker %d (task attempt %d) found slices %s of its start of round %d, not all of them, within %g s",
+                        self.partition, self.attempt, sorted(found), g + 1, HANDOFF_S)
+            return None
+        self.counts["starts_rebuilt"] += 1
+        log.info("sparkdl: worker %d (task attempt %d) assembled its start of round %d from the owners", self.partition, self.attempt, g + 1)
+        return whole
+
+    def _hand_carried(self) -> None:
+        """A superseded attempt, before it ends: put the contribution pieces its server keeps and this
+        worker's own carried starts (sliced) to its own replacement, else to another owner of the
+        newer stage attempt, where a retried worker on another executor finds them
+        (:meth:`_rebuilt_start`). Best effort, within :data:`HANDOFF_S`."""
+        parcels = self.server.carried_pieces()
+        for g, state in list(self.carried_starts.items()):
+            for k, piece in enumerate(self.layout.split(state)):
+                parcels.setdefault((self.partition, g, k), piece)
+        if not parcels:
+            return
+
+        def attempt() -> bool | None:
+            self._take_map(self.coordinator.slice_map())
+            with self._clients_lock:
+                newer = {j for j in range(self.owners) if self.registrations[j] is not None and self.registrations[j].get("stage") is not None
+                         and self.stage is not None and tuple(self.registrations[j]["stage"]) > self.stage}
+            if self.replaced():
+                newer.add(self.partition)
+            for j in sorted(newer, key=lambda j: (j != self.partition, j)):
+                try:
+                    client = self.client(j)
+                    for (w, g, k), piece in sorted(parcels.items(), key=lambda item: item[0]):
+                        client.put_carried(piece, worker=w, round_=g, slice_index=k, attempt=self.attempt)
+                except Exception as exc:  # noqa: BLE001 - that owner is starting or gone: the next one
+                    log.info("sparkdl: superseded worker %d could not hand its contribution pieces to worker %d: %s", self.partition, j, exc)
+                    continue
+                log.info("sparkdl: superseded worker %d (task attempt %d) handed %d contribution pieces to worker %d", self.partition,
+                         self.attempt, len(parcels), j)
+                return True
+            return None
+
+        if recovery.wait_bounded(attempt, f"superseded worker {self.partition} hands its contribution pieces", HANDOFF_S, 0.5,
+                                 lambda: "no owner of the newer stage attempt took them") is None:
+            log.warning("sparkdl: superseded worker %d (task attempt %d) could not hand its contribution pieces within %g s",
+                        self.partition, self.attempt, HANDOFF_S)
 
     def replaced(self) -> bool:
         """Whether the slice map shows a later attempt of this worker serving its slice."""
@@ -872,6 +981,8 @@ class ShardedWorker:
         if not self.server.flush_disk(FLUSH_S):
             log.warning("sparkdl: slice %d: its copies did not reach this executor's disk within %g s", self.partition, FLUSH_S)
         later = self.heartbeat.superseded.is_set() or self.replaced()
+        if self.keeps_carried:
+            self._hand_carried()
         handed = self._hand_copies() if not later and self.newer_stage is not None else None
         later = later or handed == "replaced"
         decision = recovery.supersession(later_attempt=later, newer_stage=self.newer_stage is not None,
