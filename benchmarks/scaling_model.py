@@ -251,7 +251,7 @@ def sharded_terms(backend: str, n: int, state: float, compression: str | None, b
     return {
         "scheduling": 2 * costs.rpc_s + 2 * (n - 1) * costs.rpc_s / costs.flight_streams,
         # overlap without compression: a worker's own piece goes to its backup holder too (the exact recovery's copy)
-        "network": (sharded_worker_bytes(n, synced, up) + (up / n if backend.endswith("_overlap") and not compression else 0.0))
+        "network": (sharded_worker_bytes(n, synced, up) + (up / n if backend == "sharded_overlap" and not compression else 0.0))
         / min(payload_rate(bandwidth), costs.flight_rate),
         "server": synced / n / costs.rule_rate + synced / sum_rate + 2 * synced / costs.pack_rate + coding,
         "flight": costs.flight_rate < payload_rate(bandwidth),

@@ -23,8 +23,9 @@ g + 1 from (its carried start, :mod:`sparkdl.core.modes.overlap`), which lives o
 that a worker retried on another executor starts from it all the same, each owner keeps the pieces
 it counted of the last two rounds (``keep_carried``), each worker puts its own slice's piece to its
 backup holder too (``carried`` puts), and an attempt superseded by a resubmitted stage hands what it
-keeps, with its own carried starts, to an owner of the newer stage attempt: a retried worker
-assembles its carried start from the pieces the owners hold (``carried`` action and ticket).
+keeps, with its own carried starts, to owners of the newer stage attempt (a piece of an earlier
+attempt never replaces a later one's): a retried worker assembles its carried start from the pieces
+the owners hold (``carried`` action and ticket).
 
 A lost owner's slice is served again by its retried task: from the previous owner's server when it
 still runs (a stage that ended at an epoch's end), else from the backup its holder keeps (the last
@@ -194,7 +195,8 @@ class SliceServer(FlightEndpoint):
             that start (:mod:`sparkdl.core.modes.overlap`).
         keep_carried: keep the contribution pieces counted (and put as ``carried``) of each worker's
             last :data:`KEEP_CARRIED` rounds: with ``overlap`` and no encoding, a contribution is its
-            worker's carried start (the module docstring). Memory: up to 2 × the state's bytes in all.
+            worker's carried start (the module docstring). Memory: 2 × the state's bytes of pieces it
+            counted, and what superseded attempts hand it after a resubmitted stage.
 
     Raises:
         ServerError: from :meth:`start`, when the port cannot be bound.
@@ -226,7 +228,8 @@ class SliceServer(FlightEndpoint):
         self.previous: SliceVersion | None = None  # with keep_previous: the version before the committed one
         self.backups: dict[int, dict[int, SliceVersion]] = {}  # slice -> version -> what its owner sent
         self.keep_carried = keep_carried
-        self.carried: dict[tuple[int, int, int], ModelState] = {}  # (worker, round, slice) -> a contribution's piece
+        # (worker, round, slice) -> (the contributing task attempt, its contribution's piece)
+        self.carried: dict[tuple[int, int, int], tuple[int, ModelState]] = {}
         self._ledger = ApplyLedger()
         self._round: int | None = None  # the round being collected (the committed version)
         self._counted: dict[int, int] = {}  # worker -> rows, of that round
@@ -365,7 +368,7 @@ class SliceServer(FlightEndpoint):
                     self._optimizer.add(state.optimizer, rows)
             self._ledger.reserve(str(worker), attempt, g + 1)
             if self.keep_carried and encoding is None:
-                self._keep_carried(worker, g, self.owner, arrays)
+                self._keep_carried(worker, g, self.owner, attempt, arrays)
             self._counted[worker] = rows
             self._counts["contributions"] += 1
             if set(self._counted) >= self.expected(g):
@@ -473,28 +476,46 @@ class SliceServer(FlightEndpoint):
         if to_disk:
             self._keep_on_disk(slice_index, version)
 
-    def _keep_carried(self, worker: int, g: int, slice_index: int, piece: ModelState) -> None:
-        """Under the lock: keep slice ``slice_index`` of ``worker``'s contribution to round ``g``; the
-        worker's rounds older than its :data:`KEEP_CARRIED` newest are forgotten."""
-        self.carried[(worker, g, slice_index)] = piece
+    def _keep_carried(self, worker: int, g: int, slice_index: int, attempt: int, piece: ModelState) -> bool:
+        """Under the lock: keep slice ``slice_index`` of task attempt ``attempt``'s contribution to
+        round ``g`` for ``worker``, unless a later attempt's is kept (Spark's attempt ids grow: a
+        superseded attempt's late hand-off never replaces its replacement's piece); the worker's
+        rounds older than its :data:`KEEP_CARRIED` newest are forgotten. Returns whether it was kept."""
+        kept = self.carried.get((worker, g, slice_index))
+        if kept is not None and kept[0] > attempt:
+            return False
+        self.carried[(worker, g, slice_index)] = (attempt, piece)
         rounds = sorted({r for w, r, _ in self.carried if w == worker})
         for old in rounds[:-KEEP_CARRIED]:
             for key in [key for key in self.carried if key[0] == worker and key[1] == old]:
                 del self.carried[key]
+        return True
 
-    def keep_carried_piece(self, worker: int, g: int, slice_index: int, piece: ModelState) -> None:
-        """Keep slice ``slice_index`` of ``worker``'s contribution to round ``g`` (a ``carried`` put,
-        or a hand-off), for a retried task of that worker to find."""
+    def keep_carried_piece(self, worker: int, g: int, slice_index: int, attempt: int, piece: ModelState) -> bool:
+        """Keep slice ``slice_index`` of ``worker``'s contribution to round ``g`` made by task attempt
+        ``attempt`` (a ``carried`` put, or a hand-off), for a retried task of that worker to find;
+        returns whether it was kept (not when a later attempt's is).
+
+        Raises:
+            InvariantError: this server does not keep contributions (``keep_carried`` off), or ``g``
+                is beyond the round after the newest version it holds.
+        """
         with self._lock:
-            self._keep_carried(worker, g, slice_index, piece)
+            if not self.keep_carried:
+                raise InvariantError(f"slice server {self.owner} keeps no contribution pieces (overlap without an encoding only)")
+            newest = max((v.version for v in (self.previous, self.committed, self.candidate) if v is not None), default=None)
+            if newest is not None and g > newest:
+                raise InvariantError(f"a carried piece's round must be at most {newest} (the newest version held). Received: {g}")
+            return self._keep_carried(worker, g, slice_index, attempt, piece)
 
     def carried_piece(self, worker: int, g: int, slice_index: int) -> ModelState | None:
         """Slice ``slice_index`` of ``worker``'s contribution to round ``g``, when kept."""
         with self._lock:
-            return self.carried.get((worker, g, slice_index))
+            kept = self.carried.get((worker, g, slice_index))
+            return None if kept is None else kept[1]
 
-    def carried_pieces(self) -> dict[tuple[int, int, int], ModelState]:
-        """Every contribution piece kept, by ``(worker, round, slice)``."""
+    def carried_pieces(self) -> dict[tuple[int, int, int], tuple[int, ModelState]]:
+        """Every contribution piece kept, by ``(worker, round, slice)``: ``(its task attempt, the piece)``."""
         with self._lock:
             return dict(self.carried)
 
@@ -534,8 +555,7 @@ class SliceServer(FlightEndpoint):
             return self._serve(found, start=kind == "start", role={"weights": "weight", "optimizer": "optimizer"}.get(kind))
         if kind == "carried" and len(numbers) == 3:
             w, g, k = numbers
-            with self._lock:
-                piece = self.carried.get((w, g, k))
+            piece = self.carried_piece(w, g, k)
             if piece is None:
                 raise flight.FlightServerError(f"slice server {self.owner} keeps no slice {k} of worker {w}'s contribution to round {g}")
             return self._serve(SliceVersion(g, piece))
@@ -571,10 +591,10 @@ class SliceServer(FlightEndpoint):
                     raise InvariantError(f"a carried piece's slice and worker must be below {self.layout.owners}. "
                                          f"Received: slice {meta['slice']}, worker {meta['worker']}")
                 self.layout.check_slice(piece, meta["slice"])
+                kept = self.keep_carried_piece(meta["worker"], meta["round"], meta["slice"], meta["attempt"], piece)
             except InvariantError as exc:
                 raise self._reject(f"{exc}; nothing kept") from None
-            self.keep_carried_piece(meta["worker"], meta["round"], meta["slice"], piece)
-            answer = {"applied": True, "dropped": None}
+            answer = {"applied": kept, "dropped": None if kept else "superseded_attempt"}
         else:
             self.liveness.touch(str(meta["worker"]), attempt=meta["attempt"])
             state = SliceVersion.from_arrays(meta["round"], received, arrays, any(s.role == "optimizer" for s in received)).master

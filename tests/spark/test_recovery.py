@@ -285,8 +285,10 @@ def test_with_overlap_an_owner_keeps_each_workers_last_two_contributions_and_ser
     """``overlap`` without an encoding: a worker's contribution to round g is its carried start of
     round g + 1. The owner keeps the pieces it counted (its own worker's too), and pieces put to it
     (``carried``: a worker's own slice at its holder, a superseded attempt's hand-off), for each
-    worker's last two rounds; a retried worker reads them back over Flight, values exact. A piece
-    for another slice's layout, or a slice out of range, is refused and nothing is kept."""
+    worker's last two rounds; a retried worker reads them back over Flight, values exact. An earlier
+    attempt's piece (a superseded attempt's late hand-off) never replaces a later one's; a piece for
+    another slice's layout, a slice out of range, a round beyond the newest version held, or any
+    piece at a server that keeps none, is refused and nothing is kept."""
     from sparkdl.errors import ServerError
     from sparkdl.server.slices import SliceClient
 
@@ -310,8 +312,15 @@ def test_with_overlap_an_owner_keeps_each_workers_last_two_contributions_and_ser
         assert plain.carried_pieces() == {}
         assert sorted(server.carried_pieces()) == [(w, g, 1) for w in (0, 1) for g in (4, 5)]  # rounds 4 and 5: the last two
         server.start()
+        plain.start()
+        with SliceClient(plain.location, "t", timeout_s=10.0, retries=0) as client, pytest.raises(ServerError, match="keeps no contribution"):
+            client.put_carried(piece(0.5, 0), worker=1, round_=5, slice_index=0, attempt=8)
         with SliceClient(server.location, "t", timeout_s=10.0, retries=0) as client:
-            client.put_carried(piece(0.5, 0), worker=1, round_=5, slice_index=0, attempt=8)  # worker 1's own piece at its holder
+            assert client.put_carried(piece(0.5, 0), worker=1, round_=5, slice_index=0, attempt=8)["applied"]  # worker 1's own piece at its holder
+            late = client.put_carried(piece(9.0, 1), worker=1, round_=5, slice_index=1, attempt=6)  # an earlier attempt's hand-off
+            assert late == {"applied": False, "dropped": "superseded_attempt"}
+            with pytest.raises(ServerError, match="round must be at most 6"):
+                client.put_carried(piece(0.5, 0), worker=1, round_=7, slice_index=0, attempt=8)
             assert client.carried(1, 5) == [0, 1] and client.carried(0, 5) == [1] and client.carried(0, 3) == []
             got = client.fetch("carried:1:5:1", False).master
             assert all(np.array_equal(a, b) for a, b in zip(got.weights, piece(51.0, 1).weights, strict=True))

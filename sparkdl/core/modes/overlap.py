@@ -26,7 +26,8 @@ after each (an epoch's first, and after every ``checkpointEvery`` rounds), so a 
 uninterrupted one. A worker's start x_{g+1} is y'_g, its contribution: kept on its executor's disk
 (a retried task there trains from it again) and, without an encoding, in pieces by the owners that
 counted them (``sparkdl.server.slices``), where a task retried on another executor assembles it;
-with an encoding (or ``keepLocalOptimizer``) such a task trains from s_{g+1} (counted). Pure numpy:
+with an encoding, ``keepLocalOptimizer`` or ``diloco``, or when a piece is found nowhere, such a
+task trains from s_{g+1} (counted). Pure numpy:
 no Spark, no Keras.
 """
 

@@ -17,7 +17,9 @@ slice's new version to its backup holder) and (N−1)/N·S_f of the start it pul
 way in full precision, as the emulated cluster's links measure (S_f: the float32 state, 12 bytes a
 parameter with Adam's, 4 with ``keepLocalOptimizer``; S: what it puts, S_f or, per value, 2 bytes
 with ``fp16``, 1.02 with ``int8``, 0.52 with ``int4``); the driver moves a few hundred bytes per worker. With ``overlap`` the same bytes move while the
-workers train the next round (:mod:`sparkdl.core.modes.overlap`); the driver's loop is unchanged.
+workers train the next round (:mod:`sparkdl.core.modes.overlap`), and without an encoding each
+worker's own slice's piece to its backup holder too (S/N: what a retry on another executor
+assembles its start from); the driver's loop is unchanged.
 
 The driver never holds the whole state while the fit trains: it serves each slice's start once,
 fetches the weights at an epoch's end only when a callback needs the model, and assembles the
@@ -367,12 +369,12 @@ class ShardedTransport:
                "coordinator": self.coordinator.stats(), "slice_map_version": self.board.map_version}
         if self.results:
             rows = pa.concat_tables(self.results).to_pydict()
-            for key in ("rows", "steps", "pushes", "dropped", "retrained", "starts_rebuilt", "bytes_pushed", "bytes_pulled", "train_ms",
-                        "wait_ms"):
+            for name in ("worker_rows", "worker_steps", "worker_pushes", "worker_dropped", "worker_retrained", "worker_starts_rebuilt",
+                         "worker_bytes_pushed", "worker_bytes_pulled", "worker_train_ms", "worker_wait_ms"):
                 per = {}
-                for partition, value in zip(rows["partition"], rows[key], strict=True):
+                for partition, value in zip(rows["partition"], rows[name.removeprefix("worker_")], strict=True):
                     per[partition] = per.get(partition, 0) + value
-                out[f"worker_{key}"] = [per[p] for p in sorted(per)]
+                out[name] = [per[p] for p in sorted(per)]
             out["local_state_resets"] = int(sum(rows["local_resets"]))
         return out
 

@@ -881,21 +881,28 @@ class ShardedWorker:
         carried start after round ``g`` (its contribution to round g), assembled from the slices
         the owners keep (:class:`SliceServer` ``keep_carried``), this server's own included; the
         superseded attempts of a resubmitted stage hand theirs over as they end, so this waits for
-        them at most :data:`HANDOFF_S`. None (and a warning) when a slice is found nowhere."""
+        them at most :data:`HANDOFF_S`. None (and a warning) when a slice is found nowhere in that
+        time, or at once with a single owner (its only copy went with its executor)."""
+        if self.owners < 2:
+            return None
         whole, found = self.layout.empty(), set()
         has_optimizer = self.layout.has_optimizer
         looked: list[str] = []
 
         def look() -> bool | None:
             self._check()
-            self._take_map(self.coordinator.slice_map())
+            try:
+                self._take_map(self.coordinator.slice_map())
+            except Exception as exc:  # noqa: BLE001 - the driver busy: ask again (bounded)
+                looked[:] = [f"the slice map: {type(exc).__name__}: {str(exc)[:160]}"]
             for k in self.server.carried_slices(self.partition, g):
                 piece = self.server.carried_piece(self.partition, g, k)
                 if k not in found and piece is not None:
                     self.layout.put(whole, k, piece)
                     found.add(k)
-            for j in range(self.owners):
-                registration = self.registrations[j]
+            with self._clients_lock:
+                registrations = list(self.registrations)
+            for j, registration in enumerate(registrations):
                 if len(found) == self.owners:
                     break
                 if j == self.partition or registration is None:
@@ -905,8 +912,8 @@ class ShardedWorker:
                     with SliceClient(registration["location"], self.spec.token, tls=pin, timeout_s=min(5.0, self.spec.call_timeout_s),
                                      retries=0) as client:
                         for k in client.carried(self.partition, g):
-                            if k not in found:
-                                self.layout.put(whole, k, client.fetch(f"carried:{self.partition}:{g}:{k}", has_optimizer).master)
+                            if k not in found:  # straight into the whole state; the deadline grows with the piece's bytes
+                                client.fetch_into(f"carried:{self.partition}:{g}:{k}", self.layout.views(whole, k))
                                 found.add(k)
                 except Exception as exc:  # noqa: BLE001 - an owner starting or gone: ask again
                     looked[:] = [f"worker {j}: {type(exc).__name__}: {str(exc)[:160]}"]
@@ -923,41 +930,52 @@ class ShardedWorker:
         return whole
 
     def _hand_carried(self) -> None:
-        """A superseded attempt, before it ends: put the contribution pieces its server keeps and this
-        worker's own carried starts (sliced) to its own replacement, else to another owner of the
-        newer stage attempt, where a retried worker on another executor finds them
-        (:meth:`_rebuilt_start`). Best effort, within :data:`HANDOFF_S`."""
+        """A superseded attempt, before it ends: put the contribution pieces its server keeps and
+        this worker's own carried starts (sliced) to owners of the newer stage attempt, where a
+        retried worker on another executor finds them (:meth:`_rebuilt_start`): each piece to its
+        worker's replacement when that one registered, else to its slice's new owner, else to
+        any, so that no one owner receives every piece. Best effort: at most :data:`HANDOFF_S` in
+        all (a put may run past it by its own call timeout); never raises."""
         parcels = self.server.carried_pieces()
         for g, state in list(self.carried_starts.items()):
             for k, piece in enumerate(self.layout.split(state)):
-                parcels.setdefault((self.partition, g, k), piece)
+                parcels.setdefault((self.partition, g, k), (self.attempt, piece))
         if not parcels:
             return
+        deadline = time.monotonic() + HANDOFF_S
 
         def attempt() -> bool | None:
-            self._take_map(self.coordinator.slice_map())
+            try:
+                self._take_map(self.coordinator.slice_map())
+            except Exception:  # noqa: BLE001 - the driver busy or gone: ask again (bounded)
+                return None
             with self._clients_lock:
                 newer = {j for j in range(self.owners) if self.registrations[j] is not None and self.registrations[j].get("stage") is not None
                          and self.stage is not None and tuple(self.registrations[j]["stage"]) > self.stage}
             if self.replaced():
                 newer.add(self.partition)
-            for j in sorted(newer, key=lambda j: (j != self.partition, j)):
-                try:
-                    client = self.client(j)
-                    for (w, g, k), piece in sorted(parcels.items(), key=lambda item: item[0]):
-                        client.put_carried(piece, worker=w, round_=g, slice_index=k, attempt=self.attempt)
-                except Exception as exc:  # noqa: BLE001 - that owner is starting or gone: the next one
-                    log.info("sparkdl: superseded worker %d could not hand its contribution pieces to worker %d: %s", self.partition, j, exc)
-                    continue
-                log.info("sparkdl: superseded worker %d (task attempt %d) handed %d contribution pieces to worker %d", self.partition,
-                         self.attempt, len(parcels), j)
-                return True
-            return None
+            for key in sorted(parcels):
+                w, g, k = key
+                contributor, piece = parcels[key]
+                for j in [j for j in dict.fromkeys([w, k, *sorted(newer)]) if j in newer]:
+                    if time.monotonic() >= deadline:
+                        return None
+                    try:
+                        self.client(j).put_carried(piece, worker=w, round_=g, slice_index=k, attempt=contributor)
+                    except Exception as exc:  # noqa: BLE001 - that owner is starting or gone: the next one, or ask again
+                        log.info("sparkdl: superseded worker %d could not hand piece %s to worker %d: %s", self.partition, key, j, exc)
+                        continue
+                    del parcels[key]
+                    break
+            return True if not parcels else None
 
-        if recovery.wait_bounded(attempt, f"superseded worker {self.partition} hands its contribution pieces", HANDOFF_S, 0.5,
-                                 lambda: "no owner of the newer stage attempt took them") is None:
-            log.warning("sparkdl: superseded worker %d (task attempt %d) could not hand its contribution pieces within %g s",
-                        self.partition, self.attempt, HANDOFF_S)
+        handed = recovery.wait_bounded(attempt, f"superseded worker {self.partition} hands its contribution pieces", HANDOFF_S, 0.5,
+                                       lambda: f"{len(parcels)} pieces not handed yet")
+        if handed is None:
+            log.warning("sparkdl: superseded worker %d (task attempt %d) ends with %d contribution pieces not handed over",
+                        self.partition, self.attempt, len(parcels))
+        else:
+            log.info("sparkdl: superseded worker %d (task attempt %d) handed its contribution pieces over", self.partition, self.attempt)
 
     def replaced(self) -> bool:
         """Whether the slice map shows a later attempt of this worker serving its slice."""
@@ -981,9 +999,12 @@ class ShardedWorker:
         if not self.server.flush_disk(FLUSH_S):
             log.warning("sparkdl: slice %d: its copies did not reach this executor's disk within %g s", self.partition, FLUSH_S)
         later = self.heartbeat.superseded.is_set() or self.replaced()
-        if self.keeps_carried:
-            self._hand_carried()
         handed = self._hand_copies() if not later and self.newer_stage is not None else None
+        if self.keeps_carried:  # after the slice's copies (no slice may be lost), before any wait for a taker
+            try:
+                self._hand_carried()
+            except Exception as exc:  # noqa: BLE001 - best effort: a retry that finds no start starts afresh (counted)
+                log.warning("sparkdl: superseded worker %d could not hand its contribution pieces: %s", self.partition, exc)
         later = later or handed == "replaced"
         decision = recovery.supersession(later_attempt=later, newer_stage=self.newer_stage is not None,
                                          only_copy=not later and handed != "sent" and self._only_copy())
