@@ -47,6 +47,23 @@ def test_supersession_over_every_case(later_attempt, newer_stage, only_copy, dec
     assert supersession(later_attempt=later_attempt, newer_stage=newer_stage, only_copy=only_copy) == decision
 
 
+@pytest.mark.parametrize(("facts", "order"), [
+    (dict(follows=False, keeps_carried=True, owners=3), (recovery.ROUND_START,)),  # a sync point: the round's own start
+    (dict(follows=True, keeps_carried=True, owners=3), (DISK, recovery.OWNERS, recovery.ROUND_START)),
+    (dict(follows=True, keeps_carried=False, owners=3), (DISK, recovery.ROUND_START)),  # int8, keepLocalOptimizer, diloco
+    (dict(follows=True, keeps_carried=True, owners=1), (DISK, recovery.ROUND_START)),  # its one piece went with its executor
+])
+def test_where_a_retried_overlapped_worker_takes_its_start_over_every_case(facts, order):
+    assert recovery.start_order(**facts) == order
+
+
+def test_a_superseded_attempt_offers_each_contribution_piece_to_its_workers_replacement_then_its_slices_owner():
+    assert recovery.carried_hand_order(1, 2, {0, 1, 2, 3}) == [1, 2, 0, 3]
+    assert recovery.carried_hand_order(1, 2, [0, 3]) == [0, 3]  # neither registered yet: any other
+    assert recovery.carried_hand_order(2, 2, {2, 0}) == [2, 0]
+    assert recovery.carried_hand_order(1, 2, set()) == []
+
+
 @pytest.mark.parametrize(("facts", "verdict"), [
     (dict(kills=0, max_kills=2, killed=True, kill_refused_by_spark=True, seen_gone=False), recovery.KILLED),
     (dict(kills=2, max_kills=2, killed=False, kill_refused_by_spark=True, seen_gone=False), recovery.FAIL),  # killed twice

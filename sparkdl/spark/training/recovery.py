@@ -12,6 +12,10 @@ The decisions:
 * :func:`restore_order`: where a retried owner takes its slice from: the fit's start (the driver
   or a checkpoint), its previous owner while it answers, this executor's disk, the slice's backup
   holder, or any other owner that holds a copy.
+* :func:`start_order` (``overlap``): where a retried worker takes the start of the round it trains
+  again (its carried contribution to the round before): this executor's disk, then the pieces the
+  owners keep, else the round's own start (counted).
+* :func:`carried_hand_order`: to whom a superseded attempt hands each contribution piece it keeps.
 
 Where copies live (``sharded``): owner j keeps its slice in memory and on its executor's disk
 (:class:`DiskCopies`, the last two versions), and sends every version to its backup holder
@@ -140,6 +144,38 @@ def restore_order(*, first_registration: bool, at_fit_start: bool, checkpoint: b
     if on_disk:
         return (DISK, HOLDER, PEERS, PREVIOUS)
     return (HOLDER, PEERS, PREVIOUS)
+
+
+OWNERS, ROUND_START = "owners", "round_start"
+
+
+def start_order(*, follows: bool, keeps_carried: bool, owners: int) -> tuple[str, ...]:
+    """``overlap``: where a retried worker takes the start of the first round it trains, in the
+    order it asks (:mod:`sparkdl.core.modes.overlap`).
+
+    Args:
+        follows: the round follows this worker's round before it (not a sync point): it trains from
+            its carried contribution to that round, not from the round's own start.
+        keeps_carried: the owners keep each worker's contribution pieces (no encoding, no
+            ``keepLocalOptimizer``: a contribution is then the carried start itself).
+        owners: the fit's slices (with one, its only piece went with its executor).
+
+    Returns:
+        ``(ROUND_START,)`` for a sync point; else ``DISK`` (this executor's), then ``OWNERS`` (the
+        pieces, where kept), then ``ROUND_START``: the fallback, counted in ``local_state_resets``.
+    """
+    if not follows:
+        return (ROUND_START,)
+    return (DISK, OWNERS, ROUND_START) if keeps_carried and owners > 1 else (DISK, ROUND_START)
+
+
+def carried_hand_order(worker: int, slice_index: int, newer) -> list[int]:
+    """To whom a superseded attempt offers slice ``slice_index`` of ``worker``'s contribution piece
+    before it ends, in order, among the owners of the newer stage attempt (``newer``): the worker's
+    replacement (which assembles its start from it), the slice's new owner, then the others
+    ascending; so that no one owner receives every piece."""
+    newer = set(newer)
+    return [j for j in dict.fromkeys([worker, slice_index, *sorted(newer)]) if j in newer]
 
 
 def hand_order(slice_index: int, newer: list[int], owner: int, owners: int) -> list[int]:

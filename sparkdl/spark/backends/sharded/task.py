@@ -740,14 +740,18 @@ class ShardedWorker:
                     carried = in_flight[1].result()
                     if carried is not None:
                         start, rate = carried
-                elif follows and g == first:  # a retried attempt: what its previous attempt kept on this executor, or the owners
-                    start = worker_state.load_start(task.fit_id, self.partition, g - 1)
-                    if start is None and self.keeps_carried:
-                        start = self._rebuilt_start(g - 1)
+                elif follows and g == first:  # a retried attempt: what its previous attempt kept (recovery.start_order)
+                    for source in recovery.start_order(follows=True, keeps_carried=self.keeps_carried, owners=self.owners):
+                        if source == recovery.DISK:
+                            start = worker_state.load_start(task.fit_id, self.partition, g - 1)
+                        elif source == recovery.OWNERS:
+                            start = self._rebuilt_start(g - 1)
+                        if start is not None:
+                            break
                     if start is None:
                         self.counts["local_resets"] = 1
-                        log.warning("sparkdl: worker %d (task attempt %d) found no start of round %d on this executor: it "
-                                    "trains from the round's own start", self.partition, self.attempt, g)
+                        log.warning("sparkdl: worker %d (task attempt %d) found no start of round %d on this executor or with the "
+                                    "owners: it trains from the round's own start", self.partition, self.attempt, g)
                     else:
                         rate = self.wait_open(g - 1).get("learning_rate")
                 if start is None:  # a sync point: the exchange before it drains
@@ -882,9 +886,7 @@ class ShardedWorker:
         the owners keep (:class:`SliceServer` ``keep_carried``), this server's own included; the
         superseded attempts of a resubmitted stage hand theirs over as they end, so this waits for
         them at most :data:`HANDOFF_S`. None (and a warning) when a slice is found nowhere in that
-        time, or at once with a single owner (its only copy went with its executor)."""
-        if self.owners < 2:
-            return None
+        time."""
         whole, found = self.layout.empty(), set()
         has_optimizer = self.layout.has_optimizer
         looked: list[str] = []
@@ -932,9 +934,8 @@ class ShardedWorker:
     def _hand_carried(self) -> None:
         """A superseded attempt, before it ends: put the contribution pieces its server keeps and
         this worker's own carried starts (sliced) to owners of the newer stage attempt, where a
-        retried worker on another executor finds them (:meth:`_rebuilt_start`): each piece to its
-        worker's replacement when that one registered, else to its slice's new owner, else to
-        any, so that no one owner receives every piece. Best effort: at most :data:`HANDOFF_S` in
+        retried worker on another executor finds them (:meth:`_rebuilt_start`), each to the first
+        of :func:`recovery.carried_hand_order` that takes it. Best effort: at most :data:`HANDOFF_S` in
         all (a put may run past it by its own call timeout); never raises."""
         parcels = self.server.carried_pieces()
         for g, state in list(self.carried_starts.items()):
@@ -957,7 +958,7 @@ class ShardedWorker:
             for key in sorted(parcels):
                 w, g, k = key
                 contributor, piece = parcels[key]
-                for j in [j for j in dict.fromkeys([w, k, *sorted(newer)]) if j in newer]:
+                for j in recovery.carried_hand_order(w, k, newer):
                     if time.monotonic() >= deadline:
                         return None
                     try:
