@@ -888,7 +888,6 @@ class ShardedWorker:
         them at most :data:`HANDOFF_S`. None (and a warning) when a slice is found nowhere in that
         time."""
         whole, found = self.layout.empty(), set()
-        has_optimizer = self.layout.has_optimizer
         looked: list[str] = []
 
         def look() -> bool | None:
