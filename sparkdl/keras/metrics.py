@@ -16,7 +16,7 @@ import numpy as np
 
 from sparkdl.errors import CodecError, ConfigError
 from sparkdl.keras.runtime import keras_module
-from sparkdl.keras.spec import CompileSpec, ModelSpec
+from sparkdl.keras.spec import CompileSpec, ModelSpec, release_cycles, weights_nbytes
 
 
 class MetricReader:
@@ -105,12 +105,12 @@ class MetricReader:
         return probe if ours == theirs else None
 
     def release_model(self) -> None:
-        """Drop the model (and its weights) when the metrics no longer need it (a probe reads them)."""
+        """Drop the model (and its weights) when the metrics no longer need it (a probe reads them),
+        collected at once when its weights hold :data:`~sparkdl.keras.spec.COLLECT_BYTES` or more."""
         if self.probe is not None:
-            import gc
-
+            nbytes = weights_nbytes(self.model)
             self.model = None
-            gc.collect()  # a Keras model is a cycle of layers and model: its variables go only with a collection
+            release_cycles(nbytes)  # a Keras model is a cycle of layers and model: its variables go only with a collection
 
     @classmethod
     def for_columns(cls, spec: ModelSpec, compile_spec: CompileSpec, columns) -> MetricReader:

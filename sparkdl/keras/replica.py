@@ -278,11 +278,6 @@ def trim_padding(batch: np.ndarray, pad: float = 0.0) -> np.ndarray:
     return batch[:, :steps]
 
 
-def weights_nbytes(model) -> int:
-    """Bytes of a model's weights (``model.weights``), without building its optimizer."""
-    return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in model.weights)
-
-
 def state_nbytes(model) -> int:
     """Bytes of a compiled model's weights plus its optimizer state (building the optimizer if
     needed): what one worker returns per round, before Arrow's few hundred bytes of headers."""

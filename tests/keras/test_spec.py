@@ -1,12 +1,15 @@
 """The keras layer without Spark: compile specs, model specs and replicas against plain Keras."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.keras.replica import Replica
-from sparkdl.keras.spec import CompileSpec, ModelSpec, infer_task
+from sparkdl.keras.spec import COLLECT_BYTES, CompileSpec, ModelSpec, infer_task, release_cycles, weights_nbytes
 
 import keras  # noqa: E402
 
@@ -143,3 +146,32 @@ def test_a_dict_of_inputs_is_refused_naming_the_fix():
     model = keras.Model({"zeta": a, "alpha": b}, keras.layers.Dense(1)(keras.layers.Concatenate()([a, b])))
     with pytest.raises(ConfigError, match=r"a dict of inputs is not supported yet.*Received: inputs \['alpha', 'zeta'\]"):
         ModelSpec.from_model(model)
+
+
+def test_a_dropped_model_is_collected_at_once_only_when_its_weights_are_large():
+    model = _model()
+    assert weights_nbytes(model) == (3 * 4 + 4 + 4 * 4 + 4 * 2 + 2) * 4  # Dense, BatchNormalization (4 of 4), Dense: float32
+    gc.disable()  # the collector's own pace, held still
+    try:
+        dropped = weakref.ref(model)
+        del model
+        assert dropped() is not None  # a cycle of layers and model: only a collection frees it
+        assert release_cycles(COLLECT_BYTES - 1) is False and dropped() is not None
+        assert release_cycles(COLLECT_BYTES) is True and dropped() is None
+    finally:
+        gc.enable()
+
+
+def test_the_largest_per_row_tensor_sizes_a_predict_call():
+    from sparkdl.keras.predict import ACTIVATION_BATCH_BYTES, inference_rows, largest_row_bytes
+    from sparkdl.keras.zoo import mnist_cnn, mnist_mlp
+
+    cnn = mnist_cnn()
+    assert largest_row_bytes(cnn) == 26 * 26 * 32 * 4  # the first convolution's float32 output
+    assert inference_rows(cnn, 32) == ACTIVATION_BATCH_BYTES // (26 * 26 * 32 * 4) == 193
+    assert inference_rows(cnn, 256) == 256  # never below batchSize
+    assert inference_rows(mnist_mlp(), 32) == 2048  # 784 pixels the largest: capped
+    assert inference_rows(cnn, 32, gpu=True) == 2048  # a GPU: up to 1 GiB of it, capped
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1000), keras.layers.Dense(2)])
+    x = keras.Input((4,))
+    assert largest_row_bytes(keras.Model(x, inner(x))) == 1000 * 4  # a nested model's layers count
