@@ -346,8 +346,10 @@ PARAMS: tuple[ParamSpec, ...] = (
         "rows per local training step; the smallest `transform` batch when `inferenceBatchSize` is None, and "
         "`evaluate`'s default")),
     _P("inferenceBatchSize", "int?", None, rule=optional(integers("a positive number of rows", low=1)), stage=SHARED, doc=(
-        "rows per predict call in `transform` (> 0); None: as many rows as make about 4 MiB of input, between "
-        "`batchSize` and 2,048 (1,337 rows for mnist's 784 float32 pixels)")),
+        "rows per predict call in `transform` (> 0); None: as many rows as make about 16 MiB of the model's largest "
+        "per-row tensor (an input or a layer's output), between `batchSize` and 2,048: activations that stay in the CPU's "
+        "caches (193 rows for the mnist CNN's 26x26x32 convolution output, 2,048 for an MLP on mnist's 784 pixels); on a "
+        "GPU up to 1 GiB of it")),
     _P("optimizer", "optimizer", "adam", stage=SHARED, config="fit",
        example={"class_name": "Adam", "config": {"learning_rate": 0.002}}, doc=(
            "Keras optimizer: a name (`\"adam\"`), an object (`Adam(1e-3)`) or a config dict `{class_name, config}`; "

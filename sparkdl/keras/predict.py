@@ -15,6 +15,16 @@ from sparkdl.keras.runtime import keras_module
 from sparkdl.keras.spec import ModelSpec
 
 _MAX_CACHED = 2
+
+#: ``inferenceBatchSize=None``: rows per predict call such that the model's largest per-row tensor (an
+#: input or a layer's output) takes about this many bytes a batch, between ``batchSize`` and
+#: :data:`INFERENCE_BATCH_MAX` rows: a batch whose activations stay in the CPU's caches. The mnist CNN
+#: (a 26x26x32 float32 convolution output, 86.5 kB a row: 193 rows) scored on one core with about a
+#: third less CPU time a row at 128-256 rows than at 1,337 (``benchmarks/transform_throughput.py``).
+ACTIVATION_BATCH_BYTES = 16 * 2**20
+#: the same on a GPU, which wants large batches: the largest tensor at most this many bytes of device memory a batch
+GPU_ACTIVATION_BATCH_BYTES = 2**30
+INFERENCE_BATCH_MAX = 2048
 _models: OrderedDict = OrderedDict()
 
 
@@ -37,6 +47,38 @@ def cached_model(spec: ModelSpec, weights: bytes | None = None, key: str | None 
             _models.popitem(last=False)
     _models.move_to_end(key)
     return model
+
+
+def largest_row_bytes(model) -> int:
+    """Bytes of ``model``'s largest per-row tensor (int): each input and each layer's output, the layers
+    of a nested model included; an axis of unknown length (a sequence's steps) counts as 1, a layer
+    whose output is not one tensor (a layer shared by several calls) is passed over."""
+    keras = keras_module()
+    tensors = list(model.inputs)
+    layers = list(model.layers)
+    while layers:
+        layer = layers.pop()
+        layers.extend(getattr(layer, "layers", None) or [])
+        try:
+            tensors.extend(keras.tree.flatten(layer.output))
+        except Exception:  # noqa: BLE001 - a shared layer has an output per call: its other calls' tensors count
+            continue
+    largest = 0
+    for tensor in tensors:
+        try:
+            itemsize = np.dtype(str(tensor.dtype)).itemsize
+        except TypeError:  # bfloat16 and the like
+            itemsize = 2
+        largest = max(largest, int(np.prod([d or 1 for d in tuple(tensor.shape)[1:]], dtype=np.int64)) * itemsize)
+    return largest
+
+
+def inference_rows(model, low: int, gpu: bool = False) -> int:
+    """Rows per predict call for ``inferenceBatchSize=None``: about :data:`ACTIVATION_BATCH_BYTES`
+    (:data:`GPU_ACTIVATION_BATCH_BYTES` when ``gpu``: the backend sees a GPU) of
+    :func:`largest_row_bytes`, at least ``low`` (``batchSize``) and at most :data:`INFERENCE_BATCH_MAX`."""
+    budget = GPU_ACTIVATION_BATCH_BYTES if gpu else ACTIVATION_BATCH_BYTES
+    return max(low, min(INFERENCE_BATCH_MAX, budget // max(1, largest_row_bytes(model))))
 
 
 def predict_array(model, x, batch_size: int, pads: tuple | None = None):

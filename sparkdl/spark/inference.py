@@ -102,7 +102,7 @@ class PredictSpec:
     model_key: str
     custom_objects: dict
     inputs: tuple  # one TensorSpec per model input; its columns come last in each batch
-    batch_size: int
+    batch_size: int | None  # rows per predict call; None: the worker's model decides (sparkdl.keras.predict.inference_rows)
     task: str
     loss: LossInfo
     write_raw: bool
@@ -114,6 +114,8 @@ class PredictSpec:
     output_probabilities: tuple = ()
     # rows with a null, NaN, ±inf or wrongly sized feature: "error" (raise), "skip" (drop) or "keep" (NaN outputs)
     handle_invalid: str = "error"
+    # batch_size None: the fewest rows per predict call (batchSize)
+    min_batch_size: int = 1
     # the driver's Keras backend, set in each worker before Keras is imported (sparkdl.keras.runtime.configure)
     keras_backend: str = dataclasses.field(default_factory=keras_backend)
     # mapInArrow: how many input columns each output batch repeats (the input DataFrame's); the Arrow UDF: the added columns' type
@@ -162,10 +164,11 @@ def _predictions(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
     context = TaskContext.get()
     runtime.configure(context.cpus(), context.resources(), job.keras_backend)
     from sparkdl.keras.custom_objects import register
-    from sparkdl.keras.predict import cached_model, predict_array
+    from sparkdl.keras.predict import cached_model, inference_rows, predict_array
 
     register(job.custom_objects)
     model = cached_model(job.spec, weights=job.weights.value, key=job.model_key)
+    rows = job.batch_size or inference_rows(model, job.min_batch_size, gpu=runtime.describe()["gpus"] > 0)
     pads = tuple(t.columns[0].pad if t.columns[0].ragged else None for t in job.inputs)  # sequence inputs: cut per predict batch
     batches, seen = iter(batches), 0  # seen: the partition's rows up to this batch's end
     for batch in batches:
@@ -191,7 +194,7 @@ def _predictions(job: PredictSpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             x = [a[~late] for a in x]
             good = good.filter(pa.array(~late))
             bad[np.flatnonzero(~bad)[late]] = True
-        yield batch, good, bad, predict_array(model, x if len(x) > 1 else x[0], job.batch_size, pads)
+        yield batch, good, bad, predict_array(model, x if len(x) > 1 else x[0], rows, pads)
 
 
 def _added_columns(job: PredictSpec, predicted) -> list[pa.Array]:
@@ -597,7 +600,7 @@ def transform(
     spec: ModelSpec,
     features_col: str,
     columns: OutputColumns,
-    batch_size: int,
+    batch_size: int | None,
     task: str,
     loss: LossInfo,
     check_features: bool = False,
@@ -606,6 +609,7 @@ def transform(
     output_cols=None,
     handle_invalid: str = "error",
     pad_value: float = 0.0,
+    min_batch_size: int = 1,
 ) -> DataFrame:
     """The lazy DataFrame of ``df`` plus prediction columns; see the module docstring.
 
@@ -626,7 +630,9 @@ def transform(
         spec: the trained model.
         features_col: numeric, ``array<numeric>`` or vector column of ``prod(spec.input_shape)`` values.
         columns: names and type of the output columns.
-        batch_size: rows per ``predict_on_batch`` call.
+        batch_size: rows per ``predict_on_batch`` call; None: each worker sizes it to its model's
+            largest per-row tensor (:func:`~sparkdl.keras.predict.inference_rows`), at least
+            ``min_batch_size`` rows.
         task: ``"classification"`` or ``"regression"`` (already inferred); for a multi-output model
             given one loss per output, ``"auto"`` lets each output's loss decide.
         loss: the loss family that turns outputs into columns; for a multi-output model also a list
@@ -726,6 +732,7 @@ def transform(
         custom_objects=registered(),
         inputs=tuple(tensors),
         batch_size=batch_size,
+        min_batch_size=min_batch_size,
         task=task,
         loss=loss,
         write_raw=write_raw,

@@ -226,7 +226,8 @@ class KerasModel(Model, KerasModelParams, KerasStageIO):
         from sparkdl.spark.session import check_inline
 
         check_inline(dataset.sparkSession, len(self._spec.weights), "the model's weights")  # Spark Connect: before any job
-        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self._inference_rows(self._spec.row_bytes), task, info,
+        return transform(dataset, self._spec, self.getFeaturesCol(), columns, self.getInferenceBatchSize(), task, info,
+                         min_batch_size=self.getBatchSize(),
                          check_features=self.getCheckFeatures(), features_cols=self.getFeaturesCols(), decoders=self.getDecoders(),
                          output_cols=self.getOutputCols(), handle_invalid=self.getHandleInvalid(), pad_value=self.getPadValue())
 

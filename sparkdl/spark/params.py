@@ -46,12 +46,6 @@ from sparkdl.param_specs import COMPILE_PARAMS, NO_DEFAULT, PARAMS, SCORE_COLUMN
 __all__ = ["COMPILE_PARAMS", "HasTrainingParams", "KerasEstimatorParams", "KerasModelParams", "KerasSharedParams",
            "SCORE_COLUMN_TYPES", "TASKS", "converter"]
 
-# inferenceBatchSize=None: rows per predict call so that one batch's input is about this many bytes,
-# within [batchSize, INFERENCE_BATCH_MAX] (on 2 CPU cores the mnist CNN scores fastest at 512-2048 rows).
-INFERENCE_BATCH_BYTES = 4 << 20
-INFERENCE_BATCH_MAX = 2048
-
-
 # --- converters, one per kind of sparkdl.param_specs.KINDS --------------------------------------
 # Each takes (spec, value) and returns the value to store, or raises TypeError/ValueError (turned
 # into ConfigError naming the Param and its rule by ``converter``) or ConfigError (its own words).
@@ -314,14 +308,6 @@ class KerasSharedParams(_SharedBase, _SharedSetters):
         """
         self._shouldOwn(param)
         self._paramMap[param] = param.typeConverter(value)
-
-    def _inference_rows(self, row_bytes: int) -> int:
-        """Rows per predict call: ``inferenceBatchSize``, or for None about 4 MiB of ``row_bytes``-byte
-        input rows, at least ``batchSize`` and at most 2048."""
-        rows = self.getInferenceBatchSize()
-        if rows is not None:
-            return rows
-        return max(self.getBatchSize(), min(INFERENCE_BATCH_MAX, INFERENCE_BATCH_BYTES // max(1, row_bytes)))
 
     def _compile_spec(self):
         """The :class:`~sparkdl.keras.spec.CompileSpec` of every kept compile Param (``loss`` must be

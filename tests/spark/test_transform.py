@@ -5,7 +5,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparkdl import KerasEstimator
+from sparkdl import KerasEstimator, KerasModel
 from sparkdl.errors import SchemaError
 from sparkdl.spark import inference
 from tests.conftest import partitioned_df
@@ -144,3 +144,24 @@ def test_dotted_and_duplicate_column_names_pass_through(spark):
     assert out.columns == ["k", "my.x", "k", "a b", "prediction"]
     rows = out.collect()
     assert len(rows) == 10 and all(r[4] == r[1] == float(r[0]) for r in rows)
+
+
+@keras.saving.register_keras_serializable(package="sparkdl_tests")
+class RowsInCall(keras.layers.Layer):
+    """Outputs, for every row, the number of rows of the predict call that scored it."""
+
+    def call(self, x):
+        return keras.ops.ones_like(x[:, :1]) * keras.ops.cast(keras.ops.shape(x)[0], "float32")
+
+
+@pytest.mark.parametrize("params, calls", [
+    ({}, [64, 64, 64, 8]),  # None: 16 MiB of the largest per-row tensor (Dense(65536): 256 kB a row) = 64 rows
+    ({"batchSize": 100}, [100, 100]),  # never fewer than batchSize
+    ({"inferenceBatchSize": 50}, [50, 50, 50, 50]),  # set: as given
+])
+def test_predict_calls_are_sized_by_the_models_largest_tensor_unless_set(spark, params, calls):
+    x = keras.Input((2,))
+    model = keras.Model(x, RowsInCall()(keras.layers.Dense(65536)(x)))
+    df = spark.createDataFrame([(i, [float(i), 1.0]) for i in range(200)], "id long, x array<float>").coalesce(1)
+    scored = KerasModel.fromKeras(model, featuresCol="x", loss="mse", **params).transform(df).orderBy("id").collect()
+    assert [r["prediction"] for r in scored] == [float(c) for c in calls for _ in range(c)]
