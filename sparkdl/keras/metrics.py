@@ -16,7 +16,7 @@ import numpy as np
 
 from sparkdl.errors import CodecError, ConfigError
 from sparkdl.keras.runtime import keras_module
-from sparkdl.keras.spec import CompileSpec, ModelSpec, release_cycles, weights_nbytes
+from sparkdl.keras.spec import CompileSpec, ModelSpec, held_nbytes, release_cycles
 
 
 class MetricReader:
@@ -106,9 +106,10 @@ class MetricReader:
 
     def release_model(self) -> None:
         """Drop the model (and its weights) when the metrics no longer need it (a probe reads them),
-        collected at once when its weights hold :data:`~sparkdl.keras.spec.COLLECT_BYTES` or more."""
+        collected at once when the models dropped since the last collection hold
+        :data:`~sparkdl.keras.spec.COLLECT_BYTES` or more (:func:`~sparkdl.keras.spec.release_cycles`)."""
         if self.probe is not None:
-            nbytes = weights_nbytes(self.model)
+            nbytes = held_nbytes(self.model)  # its weights and the optimizer state built on it
             self.model = None
             release_cycles(nbytes)  # a Keras model is a cycle of layers and model: its variables go only with a collection
 

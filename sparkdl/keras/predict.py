@@ -50,19 +50,25 @@ def cached_model(spec: ModelSpec, weights: bytes | None = None, key: str | None 
 
 
 def largest_row_bytes(model) -> int:
-    """Bytes of ``model``'s largest per-row tensor (int): each input and each layer's output, the layers
-    of a nested model included; an axis of unknown length (a sequence's steps) counts as 1, a layer
-    whose output is not one tensor (a layer shared by several calls) is passed over."""
+    """Bytes of ``model``'s largest per-row tensor (int): each input and the output of each call of
+    each layer, the layers of a nested model included; an axis of unknown length (a sequence's steps)
+    counts as 1. Tensors made inside a layer's own ``call`` (a custom block's sub-layers, attention
+    scores) are not seen."""
     keras = keras_module()
     tensors = list(model.inputs)
     layers = list(model.layers)
     while layers:
         layer = layers.pop()
-        layers.extend(getattr(layer, "layers", None) or [])
+        inner = getattr(layer, "layers", None)
+        if isinstance(inner, (list, tuple)):
+            layers.extend(inner)
+        # every call of a shared layer (Keras' own record of its calls; .output is the first call's alone)
+        nodes = getattr(layer, "_inbound_nodes", None) or []
         try:
-            tensors.extend(keras.tree.flatten(layer.output))
-        except Exception:  # noqa: BLE001 - a shared layer has an output per call: its other calls' tensors count
+            found = [t for node in nodes for t in keras.tree.flatten(node.output_tensors)] or keras.tree.flatten(layer.output)
+        except Exception:  # noqa: BLE001 - a layer never called symbolically: nothing to measure
             continue
+        tensors.extend(t for t in found if hasattr(t, "shape") and hasattr(t, "dtype"))
     largest = 0
     for tensor in tensors:
         try:

@@ -226,7 +226,6 @@ def _per_output(value) -> bool:
     return isinstance(value, (list, tuple)) or (isinstance(value, dict) and not is_config(value))
 
 
-#: the forms of a per-output ``loss`` and ``metrics``, for error messages
 #: A dropped Keras model (a cycle of layers and model: its variables go back to the backend only with
 #: a collection) whose weights hold at least this many bytes is collected at once; a smaller one is
 #: left to the collector's own pace, since a full collection of a driver with pyspark and TensorFlow
@@ -239,15 +238,29 @@ def weights_nbytes(model) -> int:
     return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
+def held_nbytes(model) -> int:
+    """Bytes a model holds: its weights and, once built, its optimizer's variables (an Adam's: twice the
+    trainable weights more)."""
+    optimizer = getattr(model, "optimizer", None)
+    built = list(optimizer.variables) if optimizer is not None and getattr(optimizer, "built", False) else []
+    return weights_nbytes(model) + sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in built)
+
+
+_skipped = [0]  # bytes of dropped models left to the collector's pace since the last collection here
+
+
 def release_cycles(nbytes: int) -> bool:
-    """Run a full garbage collection when a model of ``nbytes`` bytes of weights (int, bytes) was
-    just dropped and ``nbytes`` >= :data:`COLLECT_BYTES`; returns whether it ran."""
-    if nbytes < COLLECT_BYTES:
+    """A full garbage collection when the models dropped since the last one (this one of ``nbytes``
+    bytes, int, included) hold :data:`COLLECT_BYTES` or more together; returns whether it ran."""
+    _skipped[0] += nbytes
+    if _skipped[0] < COLLECT_BYTES:
         return False
+    _skipped[0] = 0
     gc.collect()
     return True
 
 
+#: the forms of a per-output ``loss`` and ``metrics``, for error messages
 LOSS_FORMS = ("one loss for every output (a name, a keras.losses.Loss, a function or a config dict), a dict output "
               "name -> loss naming every output, or a list of one loss per output in output order")
 METRICS_FORMS = ("a list of metrics for a single-output model; for several outputs a dict output name -> metric or list of "

@@ -156,8 +156,12 @@ def test_a_dropped_model_is_collected_at_once_only_when_its_weights_are_large():
         dropped = weakref.ref(model)
         del model
         assert dropped() is not None  # a cycle of layers and model: only a collection frees it
-        assert release_cycles(COLLECT_BYTES - 1) is False and dropped() is not None
-        assert release_cycles(COLLECT_BYTES) is True and dropped() is None
+        assert release_cycles(COLLECT_BYTES) is True and dropped() is None  # a large one: at once
+        kept = _model()
+        dropped = weakref.ref(kept)
+        del kept
+        assert release_cycles(COLLECT_BYTES - 1) is False and dropped() is not None  # a small one waits
+        assert release_cycles(1) is True and dropped() is None  # until the dropped ones add up
     finally:
         gc.enable()
 
@@ -175,3 +179,6 @@ def test_the_largest_per_row_tensor_sizes_a_predict_call():
     inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1000), keras.layers.Dense(2)])
     x = keras.Input((4,))
     assert largest_row_bytes(keras.Model(x, inner(x))) == 1000 * 4  # a nested model's layers count
+    shared = keras.layers.Dense(100)
+    a, b = keras.Input((50,)), keras.Input((500, 50))
+    assert largest_row_bytes(keras.Model([a, b], [shared(a), shared(b)])) == 500 * 100 * 4  # every call of a shared layer
