@@ -33,5 +33,6 @@ def test_transform_of_a_parquet_stream_into_a_memory_sink_equals_the_batch_trans
     assert stream.isStreaming and sorted(streamed) == list(range(30))
     for i, row in expected.items():
         assert streamed[i]["prediction"] == row["prediction"]
-        np.testing.assert_allclose(streamed[i]["probability"].toArray(), row["probability"].toArray(), rtol=1e-6)
+        # float32 within a few units in the last place: the CPU's matrix kernels may differ with the batch's rows
+        np.testing.assert_allclose(streamed[i]["probability"].toArray(), row["probability"].toArray(), rtol=1e-5, atol=1e-7)
     assert len({row["prediction"] for row in expected.values()}) > 1  # the rows are told apart, not one constant class
