@@ -19,6 +19,7 @@ from sparkdl.param_specs import BY_NAME
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
 from sparkdl.keras.runtime import keras_module
+from sparkdl.keras.spec import variables_nbytes
 
 if TYPE_CHECKING:  # annotations only: this module imports with numpy and Keras alone (benchmarks/gpu_check.py)
     from sparkdl.keras.spec import CompileSpec, ModelSpec
@@ -283,8 +284,7 @@ def state_nbytes(model) -> int:
     needed): what one worker returns per round, before Arrow's few hundred bytes of headers."""
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
-    variables = list(model.weights) + list(model.optimizer.variables)
-    return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in variables)
+    return variables_nbytes(list(model.weights) + list(model.optimizer.variables))
 
 
 def initial_optimizer(model) -> list[np.ndarray]:

@@ -226,16 +226,21 @@ def _per_output(value) -> bool:
     return isinstance(value, (list, tuple)) or (isinstance(value, dict) and not is_config(value))
 
 
-#: A dropped Keras model (a cycle of layers and model: its variables go back to the backend only with
-#: a collection) whose weights hold at least this many bytes is collected at once; a smaller one is
-#: left to the collector's own pace, since a full collection of a driver with pyspark and TensorFlow
-#: loaded (some 450,000 objects) takes 0.1–0.8 s, on the fit's path.
+#: Dropped Keras models (each a cycle of layers and model: its variables go back to the backend only
+#: with a collection) are collected once they hold this many bytes together (:func:`release_cycles`);
+#: until then they are left to the collector's own pace, since a full collection of a driver with
+#: pyspark and TensorFlow loaded (some 450,000 objects) takes 0.1–0.8 s, on the fit's path.
 COLLECT_BYTES = 64 * 2**20
+
+
+def variables_nbytes(variables) -> int:
+    """Bytes of Keras variables (or arrays): the sum of their shapes' sizes times their items' bytes."""
+    return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in variables)
 
 
 def weights_nbytes(model) -> int:
     """Bytes of a model's weights (``model.weights``), without building its optimizer."""
-    return sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in model.weights)
+    return variables_nbytes(model.weights)
 
 
 def held_nbytes(model) -> int:
@@ -243,7 +248,7 @@ def held_nbytes(model) -> int:
     trainable weights more)."""
     optimizer = getattr(model, "optimizer", None)
     built = list(optimizer.variables) if optimizer is not None and getattr(optimizer, "built", False) else []
-    return weights_nbytes(model) + sum(int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize for v in built)
+    return weights_nbytes(model) + variables_nbytes(built)
 
 
 _skipped = [0]  # bytes of dropped models left to the collector's pace since the last collection here
