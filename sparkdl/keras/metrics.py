@@ -16,7 +16,8 @@ import numpy as np
 
 from sparkdl.errors import CodecError, ConfigError
 from sparkdl.keras.runtime import keras_module
-from sparkdl.keras.spec import CompileSpec, ModelSpec, held_nbytes, release_cycles
+from sparkdl.keras.memory import held_nbytes, release_cycles
+from sparkdl.keras.spec import CompileSpec, ModelSpec
 
 
 class MetricReader:
@@ -107,7 +108,7 @@ class MetricReader:
     def release_model(self) -> None:
         """Drop the model (and its weights) when the metrics no longer need it (a probe reads them),
         collected at once when the models dropped since the last collection hold
-        :data:`~sparkdl.keras.spec.COLLECT_BYTES` or more (:func:`~sparkdl.keras.spec.release_cycles`)."""
+        :data:`~sparkdl.keras.memory.COLLECT_BYTES` or more (:func:`~sparkdl.keras.memory.release_cycles`)."""
         if self.probe is not None:
             nbytes = held_nbytes(self.model)  # its weights and the optimizer state built on it
             self.model = None

@@ -19,7 +19,7 @@ from sparkdl.param_specs import BY_NAME
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError, InvariantError, SchemaError
 from sparkdl.keras.runtime import keras_module
-from sparkdl.keras.spec import variables_nbytes
+from sparkdl.keras.memory import variables_nbytes
 
 if TYPE_CHECKING:  # annotations only: this module imports with numpy and Keras alone (benchmarks/gpu_check.py)
     from sparkdl.keras.spec import CompileSpec, ModelSpec

@@ -9,7 +9,8 @@ import pytest
 from sparkdl.core.state import ModelState
 from sparkdl.errors import ConfigError
 from sparkdl.keras.replica import Replica
-from sparkdl.keras.spec import COLLECT_BYTES, CompileSpec, ModelSpec, infer_task, release_cycles, weights_nbytes
+from sparkdl.keras.memory import COLLECT_BYTES, release_cycles, weights_nbytes
+from sparkdl.keras.spec import CompileSpec, ModelSpec, infer_task
 
 import keras  # noqa: E402
 

@@ -303,7 +303,7 @@ def preflight(plan, config, model, validation: bool = False) -> Preflight:
     Raises:
         ConfigError: naming the setting to change.
     """
-    from sparkdl.keras.spec import weights_nbytes
+    from sparkdl.keras.memory import weights_nbytes
     from sparkdl.spark.session import check_inline_bytes
 
     weights_bytes = weights_nbytes(model)
