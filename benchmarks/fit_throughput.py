@@ -33,7 +33,8 @@ process that fits twice (``--backends``' first, default ``auto``), ``--pause`` s
 - ``session_conf``: started with ``session_conf()`` and ``start_workers`` (docs/user-guide/deployment.md).
 
 Each fit's seconds in all and to its first step (``fitInfo["seconds"]["first_step"]``), and its
-ratio to the median of ``--repeats`` plain Keras fits run in this process before them.
+ratio to the median of the plain Keras fits run in this process: ``--repeats`` before the sessions
+and one after each kind (a shared machine's speed drifts over the run's quarter of an hour).
 
 Usage: python benchmarks/fit_throughput.py [--epochs 5] [--workers 2] [--local-steps N] [--repeats 3] [--model cnn|mlp]
        [--backends rounds,ps] [--no-daemon] [--sessions [--pause 70]]
@@ -250,11 +251,16 @@ def session_fits(args, kind, backend):
 
 
 def compare_sessions(args, backend):
-    """``--sessions``: plain Keras' median fit, then each kind of session's first and second fit."""
-    keras_runs = [run_keras(args.epochs, args.batch_size, args.model) for _ in range(args.repeats)]
-    for run in keras_runs:
-        print(json.dumps(run), flush=True)
-    keras_s = statistics.median(r["fit_s"] for r in keras_runs)
+    """``--sessions``: each kind of session's first and second fit, beside plain Keras' median fit
+    (``--repeats`` fits first, one after each kind)."""
+    keras_runs = []
+
+    def keras_fit():
+        keras_runs.append(run_keras(args.epochs, args.batch_size, args.model))
+        print(json.dumps(keras_runs[-1]), flush=True)
+
+    for _ in range(args.repeats):
+        keras_fit()
     fits = []
     for kind in SESSIONS:
         command = [sys.executable, os.path.abspath(__file__), "--session-run", kind, "--backends", backend,
@@ -265,10 +271,12 @@ def compare_sessions(args, backend):
         result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if result.returncode != 0:
             raise RuntimeError(result.stderr[-3000:])
-        for line in result.stdout.strip().splitlines():
-            if line.startswith("{"):
-                fits.append(dict(json.loads(line), ratio=round(json.loads(line)["fit_s"] / keras_s, 3)))
-                print(json.dumps(fits[-1]), flush=True)
+        fits += [json.loads(line) for line in result.stdout.strip().splitlines() if line.startswith("{")]
+        keras_fit()  # one more after each kind: the median is the machine's speed over the whole run
+    keras_s = statistics.median(r["fit_s"] for r in keras_runs)
+    for fit in fits:
+        fit["ratio"] = round(fit["fit_s"] / keras_s, 3)
+        print(json.dumps(fit), flush=True)
     print(json.dumps({"summary": "sessions", "keras_fit_s": round(keras_s, 2), "cpus": os.cpu_count(),
                       "load_1min": round(os.getloadavg()[0], 2), "epochs": args.epochs, "local_steps": args.local_steps,
                       "pause_s": args.pause, "fits": [{k: f[k] for k in ("session", "fit", "fit_s", "ratio", "backend")}

@@ -92,13 +92,16 @@ WORKER_MODULES = ("sparkdl.spark.backends.rounds.task", "sparkdl.spark.backends.
                   "sparkdl.spark.backends.sharded.task", "sparkdl.spark.inference")
 
 
-def _warm_task(backend: str):
+def _warm_task(backend: str, arrow: bool):
     """The start job's task: configure Keras' backend for this task's CPUs and import Keras, in the
     task itself (two threads importing TensorFlow at once can leave modules half imported); a task
     given GPUs imports nothing (the worker's training task pins its GPUs first). With the daemon's
-    preload both are done already."""
+    preload both are done already. Yields the process id of the worker's parent, its daemon (an int;
+    a one-row record batch of column ``daemon`` where ``arrow``, a ``mapInArrow`` task)."""
 
     def warm(batches):
+        import os
+
         from pyspark import TaskContext
 
         from sparkdl.keras.runtime import configure, keras_module
@@ -106,14 +109,18 @@ def _warm_task(backend: str):
         for _ in batches:
             pass
         context = TaskContext.get()
-        if "gpu" in (context.resources() or {}):
-            return iter(())  # its training task pins its GPUs before the backend starts: nothing imported here
-        try:
-            configure(context.cpus(), None, backend)
-            keras_module()
-        except Exception:  # noqa: BLE001 - a head start only: the fit's tasks import and report it
-            pass
-        return iter(())
+        if "gpu" not in (context.resources() or {}):  # a GPU task pins its GPUs before the backend starts: nothing imported
+            try:
+                configure(context.cpus(), None, backend)
+                keras_module()
+            except Exception:  # noqa: BLE001 - a head start only: the fit's tasks import and report it
+                pass
+        if arrow:
+            import pyarrow as pa
+
+            yield pa.RecordBatch.from_pydict({"daemon": [os.getppid()]}, schema=pa.schema([("daemon", pa.int64())]))
+        else:
+            yield os.getppid()
 
     return warm
 
@@ -125,16 +132,27 @@ class DaemonStart:
     def __init__(self, spark, tasks: int, backend: str) -> None:
         self._spark = spark
         self._tag = f"sparkdl-start-workers-{spark.sparkContext.applicationId}"
+        self.daemons: list[int] = []  # the process ids of the daemons its tasks forked from, once it ended
         self._thread = threading.Thread(target=self._run, args=(tasks, backend), name=self._tag, daemon=True)
         self._thread.start()
 
     def _run(self, tasks: int, backend: str) -> None:
+        from sparkdl.spark import internals
         from sparkdl.spark.jobs import run_job
 
-        df = self._spark.range(0, tasks, numPartitions=tasks).mapInArrow(_warm_task(backend), "id long")
+        # An RDD job launches its executor's daemon seconds sooner than a DataFrame's on a fresh JVM (no
+        # plan, code generation or Arrow to load first: about 1 s against 5 s); given the DataFrame runners'
+        # worker environment it starts the daemon their tasks fork from. Where that is not known: mapInArrow.
         try:
-            run_job(self._spark, df.collect, "sparkdl: start the Python workers (TensorFlow and Keras imported)",
-                    self._tag, START_TIMEOUT_S, explain_imports=False)
+            env = internals.dataframe_worker_env(self._spark)
+            if env is None:
+                df = self._spark.range(0, tasks, numPartitions=tasks).mapInArrow(_warm_task(backend, True), "daemon long")
+                action = lambda: [row.daemon for row in df.collect()]  # noqa: E731
+            else:
+                rdd = self._spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(_warm_task(backend, False))
+                action = internals.with_worker_env(rdd, env).collect
+            self.daemons = run_job(self._spark, action, "sparkdl: start the Python workers (TensorFlow and Keras imported)",
+                                   self._tag, START_TIMEOUT_S, explain_imports=False)
         except Exception:  # noqa: BLE001 - a head start only: the fit's tasks start their workers themselves
             pass
 
@@ -407,11 +425,13 @@ def start_workers(spark) -> DaemonStart | None:
     settings the cluster's Spark config needs, and the workers are still started now: each imports
     TensorFlow itself, and Spark ends a worker idle for 60 s.
 
-    One job of one ``mapInArrow`` task per live executor (one on a ``local`` master; executors
-    that register later start their daemons with their first task), on a thread of its own: the
-    kind of task a fit's data runs in, whose daemon the fit's DataFrame tasks fork from. Each task
-    holds its slot while its executor's daemon imports (seconds). Its failures are ignored: the
-    fit's own tasks start the daemon then.
+    One job of one task per live executor (one on a ``local`` master; executors that register
+    later start their daemons with their first task), on a thread of its own, whose tasks fork from
+    the daemon the fit's DataFrame tasks fork from: an RDD task given the DataFrame runners' worker
+    variables (:func:`sparkdl.spark.internals.dataframe_worker_env`), which a fresh JVM starts
+    seconds sooner than a DataFrame's first Python task, or a ``mapInArrow`` task where a setting
+    may add a variable that cannot be told. Each task holds its slot while its executor's daemon
+    imports (seconds). Its failures are ignored: the fit's own tasks start the daemon then.
 
     Args:
         spark: a SparkSession.

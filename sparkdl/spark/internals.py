@@ -95,6 +95,59 @@ def set_running_conf(sc, key: str, value: str) -> None:
     jvm_context(sc).conf().set(key, value)
 
 
+#: Settings that, set to anything, may have a DataFrame's Python runner give its workers variables
+#: :func:`dataframe_worker_env` does not tell (read by the runners of Spark 4.3.0)
+_WORKER_ENV_SETTINGS = ("spark.sql.execution.pyspark.udf.hideTraceback.enabled",
+                        "spark.sql.execution.pyspark.udf.tracebackWithLocals.enabled",
+                        "spark.sql.execution.pyspark.udf.faulthandler.enabled", "spark.python.worker.faulthandler.enabled",
+                        "spark.sql.execution.pyspark.udf.tracebackDumpIntervalSeconds",
+                        "spark.python.worker.tracebackDumpIntervalSeconds",
+                        "spark.sql.execution.pyspark.udf.daemonKillWorkerOnFlushFailure",
+                        "spark.python.daemon.killWorkerOnFlushFailure", "spark.python.udf.pipelined.enabled")
+_SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+_environment_lock = threading.Lock()
+
+
+def dataframe_worker_env(spark) -> dict[str, str] | None:
+    """The environment variables a DataFrame's Python runner (``mapInArrow``, a pandas UDF) gives
+    its worker beyond what an RDD's runner gives under ``spark``'s settings: ``{"SPARK_SIMPLIFIED_TRACEBACK":
+    "1"}`` while ``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled`` is true (its
+    default), else ``{}``; None when the session sets one of :data:`_WORKER_ENV_SETTINGS`, whose
+    variables this does not tell. An executor keeps one daemon per worker environment
+    (``SparkEnv.createPythonWorker``): an RDD task given these variables forks from the daemon the
+    DataFrame tasks fork from (:func:`with_worker_env`).
+
+    Checked on Spark 4.3.0 (``BasePythonRunner.compute``). No public API.
+    """
+    conf = spark.sparkContext.getConf()
+    for key in _WORKER_ENV_SETTINGS:
+        if conf.contains(key) or spark.conf.get(key, None) is not None:
+            return None
+    simplified = spark.conf.get(_SIMPLIFIED_TRACEBACK, None) or conf.get(_SIMPLIFIED_TRACEBACK, "true")
+    return {"SPARK_SIMPLIFIED_TRACEBACK": "1"} if str(simplified).strip().lower() == "true" else {}
+
+
+def with_worker_env(rdd, env: dict[str, str]):
+    """``rdd`` (a Python RDD not yet run) with ``env`` added to its Python function's worker
+    environment, which the function takes from ``SparkContext.environment`` when its JVM RDD is made
+    (``rdd._jrdd``): the context's environment holds ``env`` for that moment only, under a lock.
+    Returns ``rdd``.
+
+    Checked on Spark 4.3.0 (``PipelinedRDD._jrdd``). No public API sets one RDD's worker environment.
+    """
+    environment = rdd.ctx.environment
+    with _environment_lock:
+        saved = {key: environment[key] for key in env if key in environment}
+        environment.update(env)
+        try:
+            rdd._jrdd  # noqa: B018 - made now, with env
+        finally:
+            for key in env:
+                environment.pop(key, None)
+            environment.update(saved)
+    return rdd
+
+
 def running_job_tags(sc, prefix: str) -> set[str]:
     """The job tags starting with ``prefix`` of the jobs running now, as the status store (the Spark
     UI's) records them: ``statusStore().jobsList([RUNNING])``, each job's ``jobTags``. The store

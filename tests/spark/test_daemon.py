@@ -114,17 +114,19 @@ def state(batches):
     for _ in batches:
         pass
     parent = open(f"/proc/{os.getppid()}/cmdline").read().replace("\0", " ")
-    yield pa.RecordBatch.from_pylist([{"keras": "keras" in sys.modules, "parent": parent}])
+    yield pa.RecordBatch.from_pylist([{"keras": "keras" in sys.modules, "parent": parent, "pid": os.getppid()}])
 
 def probe():
-    rows = spark.range(2).repartition(2).mapInArrow(state, "keras boolean, parent string").collect()
-    return [r["keras"] for r in rows], sorted({r["parent"].split(" -m ")[-1].split()[0] for r in rows})
+    rows = spark.range(2).repartition(2).mapInArrow(state, "keras boolean, parent string, pid long").collect()
+    return [r["keras"] for r in rows], sorted({r["parent"].split(" -m ")[-1].split()[0] for r in rows}), {r["pid"] for r in rows}
 
 mode = sys.argv[1]
 master = "local-cluster[1,1,1024]" if mode == "cluster" else "local[2]"
 builder = SparkSession.builder.master(master).config("spark.ui.enabled", "false")
 if mode == "daemon":
     builder = builder.config(map=session_conf("tensorflow"))
+if mode == "hidden":  # a setting whose worker variable the start job cannot tell: it runs as a DataFrame job
+    builder = builder.config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
 spark = builder.getOrCreate()
 out = {}
 if mode == "fit":  # a session started the ordinary way, then a fit: no start_workers
@@ -142,7 +144,9 @@ else:
     out["started"] = started is not None
     out["ended"] = started.join(240)
     out["again"] = start_workers(spark) is None
-out["keras"], out["daemon"] = probe()
+out["keras"], out["daemon"], pids = probe()
+if mode != "fit":
+    out["same_daemon"] = set(started.daemons) == pids  # the DataFrame tasks forked from the daemon the start job started
 spark.stop()
 print(json.dumps(out))
 """
@@ -157,10 +161,14 @@ def _start(mode: str) -> dict:
 
 def test_start_workers_starts_the_daemon_which_imports_keras_once():
     # one task started the executor's daemon, which imported Keras; the next job's workers fork from it
-    started = {"warned": [], "started": True, "ended": True, "again": True, "keras": [True, True], "daemon": ["sparkdl.spark.daemon"]}
+    # (an RDD job, given the DataFrame runners' worker variables: its daemon is the one their tasks fork from)
+    started = {"warned": [], "started": True, "ended": True, "again": True, "keras": [True, True],
+               "daemon": ["sparkdl.spark.daemon"], "same_daemon": True}
     assert _start("daemon") == started
     # a session started the ordinary way on a local master: switched to sparkdl's daemon, the same
     assert _start("plain") == started
+    # a setting that may add a variable the start job cannot tell: a DataFrame job starts the daemon, the same one
+    assert _start("hidden") == started
 
 
 def test_a_plain_local_sessions_fit_has_its_later_workers_fork_from_sparkdls_daemon():
@@ -172,6 +180,7 @@ def test_a_plain_local_sessions_fit_has_its_later_workers_fork_from_sparkdls_dae
 def test_start_workers_on_a_clusters_running_executors_says_what_the_cluster_config_needs():
     out = _start("cluster")
     assert (out["started"], out["ended"], out["keras"], out["daemon"]) == (True, True, [True, True], ["pyspark.daemon"])
+    assert out["same_daemon"], out  # an executor JVM of its own: the start job still started the daemon the DataFrame tasks use
     assert len(out["warned"]) == 1, out
     assert "spark.python.daemon.module=sparkdl.spark.daemon" in out["warned"][0]
     assert "cluster's Spark config" in out["warned"][0] and "import TensorFlow each" in out["warned"][0]

@@ -154,3 +154,45 @@ def test_kill_task_attempt_answers_false_for_an_attempt_spark_does_not_run(spark
     from sparkdl.spark import internals
 
     assert internals.kill_task_attempt(spark.sparkContext, 10**9, "test: no such attempt") is False
+
+
+def _worker_pid(rows):
+    import os
+
+    for _ in rows:
+        pass
+    yield os.getpid()
+
+
+def test_an_rdd_given_the_dataframe_runners_worker_variables_shares_their_python_workers(spark):
+    assert internals.dataframe_worker_env(spark) == {"SPARK_SIMPLIFIED_TRACEBACK": "1"}  # the session's defaults
+    sc = spark.sparkContext
+    before = dict(sc.environment)
+    rdd = internals.with_worker_env(sc.parallelize(range(2), 2).mapPartitions(_worker_pid), internals.dataframe_worker_env(spark))
+    assert dict(sc.environment) == before  # the context's environment given back as it was
+    import pyarrow as pa
+
+    def arrow_pid(batches):
+        import os
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]})
+
+    rdd_pids, arrow_pids = set(rdd.collect()), {r.pid for r in spark.range(2).repartition(2).mapInArrow(arrow_pid, "pid long").collect()}
+    assert rdd_pids & arrow_pids, (rdd_pids, arrow_pids)  # Python workers reused across the two kinds of task
+    plain = {*sc.parallelize(range(2), 2).mapPartitions(_worker_pid).collect()}
+    assert not plain & arrow_pids, (plain, arrow_pids)  # without them an RDD's workers are other processes (another daemon)
+    key = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+    try:
+        spark.conf.set(key, "true")  # a variable this cannot tell: none returned, the caller runs a DataFrame job
+        assert internals.dataframe_worker_env(spark) is None
+        spark.conf.set(key, "false")
+        assert internals.dataframe_worker_env(spark) is None  # set at all
+    finally:
+        spark.conf.unset(key)
+    try:
+        spark.conf.set("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
+        assert internals.dataframe_worker_env(spark) == {}
+    finally:
+        spark.conf.unset("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled")
